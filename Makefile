@@ -1,0 +1,47 @@
+# Everything a fresh machine needs is reached from two targets:
+#   make hello   set up, then run the `hello` example flow in a container
+#   make test    set up, then lint, type-check and run the whole test suite
+# Each set-up step is idempotent and skipped when nothing it depends on changed.
+
+PY      ?= python3
+VENV    := .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+
+.PHONY: setup venv engine images test lint typecheck pytest hello engine-stop clean
+
+setup: venv engine images
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev]'
+	touch $(STAMP)
+
+engine:
+	./images/engine.sh start
+
+images: venv engine
+	./images/build.sh
+
+lint: venv
+	$(BIN)/ruff check runner tests bench images examples
+	$(BIN)/ruff format --check runner tests bench images examples
+
+typecheck: venv
+	$(BIN)/mypy --strict runner/
+
+pytest: setup
+	$(BIN)/pytest -q
+
+test: lint typecheck pytest
+
+hello: setup
+	$(BIN)/flow-runner exec flow-runner/examples-hello:latest --input @examples/hello/input.json
+
+engine-stop:
+	./images/engine.sh stop
+
+clean:
+	rm -rf $(VENV) .build
