@@ -1,0 +1,1 @@
+"""Async (anyio) host side: drives a HostSession against a running component."""

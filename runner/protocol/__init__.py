@@ -1,0 +1,1 @@
+"""Run/1 with no I/O at all: bytes in, events out (in the manner of h11)."""

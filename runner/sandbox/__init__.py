@@ -1,0 +1,1 @@
+"""Where a component runs: a local subprocess or one container per invocation."""
