@@ -2,10 +2,13 @@
 # Make sure a Docker engine answers on this machine, the way DESIGN.md describes:
 # Debian's docker.io, and a dockerd with no bridge network and no iptables rules.
 # `start` is idempotent; `stop` stops only the dockerd this script started, by its pid.
+# `runsc` registers gVisor (Debian's runsc package) as the runtime `runsc`, which the
+# `strict` sandbox profile needs; it is idempotent and a no-op once the engine lists it.
 set -euo pipefail
 
 PIDFILE=/run/flow-runner-dockerd.pid
 LOG=/var/log/flow-runner-dockerd.log
+DAEMON_JSON=/etc/docker/daemon.json
 
 engine_answers() { timeout 5 docker info >/dev/null 2>&1; }
 
@@ -31,6 +34,47 @@ start() {
   exit 1
 }
 
+engine_has_runsc() { docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q '"runsc"'; }
+
+register_runsc() {
+  start
+  engine_has_runsc && return 0
+  if ! type -P runsc >/dev/null; then
+    echo "engine: installing Debian's runsc (gVisor)"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends runsc >/dev/null
+  fi
+  echo "engine: registering runsc in $DAEMON_JSON"
+  mkdir -p "$(dirname "$DAEMON_JSON")"
+  # Merge, keeping whatever else the file holds. ptrace is the platform that works here;
+  # --network=none: containers have no network anyway, and runsc cannot set up network
+  # namespaces on this kind of host ("cannot run with network enabled in root namespace").
+  python3 - "$DAEMON_JSON" "$(type -P runsc)" <<'PY'
+import json, os, sys
+path, binary = sys.argv[1], sys.argv[2]
+config = json.load(open(path)) if os.path.exists(path) else {}
+config.setdefault("runtimes", {})["runsc"] = {"path": binary, "runtimeArgs": ["--platform=ptrace", "--network=none"]}
+with open(path + ".tmp", "w") as f:
+    json.dump(config, f, indent=2)
+    f.write("\n")
+os.replace(path + ".tmp", path)
+PY
+  # dockerd reloads its runtimes on SIGHUP; only the dockerd this script started is touched.
+  if [ -f "$PIDFILE" ] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; then
+    kill -HUP "$(cat "$PIDFILE")"
+    for _ in $(seq 1 25); do
+      engine_has_runsc && return 0
+      sleep 0.2
+    done
+    echo "engine: dockerd did not pick up runsc; see $LOG" >&2
+    exit 1
+  fi
+  echo "engine: this dockerd was not started by $0; reload it (SIGHUP or" \
+    "\`systemctl reload docker\`) so that it reads $DAEMON_JSON" >&2
+  exit 1
+}
+
 stop() {
   if [ -f "$PIDFILE" ]; then
     kill "$(cat "$PIDFILE")" 2>/dev/null || true
@@ -41,5 +85,6 @@ stop() {
 case "${1:-start}" in
   start) start ;;
   stop) stop ;;
-  *) echo "usage: $0 start|stop" >&2; exit 2 ;;
+  runsc) register_runsc ;;
+  *) echo "usage: $0 start|stop|runsc" >&2; exit 2 ;;
 esac

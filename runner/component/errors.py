@@ -1,0 +1,94 @@
+"""The exceptions a component author meets, and the one that ends the channel.
+
+Run SDK/1 gives authors two error types and asks them to branch on fields, never on
+messages: :class:`OperationError` for every operational failure (one of the 13 wire
+codes, or one of the 2 local-only classifications of a lost channel) and
+:class:`CapabilityError` for an application error a capability contract declares.
+
+:class:`ChannelFault` is internal: it is how any part of the SDK reports that the
+channel itself is finished (a host protocol violation or a lost pipe). It is never
+raised into handler code; the runtime turns it into a nonzero exit with no root
+response (PROTOCOL.md §1, §9.2).
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal, get_args
+
+from runner.json1 import JSONValue
+
+WireCode = Literal[
+    "CANCELLED",
+    "DEADLINE_EXCEEDED",
+    "OWNER_CLOSED",
+    "OPERATION_CONFLICT",
+    "UNAVAILABLE",
+    "PERMISSION_DENIED",
+    "RESOURCE_EXHAUSTED",
+    "INVALID_INPUT",
+    "INVALID_RESULT",
+    "UNCERTAIN",
+    "EXECUTION_FAILED",
+    "LAGGED",
+    "DISCONNECTED",
+]
+"""A code that may travel in ``error.data.code`` of a ``-32000`` error."""
+
+LocalCode = Literal["PROTOCOL_ERROR", "CHANNEL_LOST"]
+"""A classification of a lost channel; never sent on the wire."""
+
+OperationErrorCode = WireCode | LocalCode
+
+WIRE_CODES: Final[frozenset[str]] = frozenset(get_args(WireCode))
+
+
+class OperationError(Exception):
+    """A Run/1 operation failed; branch on :attr:`code`, not on :attr:`message`.
+
+    Raised by ``run_child_flow`` / ``call_capability`` for ``-32000`` replies and for
+    local refusals, and raised *by* a handler to fail its Run with that wire code.
+    """
+
+    def __init__(
+        self, code: OperationErrorCode, message: str | None = None, details: JSONValue = None
+    ) -> None:
+        self.code: OperationErrorCode = code
+        self.message: str = code if message is None else message
+        self.details: JSONValue = details
+        super().__init__(self.message)
+
+    def __repr__(self) -> str:
+        return f"OperationError({self.code!r}, {self.message!r}, {self.details!r})"
+
+
+class CapabilityError(Exception):
+    """A capability answered with an error its contract declares (not a failure of Run/1)."""
+
+    def __init__(self, error_name: str, data: JSONValue) -> None:
+        self.error_name = error_name
+        self.data: JSONValue = data
+        super().__init__(error_name)
+
+    def __repr__(self) -> str:
+        return f"CapabilityError({self.error_name!r}, {self.data!r})"
+
+
+class ChannelFault(Exception):
+    """The channel is finished: ``PROTOCOL_ERROR`` (the host broke Run/1) or ``CHANNEL_LOST``.
+
+    ``reply`` is the best-effort standard error to send first, as ``(code, id)``, when
+    the spec asks for one (``-32700`` or ``-32600``); ``None`` means close silently.
+    """
+
+    def __init__(
+        self, code: LocalCode, reason: str, reply: tuple[int, str | None] | None = None
+    ) -> None:
+        self.code: LocalCode = code
+        self.reason = reason
+        self.reply = reply
+        super().__init__(f"{code}: {reason}")
+
+
+def protocol_error(reason: str, reply: tuple[int, str | None] | None = None) -> ChannelFault:
+    """A detected host violation of Run/1."""
+    return ChannelFault("PROTOCOL_ERROR", reason, reply)

@@ -1,0 +1,405 @@
+"""Run/1 messages from the component's side: classify what arrives, build what leaves.
+
+Everything here is pure: JSON/1 values in, typed records or frame bytes out. The
+rules are the closed shapes of PROTOCOL.md §1.2, §4–§6 and §9–§10 as a *receiver of
+``flow/run``* and *originator of calls* applies them:
+
+- an envelope that is not a JSON-RPC 2.0 request, notification or response is fatal,
+  after a best-effort ``-32600`` (carried in the :class:`ChannelFault`);
+- a malformed response, a standard JSON-RPC error, or an unknown ``-32000`` code in
+  reply to one of our calls is fatal without a reply (the peers disagree on Run/1);
+- invalid ``flow/run`` params are *not* fatal: they earn a ``-32602`` and end the Run.
+
+Outbound calls are encoded once, at admission (:class:`PreparedRequest`): that both
+snapshots the caller's values and proves the whole frame is JSON/1 before anything is
+queued, so a bad argument fails in the caller and never reaches the wire.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final, Literal, cast
+
+from runner import json1
+from runner.component.errors import (
+    WIRE_CODES,
+    CapabilityError,
+    OperationError,
+    WireCode,
+    protocol_error,
+)
+from runner.component.model import (
+    MAX_FRAME_BYTES,
+    MAX_MAP_ENTRIES,
+    MAX_MESSAGE_SCALARS,
+    Attachment,
+    AttachmentAccess,
+    JSONObject,
+    RunResult,
+    is_local_name,
+    is_safe_integer,
+    is_wire_id,
+)
+from runner.json1 import JSONValue
+
+PARSE_ERROR: Final = -32700
+INVALID_REQUEST: Final = -32600
+METHOD_NOT_FOUND: Final = -32601
+INVALID_PARAMS: Final = -32602
+OPERATIONAL: Final = -32000
+
+COMPONENT_ID_PREFIX: Final = "component:"
+
+_REQUEST_MEMBERS: Final = frozenset({"jsonrpc", "id", "method", "params"})
+_NOTIFICATION_MEMBERS: Final = frozenset({"jsonrpc", "method", "params"})
+_RESPONSE_SHAPES: Final = (
+    frozenset({"jsonrpc", "id", "result"}),
+    frozenset({"jsonrpc", "id", "error"}),
+)
+_ROOT_REQUIRED: Final = frozenset(
+    {"protocol", "input", "settings", "attachments", "scratch", "deadlineUnixMs"}
+)
+_CONTRACT_ID: Final = re.compile(
+    r"https://(?!(?:(?:25[0-5]|2[0-4][0-9]|[01]?[0-9]?[0-9])\.){3}"
+    r"(?:25[0-5]|2[0-4][0-9]|[01]?[0-9]?[0-9])(?:/|$))"
+    r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)+"
+    r"/(?!\.{1,2}(?:/|$))[a-z0-9._~-]+(?:/(?!\.{1,2}(?:/|$))[a-z0-9._~-]+)*"
+)
+_SEMVER: Final = re.compile(r"(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)")
+_DIGEST: Final = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+class InvalidParams(ValueError):
+    """Known method, invalid params: the receiver answers ``-32602``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    id: str
+    method: str
+    params: JSONObject | list[JSONValue] | None  # None: the member was absent
+
+
+@dataclass(frozen=True, slots=True)
+class Notification:
+    method: str
+    params: JSONObject | list[JSONValue] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    id: str
+    member: Literal["result", "error"]
+    value: JSONValue
+
+
+@dataclass(frozen=True, slots=True)
+class Root:
+    """The validated params of the one ``flow/run``."""
+
+    input: JSONValue
+    settings: JSONObject
+    attachments: dict[str, Attachment]
+    scratch: str
+    deadline_unix_ms: int
+    channels: JSONObject
+
+
+# --- inbound ---------------------------------------------------------------------------
+
+
+def classify(frame: JSONValue) -> Request | Notification | Response:
+    """Sort one parsed frame into its envelope kind; raise ``ChannelFault`` if it is none."""
+    if not isinstance(frame, dict):
+        raise protocol_error("the frame is not a JSON object", (INVALID_REQUEST, None))
+    frame_id = frame.get("id")
+    known_id = frame_id if is_wire_id(frame_id) else None
+    invalid = (INVALID_REQUEST, known_id)
+    if frame.get("jsonrpc") != "2.0":
+        raise protocol_error('jsonrpc is not "2.0"', invalid)
+    if "method" in frame:
+        return _classify_call(frame, invalid)
+    if "id" in frame:
+        return _classify_response(frame)
+    raise protocol_error("the frame is neither a request, a notification nor a response", invalid)
+
+
+def _classify_call(frame: JSONObject, invalid: tuple[int, str | None]) -> Request | Notification:
+    method = frame["method"]
+    if not isinstance(method, str):
+        raise protocol_error("method is not a string", invalid)
+    params = _structured_params(frame, invalid)
+    if "id" not in frame:
+        if not frame.keys() <= _NOTIFICATION_MEMBERS:
+            raise protocol_error("a notification has unknown members", invalid)
+        return Notification(method, params)
+    if not frame.keys() <= _REQUEST_MEMBERS:
+        raise protocol_error("a request has unknown members", invalid)
+    if invalid[1] is None:
+        raise protocol_error("a request id is not a Run/1 request id", invalid)
+    return Request(invalid[1], method, params)
+
+
+def _structured_params(
+    frame: JSONObject, invalid: tuple[int, str | None]
+) -> JSONObject | list[JSONValue] | None:
+    """``params`` if present; a null or scalar ``params`` spoils the whole envelope (§1)."""
+    if "params" not in frame:
+        return None
+    params = frame["params"]
+    if not isinstance(params, dict | list):
+        raise protocol_error("params is neither an object nor an array", invalid)
+    return params
+
+
+def _classify_response(frame: JSONObject) -> Response:
+    keys = frame.keys()
+    if not any(keys == shape for shape in _RESPONSE_SHAPES):
+        raise protocol_error("a response does not have exactly one of result and error")
+    frame_id = frame["id"]
+    if not is_wire_id(frame_id):
+        raise protocol_error("a response id is not a Run/1 request id")
+    member: Literal["result", "error"] = "result" if "result" in frame else "error"
+    return Response(frame_id, member, frame[member])
+
+
+def cancel_target(notification: Notification) -> str:
+    """The ``requestId`` of a ``request/cancel``; a malformed cancel is fatal (§10)."""
+    params = notification.params
+    if not isinstance(params, dict) or params.keys() != {"requestId"}:
+        raise protocol_error("request/cancel params are not exactly {requestId}")
+    target = params["requestId"]
+    if not is_wire_id(target):
+        raise protocol_error("request/cancel requestId is not a Run/1 request id")
+    return target
+
+
+def parse_root(params: JSONValue) -> Root:
+    """Validate ``flow/run`` params exactly (§4); raise :class:`InvalidParams`."""
+    if not isinstance(params, dict):
+        raise InvalidParams("params must be an object")
+    _require_members(params, _ROOT_REQUIRED, _ROOT_REQUIRED | {"channels"}, "params")
+    if params["protocol"] != "run/1":
+        raise InvalidParams('protocol must be "run/1"')
+    settings = params["settings"]
+    if not isinstance(settings, dict):
+        raise InvalidParams("settings must be an object")
+    scratch = params["scratch"]
+    if not isinstance(scratch, str) or not scratch:
+        raise InvalidParams("scratch must be a nonempty string")
+    deadline = params["deadlineUnixMs"]
+    if not is_safe_integer(deadline):
+        raise InvalidParams("deadlineUnixMs must be an integer in 0…2^53−1")
+    return Root(
+        input=params["input"],
+        settings=settings,
+        attachments=_parse_attachments(params["attachments"]),
+        scratch=scratch,
+        deadline_unix_ms=int(cast(float, deadline)),
+        channels=_parse_grants(params.get("channels", {})),
+    )
+
+
+def _parse_attachments(value: JSONValue) -> dict[str, Attachment]:
+    entries = _local_name_map(value, "attachments")
+    attachments: dict[str, Attachment] = {}
+    for name, entry in entries.items():
+        if not isinstance(entry, dict):
+            raise InvalidParams(f"attachment {name!r} must be an object")
+        _require_members(entry, {"path", "access"}, {"path", "access"}, f"attachment {name!r}")
+        path, access = entry["path"], entry["access"]
+        if not isinstance(path, str) or not path:
+            raise InvalidParams(f"attachment {name!r} path must be a nonempty string")
+        if access not in ("read", "read-write"):
+            raise InvalidParams(f'attachment {name!r} access must be "read" or "read-write"')
+        attachments[name] = Attachment(path, cast(AttachmentAccess, access))
+    return attachments
+
+
+def _parse_grants(value: JSONValue) -> JSONObject:
+    grants = _local_name_map(value, "channels")
+    endpoints = [_grant_endpoint(name, grant) for name, grant in grants.items()]
+    if len(set(endpoints)) != len(endpoints):
+        raise InvalidParams("two channel grants share one endpoint reference")
+    return grants
+
+
+def _grant_endpoint(name: str, grant: JSONValue) -> str:
+    """Check one endpoint grant (§7.1) and return its endpoint reference."""
+    where = f"channel grant {name!r}"
+    if not isinstance(grant, dict):
+        raise InvalidParams(f"{where} must be an object")
+    required = {"endpoint", "direction", "delivery"}
+    if grant.get("direction") == "receive":
+        required.add("startSequence")
+    elif grant.get("direction") != "send":
+        raise InvalidParams(f'{where} direction must be "send" or "receive"')
+    _require_members(grant, required, required | {"contract"}, where)
+    endpoint, delivery = grant["endpoint"], grant["delivery"]
+    if not is_wire_id(endpoint):
+        raise InvalidParams(f"{where} endpoint is not a Run/1 reference")
+    if delivery != "direct" and delivery != "broadcast":
+        raise InvalidParams(f'{where} delivery must be "direct" or "broadcast"')
+    if "startSequence" in grant:
+        start = grant["startSequence"]
+        if not is_safe_integer(start, minimum=1) or (delivery == "direct" and start != 1):
+            raise InvalidParams(f"{where} startSequence is out of range")
+    if "contract" in grant:
+        _check_contract_identity(grant["contract"], where)
+    return endpoint
+
+
+def _check_contract_identity(value: JSONValue, where: str) -> None:
+    if not isinstance(value, dict):
+        raise InvalidParams(f"{where} contract must be an object")
+    members = {"id", "version", "digest"}
+    _require_members(value, members, members, f"{where} contract")
+    checks = ((_CONTRACT_ID, "id"), (_SEMVER, "version"), (_DIGEST, "digest"))
+    for pattern, member in checks:
+        text = value[member]
+        if not isinstance(text, str) or pattern.fullmatch(text) is None:
+            raise InvalidParams(f"{where} contract {member} is malformed")
+
+
+def _local_name_map(value: JSONValue, what: str) -> JSONObject:
+    if not isinstance(value, dict) or len(value) > MAX_MAP_ENTRIES:
+        raise InvalidParams(f"{what} must be an object of at most {MAX_MAP_ENTRIES} entries")
+    for name in value:
+        if not is_local_name(name):
+            raise InvalidParams(f"{what} key {name!r} is not a LocalName")
+    return value
+
+
+def _require_members(
+    value: Mapping[str, object],
+    required: set[str] | frozenset[str],
+    allowed: set[str] | frozenset[str],
+    where: str,
+) -> None:
+    missing = required - value.keys()
+    unknown = value.keys() - allowed
+    if missing or unknown:
+        raise InvalidParams(f"{where}: missing {sorted(missing)}, unknown {sorted(unknown)}")
+
+
+def parse_operation_error(error: JSONValue) -> OperationError:
+    """The ``-32000`` reply to one of our calls; anything else is fatal (§1, §9)."""
+    if not isinstance(error, dict) or not error.keys() <= {"code", "message", "data"}:
+        raise protocol_error("an error reply is not {code, message, data?}")
+    code, message = error.get("code"), error.get("message")
+    if code != OPERATIONAL:
+        raise protocol_error(f"the host answered a call with JSON-RPC error {code!r}")
+    if not isinstance(message, str) or not 1 <= len(message) <= MAX_MESSAGE_SCALARS:
+        raise protocol_error("an error message is not 1–1,024 Unicode scalars")
+    data = error.get("data")
+    if not isinstance(data, dict) or "code" not in data or not data.keys() <= {"code", "details"}:
+        raise protocol_error("a -32000 error has no {code, details?} data")
+    flow_code = data["code"]
+    if not isinstance(flow_code, str) or flow_code not in WIRE_CODES:
+        raise protocol_error(f"a -32000 error carries the unknown code {flow_code!r}")
+    return OperationError(cast(WireCode, flow_code), message, data.get("details"))
+
+
+def parse_run_result(result: JSONValue) -> RunResult:
+    """A child Run's result: exactly ``{outcome, output}`` with a LocalName outcome."""
+    if not isinstance(result, dict) or result.keys() != {"outcome", "output"}:
+        raise protocol_error("a child result is not exactly {outcome, output}")
+    outcome = result["outcome"]
+    if not is_local_name(outcome):
+        raise protocol_error("a child result outcome is not a LocalName")
+    return RunResult(outcome, result["output"])
+
+
+def parse_capability_result(result: JSONValue) -> JSONValue | CapabilityError:
+    """``{value}`` → the value; ``{error: {name, data}}`` → a :class:`CapabilityError`."""
+    if isinstance(result, dict) and result.keys() == {"value"}:
+        return result["value"]
+    if not isinstance(result, dict) or result.keys() != {"error"}:
+        raise protocol_error("a capability result is not exactly {value} or {error}")
+    error = result["error"]
+    if not isinstance(error, dict) or error.keys() != {"name", "data"}:
+        raise protocol_error("a capability error is not exactly {name, data}")
+    name = error["name"]
+    if not is_local_name(name):
+        raise protocol_error("a capability error name is not a LocalName")
+    return CapabilityError(name, error["data"])
+
+
+# --- outbound --------------------------------------------------------------------------
+
+
+class PreparedRequest:
+    """One admitted call, encoded at admission; :meth:`frame` adds the wire id at send time.
+
+    The frame is encoded once with a placeholder id that comes before ``params`` in the
+    object, then split around it. The real id (``component:N``, N ≤ 65,536) is at most
+    4 bytes longer than the placeholder, which the size check allows for.
+    """
+
+    __slots__ = ("_head", "_tail")
+
+    _PLACEHOLDER: Final = f"{COMPONENT_ID_PREFIX}0"
+    _ID_GROWTH: Final = len("65536") - len("0")
+
+    def __init__(self, method: str, params: JSONObject) -> None:
+        frame = json1.dumps(
+            {"jsonrpc": "2.0", "id": self._PLACEHOLDER, "method": method, "params": params}
+        )
+        if len(frame) + self._ID_GROWTH > MAX_FRAME_BYTES:
+            raise ValueError(f"the {method} request would exceed the 16 MiB frame limit")
+        self._head, _, self._tail = frame.partition(f'"{self._PLACEHOLDER}"'.encode())
+
+    def frame(self, wire_id: str) -> bytes:
+        return b"".join((self._head, b'"', wire_id.encode("ascii"), b'"', self._tail))
+
+
+def cancel_frame(request_id: str) -> bytes:
+    return _encode(
+        {"jsonrpc": "2.0", "method": "request/cancel", "params": {"requestId": request_id}}
+    )
+
+
+def standard_error_frame(request_id: str | None, code: int, message: str) -> bytes:
+    error: JSONObject = {"code": code, "message": message[:MAX_MESSAGE_SCALARS]}
+    return _encode({"jsonrpc": "2.0", "id": request_id, "error": error})
+
+
+def result_frame(root_id: str, result: object) -> bytes:
+    """The root success response; ``ValueError`` if ``result`` is not a valid Run result."""
+    outcome, output = _result_members(result)
+    if not is_local_name(outcome):
+        raise ValueError(f"the outcome {outcome!r} is not a LocalName")
+    return _encode(
+        {"jsonrpc": "2.0", "id": root_id, "result": {"outcome": outcome, "output": output}}
+    )
+
+
+def _result_members(result: object) -> tuple[object, JSONValue]:
+    if isinstance(result, RunResult):
+        return result.outcome, result.output
+    if isinstance(result, Mapping) and result.keys() == {"outcome", "output"}:
+        return result["outcome"], result["output"]
+    raise ValueError("a handler must return a RunResult or a mapping of exactly outcome and output")
+
+
+def operation_error_frame(root_id: str, error: OperationError) -> bytes:
+    """The root ``-32000`` response; ``ValueError`` if ``error`` cannot travel as is."""
+    if error.code not in WIRE_CODES:
+        raise ValueError(f"{error.code!r} is not a wire code")
+    message = error.message
+    if not isinstance(message, str) or not 1 <= len(message) <= MAX_MESSAGE_SCALARS:
+        raise ValueError("an error message must hold 1–1,024 Unicode scalars")
+    data: JSONObject = {"code": error.code}
+    if error.details is not None:
+        data["details"] = error.details
+    error_member: JSONObject = {"code": OPERATIONAL, "message": message, "data": data}
+    return _encode({"jsonrpc": "2.0", "id": root_id, "error": error_member})
+
+
+def _encode(message: JSONObject) -> bytes:
+    frame = json1.dumps(message)
+    if len(frame) > MAX_FRAME_BYTES:
+        raise ValueError("the frame would exceed the 16 MiB limit")
+    return frame

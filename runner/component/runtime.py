@@ -1,0 +1,343 @@
+"""``handle``: serve exactly one root Run over stdin/stdout, then let the process exit.
+
+The runtime is the receiver of ``flow/run`` and the originator of every call. It runs
+on an event loop it owns; all protocol state lives on that loop's thread, so frame
+handling is plain synchronous code and writes are serialized by construction.
+
+The root's life (PROTOCOL.md §10, §11, §13):
+
+1. Frames are handled as they arrive, before and after ``flow/run``: host requests
+   other than ``flow/run`` get ``-32601``, stray notifications are ignored, a malformed
+   envelope or a broken reply to one of our calls ends the channel.
+2. Invalid ``flow/run`` params earn ``-32602`` and end the process with status 0,
+   without running the handler.
+3. The handler runs as a task. ``request/cancel`` for the root cancels that task and
+   withdraws every call; the root then ends ``CANCELLED``.
+4. When the handler settles, admission closes and remaining calls are withdrawn (live
+   ones mean abandoned work: ``EXECUTION_FAILED``). The decided response is written
+   only after every wire request has been answered; a root cancellation recorded
+   before that write still wins.
+5. After the root response the process exits 0 at once. A fatal channel condition
+   (``PROTOCOL_ERROR`` / ``CHANNEL_LOST``) exits :data:`EXIT_FATAL` with no response.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import sys
+import threading
+import traceback
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Final
+
+from runner import json1
+from runner.component.calls import CallTable, Parser
+from runner.component.context import RunContext
+from runner.component.errors import ChannelFault, OperationError, OperationErrorCode, protocol_error
+from runner.component.messages import (
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    PARSE_ERROR,
+    InvalidParams,
+    Notification,
+    PreparedRequest,
+    Request,
+    Response,
+    Root,
+    cancel_target,
+    classify,
+    operation_error_frame,
+    parse_root,
+    result_frame,
+    standard_error_frame,
+)
+from runner.component.model import JSONObject, RunResult
+from runner.component.wire import Delivery, FrameReader, take_stdio, write_frame
+from runner.json1 import JSONValue
+
+Handler = Callable[[RunContext], Awaitable[RunResult | Mapping[str, JSONValue]]]
+
+EXIT_FATAL: Final = 70
+"""Exit status after a fatal channel condition (``EX_SOFTWARE``); 0 after any root response."""
+
+HOST_REQUEST_LIMIT: Final = 65_536
+_TRACEBACK_BYTES: Final = 65_536
+_SHUTDOWN_GRACE_SECONDS: Final = 1.0
+_STANDARD_MESSAGES: Final = {PARSE_ERROR: "Parse error", INVALID_REQUEST: "Invalid Request"}
+
+_ONE_RUN = threading.Lock()
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """The component's own request bounds; smaller values exist for tests only."""
+
+    window: int = 64
+    lifetime: int = 65_536
+
+
+def handle(handler: Handler) -> None:
+    """Serve one root Run with ``handler``; raise ``SystemExit`` after a fatal condition.
+
+    Synchronous: it creates and owns the event loop, so it refuses to run inside one.
+    From the first call on, ``print()`` and ``sys.stdout`` write to stderr.
+    """
+    status = run(handler, Limits())
+    if status:
+        raise SystemExit(status)
+
+
+def run(handler: Handler, limits: Limits) -> int:
+    """:func:`handle` with explicit limits; returns the process exit status."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    else:
+        raise RuntimeError("handle() owns its event loop; call it outside a running asyncio loop")
+    if not _ONE_RUN.acquire(blocking=False):
+        raise RuntimeError("handle() serves one Run per process and was already called")
+    input_fd, output_fd = take_stdio()
+    loop = asyncio.new_event_loop()
+    try:
+        runtime = _Runtime(handler, limits, loop, output_fd)
+        FrameReader(input_fd, loop, runtime.receive).start()
+        return loop.run_until_complete(runtime.exit)
+    finally:
+        _shut_down(loop)
+
+
+def _shut_down(loop: asyncio.AbstractEventLoop) -> None:
+    """Cancel what handler code left running and give it a moment to unwind."""
+    try:
+        tasks = asyncio.all_tasks(loop)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            loop.run_until_complete(asyncio.wait(tasks, timeout=_SHUTDOWN_GRACE_SECONDS))
+        for task in tasks:  # their failures were reported already, or do not matter now
+            if task.done() and not task.cancelled():
+                task.exception()
+        loop.run_until_complete(loop.shutdown_asyncgens())
+    finally:
+        loop.close()
+
+
+class _Runtime:
+    """The protocol state of one component process; every method runs on the loop thread."""
+
+    def __init__(
+        self, handler: Handler, limits: Limits, loop: asyncio.AbstractEventLoop, output_fd: int
+    ) -> None:
+        self.exit: asyncio.Future[int] = loop.create_future()  # the process's exit status
+        self._handler = handler
+        self._output_fd = output_fd
+        self._calls = CallTable(self._write, window=limits.window, lifetime=limits.lifetime)
+        self._host_ids: set[str] = set()
+        self._root_id: str | None = None
+        self._handler_task: asyncio.Task[object] | None = None
+        self._root_task: asyncio.Task[None] | None = None  # held: the loop keeps weak refs only
+        self._refusal: OperationErrorCode | None = None  # why calls are not admitted; None: open
+        self._cancelled = False
+        self._finished = False  # the root response is claimed, or the channel is gone
+
+    # --- inbound ------------------------------------------------------------------------
+
+    def receive(self, delivery: Delivery) -> None:
+        """Handle what the stdin reader delivers, frame by frame, in order."""
+        if isinstance(delivery, ChannelFault):
+            self._fail(delivery)
+            return
+        for payload in delivery:
+            if self._finished:
+                return
+            try:
+                self._dispatch(classify(_decode(payload)))
+            except ChannelFault as fault:
+                self._fail(fault)
+
+    def _dispatch(self, message: Request | Notification | Response) -> None:
+        if isinstance(message, Response):
+            self._calls.settle(message)
+        elif isinstance(message, Notification):
+            self._notice(message)
+        else:
+            self._request(message)
+
+    def _request(self, request: Request) -> None:
+        if request.id in self._host_ids:
+            raise protocol_error(f"the host reused request id {request.id!r}")
+        if len(self._host_ids) >= HOST_REQUEST_LIMIT:
+            raise protocol_error("the host sent more than 65,536 requests")
+        self._host_ids.add(request.id)
+        if request.method != "flow/run":
+            message = f"a component does not serve {request.method!r}"
+            self._write(standard_error_frame(request.id, METHOD_NOT_FOUND, message))
+        elif self._root_id is not None:
+            raise protocol_error("a second flow/run", (INVALID_REQUEST, request.id))
+        else:
+            self._root_id = request.id
+            try:
+                root = parse_root(request.params)
+            except InvalidParams as error:
+                message = f"invalid flow/run params: {error}"
+                self._publish(standard_error_frame(request.id, INVALID_PARAMS, message))
+            else:
+                self._start(root)
+
+    def _notice(self, notification: Notification) -> None:
+        if notification.method != "request/cancel":
+            return
+        if cancel_target(notification) == self._root_id and not self._cancelled:
+            self._cancel_root()
+
+    # --- the root -----------------------------------------------------------------------
+
+    def _start(self, root: Root) -> None:
+        context = RunContext(root, self._invoke)
+        self._handler_task = asyncio.ensure_future(self._call_handler(context))
+        self._root_task = asyncio.ensure_future(self._complete_root(self._handler_task))
+
+    async def _call_handler(self, context: RunContext) -> object:
+        returned = self._handler(context)
+        if not inspect.isawaitable(returned):
+            raise TypeError("a FLOW handler must be an async function")
+        return await returned
+
+    def _cancel_root(self) -> None:
+        self._cancelled = True
+        self._refusal = "CANCELLED"
+        assert self._handler_task is not None
+        if not self._handler_task.done():
+            self._handler_task.cancel()
+            self._calls.cancel_all("CANCELLED")
+
+    async def _complete_root(self, handler_task: asyncio.Task[object]) -> None:
+        await asyncio.wait([handler_task])
+        if self._finished:  # the channel failed under the handler
+            return
+        if self._refusal is None:
+            self._refusal = "OWNER_CLOSED"
+        abandoned = self._calls.cancel_all(self._refusal)
+        response = self._decide(handler_task, abandoned)
+        await self._calls.quiesce()
+        if self._cancelled:
+            response = self._error_frame("CANCELLED", "the Run was cancelled")
+        self._publish(response)
+
+    def _decide(self, handler_task: asyncio.Task[object], abandoned: bool) -> bytes:
+        """The root response the handler's settlement earns (before any later cancellation)."""
+        if handler_task.cancelled():
+            return self._error_frame("EXECUTION_FAILED", "the handler was cancelled")
+        error = handler_task.exception()
+        if error is None:
+            try:
+                response = result_frame(self._root_request_id, handler_task.result())
+            except ValueError as invalid:
+                return self._error_frame("INVALID_RESULT", f"invalid handler result: {invalid}")
+            if abandoned:
+                return self._error_frame(
+                    "EXECUTION_FAILED", "the handler returned while calls were still pending"
+                )
+            return response
+        if isinstance(error, OperationError):
+            try:
+                return operation_error_frame(self._root_request_id, error)
+            except ValueError as invalid:
+                _log(f"the handler's OperationError cannot be sent as is: {invalid}")
+        _report(error)
+        return self._error_frame("EXECUTION_FAILED", f"the handler raised {type(error).__name__}")
+
+    @property
+    def _root_request_id(self) -> str:
+        assert self._root_id is not None
+        return self._root_id
+
+    def _error_frame(self, code: OperationErrorCode, message: str) -> bytes:
+        return operation_error_frame(self._root_request_id, OperationError(code, message))
+
+    # --- outbound -----------------------------------------------------------------------
+
+    async def _invoke(self, method: str, params: JSONObject, parse: Parser) -> object:
+        request = PreparedRequest(method, params)
+        if self._refusal is not None:
+            raise OperationError(self._refusal, f"{method} refused: the Run no longer admits calls")
+        call = self._calls.admit(request, parse)
+        try:
+            reply = await call.waiter
+        except asyncio.CancelledError:
+            self._calls.withdraw(call)
+            raise
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+    def _write(self, frame: bytes) -> None:
+        if self._finished:
+            return
+        try:
+            write_frame(self._output_fd, frame)
+        except OSError as error:
+            self._fail(ChannelFault("CHANNEL_LOST", f"writing stdout failed: {error}"))
+
+    def _publish(self, response: bytes) -> None:
+        """Write the root response: the last frame; claimed before the write starts (§11)."""
+        if self._finished:
+            return
+        self._finished = True
+        try:
+            write_frame(self._output_fd, response)
+        except OSError as error:
+            self._exit_with(EXIT_FATAL, f"CHANNEL_LOST: writing the root response failed: {error}")
+            return
+        self._exit_with(0)
+
+    def _fail(self, fault: ChannelFault) -> None:
+        """End the channel: best-effort standard error, fail every wait, exit nonzero."""
+        if self._finished:
+            return
+        if fault.reply is not None:
+            code, request_id = fault.reply
+            with contextlib.suppress(OSError):
+                reply = standard_error_frame(request_id, code, _STANDARD_MESSAGES[code])
+                write_frame(self._output_fd, reply)
+        self._finished = True
+        self._refusal = fault.code
+        self._calls.fail_all(fault)
+        self._exit_with(EXIT_FATAL, f"{fault.code}: {fault.reason}")
+
+    def _exit_with(self, status: int, diagnostic: str | None = None) -> None:
+        if diagnostic is not None:
+            _log(diagnostic)
+        if not self.exit.done():
+            self.exit.set_result(status)
+
+
+def _decode(payload: bytes) -> JSONValue:
+    """One frame payload as a JSON/1 value; invalid UTF-8 closes silently (§1)."""
+    if not payload:
+        raise protocol_error("an empty frame", (PARSE_ERROR, None))
+    try:
+        payload.decode("utf-8")
+    except UnicodeDecodeError:
+        raise protocol_error("a frame is not valid UTF-8") from None
+    try:
+        return json1.loads(payload)
+    except json1.JSON1Error as error:
+        raise protocol_error(f"a frame is not JSON/1: {error}", (PARSE_ERROR, None)) from None
+
+
+def _log(message: str) -> None:
+    sys.stderr.write(f"flow component: {message}\n")
+    sys.stderr.flush()
+
+
+def _report(error: BaseException) -> None:
+    """The handler's traceback on stderr, bounded to 64 KiB."""
+    text = "".join(traceback.format_exception(error)).encode("utf-8", "backslashreplace")
+    sys.stderr.write(text[:_TRACEBACK_BYTES].decode("utf-8", "ignore"))
+    sys.stderr.flush()

@@ -1,0 +1,155 @@
+"""Frames over the process's stdin and stdout: LF framing, a reader thread, a looping writer.
+
+Why a thread for stdin: the same component runs under a plain pipe, a socket pair,
+Docker's attach stream (pipes fed by the engine) and gVisor. Blocking ``os.read`` on
+fd 0 works for all of them (and for a regular file), where asyncio's pipe transports
+refuse files and some descriptor kinds. The thread only reads and splits lines; it
+hands the frames of each read to the event loop, and waits for the loop to finish with
+them before handing over more than a few batches (backpressure, so a flooding host
+cannot grow memory).
+
+Why blocking writes from the loop thread: a write is one frame, looped until every
+byte is out (gVisor returns short writes above 64 KiB), and writes can then never
+interleave. A conforming host keeps reading stdout, and the reader thread keeps
+draining stdin meanwhile, so the two pipes cannot deadlock each other.
+
+:func:`take_stdio` moves the protocol descriptors out of the way of user code, so
+that ``print()``, raw fd-1 writes and subprocesses all land on stderr and no child
+process can steal protocol bytes from stdin.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import select
+import sys
+import threading
+from collections.abc import Callable
+from typing import Final
+
+from runner.component.errors import ChannelFault, protocol_error
+from runner.component.model import MAX_FRAME_BYTES
+
+_READ_SIZE: Final = 65_536
+_BATCHES_IN_FLIGHT: Final = 4
+
+Delivery = list[bytes] | ChannelFault
+"""What the reader hands the loop: the frames one read completed, or the end of the input."""
+
+
+class Framer:
+    """Splits a byte stream into LF-terminated payloads of at most 16 MiB each."""
+
+    __slots__ = ("_partial",)
+
+    def __init__(self) -> None:
+        self._partial = bytearray()
+
+    def feed(self, data: bytes) -> list[bytes]:
+        """Return the payloads ``data`` completes; raise once a payload passes 16 MiB."""
+        frames: list[bytes] = []
+        start = 0
+        while (end := data.find(b"\n", start)) >= 0:
+            self._extend(data, start, end)
+            frames.append(bytes(self._partial))
+            self._partial.clear()
+            start = end + 1
+        self._extend(data, start, len(data))
+        return frames
+
+    def end(self) -> ChannelFault:
+        """How the input ended: mid-frame is a violation, on a boundary the channel is lost."""
+        if self._partial:
+            return protocol_error("stdin ended inside a frame (no LF)")
+        return ChannelFault("CHANNEL_LOST", "stdin ended before the root response")
+
+    def _extend(self, data: bytes, start: int, end: int) -> None:
+        if len(self._partial) + (end - start) > MAX_FRAME_BYTES:
+            raise protocol_error("a frame exceeds 16,777,216 bytes")
+        self._partial += data[start:end]
+
+
+class FrameReader:
+    """A daemon thread reading frames from ``fd`` into ``deliver`` on the event loop."""
+
+    def __init__(
+        self, fd: int, loop: asyncio.AbstractEventLoop, deliver: Callable[[Delivery], None]
+    ) -> None:
+        self._fd = fd
+        self._loop = loop
+        self._deliver = deliver
+        self._credit = threading.Semaphore(_BATCHES_IN_FLIGHT)
+        self._thread = threading.Thread(target=self._run, name="flow-stdin", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        framer = Framer()
+        while True:
+            try:
+                chunk = _read(self._fd)
+            except OSError as error:
+                self._post(ChannelFault("CHANNEL_LOST", f"reading stdin failed: {error}"))
+                return
+            if not chunk:
+                self._post(framer.end())
+                return
+            try:
+                frames = framer.feed(chunk)
+            except ChannelFault as fault:
+                self._post(fault)
+                return
+            if frames and not self._post(frames):
+                return
+
+    def _post(self, item: Delivery) -> bool:
+        self._credit.acquire()
+        try:
+            self._loop.call_soon_threadsafe(self._handle, item)
+        except RuntimeError:  # the loop is closed: the process is on its way out
+            return False
+        return True
+
+    def _handle(self, item: Delivery) -> None:
+        try:
+            self._deliver(item)
+        finally:
+            self._credit.release()
+
+
+def _read(fd: int) -> bytes:
+    while True:
+        try:
+            return os.read(fd, _READ_SIZE)
+        except BlockingIOError:  # someone handed us a non-blocking descriptor
+            select.select([fd], [], [])
+
+
+def write_frame(fd: int, payload: bytes) -> None:
+    """Write one frame (payload + LF) completely; raise ``OSError`` if the pipe fails."""
+    remaining = memoryview(payload + b"\n")
+    while remaining:
+        try:
+            written = os.write(fd, remaining)
+        except BlockingIOError:
+            select.select([], [fd], [])
+            continue
+        remaining = remaining[written:]
+
+
+def take_stdio() -> tuple[int, int]:
+    """Claim stdin/stdout for the protocol; return the private ``(input_fd, output_fd)``.
+
+    Afterwards fd 0 reads ``/dev/null`` and fd 1 is a copy of stderr, so ``print()``,
+    raw writes to fd 1 and inheriting subprocesses all write diagnostics, not frames.
+    Text already buffered in the old ``sys.stdout`` is flushed to stderr too.
+    """
+    input_fd, output_fd = os.dup(0), os.dup(1)  # dup'd descriptors are not inheritable
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return input_fd, output_fd

@@ -1,0 +1,386 @@
+"""Drive one HostSession against a running component (anyio).
+
+The driver owns everything with a clock or a socket: it pumps the component's stdout into
+the session and the session's frames into stdin (reading never waits on writing), drains
+stderr into bounded storage, dispatches component requests to a broker, and enforces the
+ending: after the root response it half-closes stdin and gives the component a grace
+period to exit; on the deadline or a cancellation it records the condition, sends
+``request/cancel`` for the root, waits a grace period, then kills. The verdict comes from
+``runner.protocol.completion``; nothing here decides what the bytes mean.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterator
+from contextlib import suppress
+from dataclasses import dataclass, field
+
+import anyio
+from anyio.abc import TaskGroup
+from anyio.streams.memory import MemoryObjectReceiveStream
+
+from runner.host.broker import Broker, CallContext
+from runner.host.operations import OperationLedger
+from runner.json1 import JSONValue
+from runner.protocol import messages
+from runner.protocol.codes import LOCAL_CODES, OperationError
+from runner.protocol.completion import Ending, HostKill, Verdict, judge
+from runner.protocol.session import (
+    CallCancelled,
+    CallRequested,
+    Condition,
+    Event,
+    HostSession,
+    RootError,
+    RootResult,
+    Violation,
+)
+from runner.sandbox.base import RunningComponent
+
+OPERATION_METHODS = ("flow/run-child", "capability/call")
+STDERR_LIMIT = 1 << 20
+"""Bytes of component stderr kept for the report; the rest is counted and marked."""
+DRAIN_AFTER_EXIT = 2.0
+"""Seconds to wait for stdout EOF once the process has exited."""
+
+
+@dataclass(frozen=True)
+class Graces:
+    """Private host grace periods, in seconds."""
+
+    cancel: float = 2.0
+    """From root ``request/cancel`` to kill."""
+    exit: float = 2.0
+    """From the root response (and stdin half-close) to kill."""
+
+
+class RunControl:
+    """Lets the caller stop a run: ``cancel()`` gracefully, ``kill()`` at once."""
+
+    def __init__(self) -> None:
+        self.cancel_requested = anyio.Event()
+        self.kill_requested = anyio.Event()
+
+    def cancel(self) -> None:
+        """Record cancellation, send request/cancel for the root, kill after the grace."""
+        self.cancel_requested.set()
+
+    def kill(self) -> None:
+        """Record cancellation and kill the component now."""
+        self.cancel_requested.set()
+        self.kill_requested.set()
+
+
+@dataclass
+class StderrStore:
+    """The component's stderr: the last ``limit`` bytes kept, the total counted."""
+
+    limit: int = STDERR_LIMIT
+    total: int = 0
+    data: bytearray = field(default_factory=bytearray)
+
+    def add(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        self.data += chunk
+        if len(self.data) > self.limit:
+            del self.data[: len(self.data) - self.limit]
+
+    @property
+    def truncated(self) -> bool:
+        return self.total > len(self.data)
+
+    def text(self) -> str:
+        """Kept stderr as text, with an explicit marker where bytes were dropped."""
+        body = self.data.decode("utf-8", "replace")
+        if self.truncated:
+            return f"[... {self.total - len(self.data)} bytes of stderr truncated ...]\n{body}"
+        return body
+
+
+@dataclass
+class RunOutcome:
+    """What driving one component produced: the verdict and the facts behind it."""
+
+    verdict: Verdict
+    session: HostSession
+    ending: Ending
+    stderr: StderrStore
+    timings: dict[str, float]
+    dispatches: int
+
+
+async def drive(
+    component: RunningComponent,
+    params: dict[str, JSONValue],
+    broker: Broker,
+    *,
+    run_id: str = "run",
+    depth: int = 0,
+    graces: Graces = Graces(),
+    control: RunControl | None = None,
+    stderr_sink: Callable[[bytes], None] | None = None,
+) -> RunOutcome:
+    """Run the Run/1 exchange with ``component`` to its judged end."""
+    run = _Run(component, HostSession(params), broker, run_id, depth, graces, control)
+    run.stderr_sink = stderr_sink
+    try:
+        await run.run()
+    except anyio.get_cancelled_exc_class():
+        with anyio.CancelScope(shield=True):
+            await run.stop_after_cancellation()
+        raise
+    return run.outcome()
+
+
+class _Run:
+    def __init__(
+        self,
+        component: RunningComponent,
+        session: HostSession,
+        broker: Broker,
+        run_id: str,
+        depth: int,
+        graces: Graces,
+        control: RunControl | None,
+    ) -> None:
+        self.component = component
+        self.session = session
+        self.broker = broker
+        self.context = CallContext(run_id, _deadline(session), depth)
+        self.graces = graces
+        self.control = control or RunControl()
+        self.stderr = StderrStore()
+        self.stderr_sink: Callable[[bytes], None] | None = None
+        self.settled = anyio.Event()  # root response or violation
+        self.exited = anyio.Event()
+        self.stdout_done = anyio.Event()
+        self.exit_code: int | None = None
+        self.host_kill: HostKill | None = None
+        self.calls: dict[str, anyio.CancelScope] = {}
+        self.condition: Condition | None = None
+        self.started = time.monotonic()
+        self.timings: dict[str, float] = {}
+        self.outbox_send, self.outbox_receive = anyio.create_memory_object_stream[bytes](math.inf)
+        self.ledger = OperationLedger()
+        self.task_group: TaskGroup | None = None
+
+    # ----- the supervisor -------------------------------------------------------------
+
+    async def run(self) -> None:
+        async with anyio.create_task_group() as tg:
+            self.task_group = tg
+            tg.start_soon(self._write_stdin)
+            tg.start_soon(self._read_stdout)
+            tg.start_soon(self._read_stderr)
+            tg.start_soon(self._wait_exit)
+            tg.start_soon(self._watch_deadline)
+            self.session.start()
+            self._flush()
+            await self._supervise()
+            tg.cancel_scope.cancel()
+
+    async def _supervise(self) -> None:
+        ended = (self.settled, self.exited, self.stdout_done)
+        await _wait_any((*ended, self.control.cancel_requested))
+        if not _any_set(ended):
+            await self._cancel_root()
+        if self.session.closed and not self.exited.is_set():
+            await self._kill("violation")
+        self._close_stdin()
+        await _wait_any((self.exited, self.control.kill_requested), self.graces.exit)
+        if not self.exited.is_set():
+            lost: HostKill = "post-response" if self.session.root_response else "lost"
+            await self._kill("cancel" if self.control.kill_requested.is_set() else lost)
+        await self.exited.wait()
+        await _wait_any((self.stdout_done,), DRAIN_AFTER_EXIT)
+        self.timings["total"] = time.monotonic() - self.started
+
+    async def _cancel_root(self) -> None:
+        condition: Condition = self.condition or "CANCELLED"
+        self.condition = condition
+        if self.session.cancel_root(condition):
+            self._flush()
+        for scope in list(self.calls.values()):
+            scope.cancel()
+        if not self.control.kill_requested.is_set():
+            await _wait_any(
+                (self.settled, self.exited, self.stdout_done, self.control.kill_requested),
+                self.graces.cancel,
+            )
+        if not _any_set((self.settled, self.exited, self.stdout_done)):
+            await self._kill("cancel")
+
+    async def stop_after_cancellation(self) -> None:
+        """The caller's task was cancelled: cancel the root, then kill after the grace."""
+        if self.exited.is_set():
+            return
+        if self.session.cancel_root("CANCELLED"):
+            data = self.session.data_to_send()
+            with suppress(Exception), anyio.move_on_after(self.graces.cancel):
+                await self.component.stdin.send(data)
+        with anyio.move_on_after(self.graces.cancel):
+            await self.component.wait()
+            return
+        await self._kill("cancel")
+
+    async def _kill(self, why: HostKill) -> None:
+        if self.host_kill is None:
+            self.host_kill = why
+        await self.component.kill()
+
+    def outcome(self) -> RunOutcome:
+        ending = Ending(self.exit_code, self.host_kill, self.component.facts.oom_killed)
+        return RunOutcome(
+            judge(self.session, ending),
+            self.session,
+            ending,
+            self.stderr,
+            self.timings,
+            self.ledger.dispatches,
+        )
+
+    # ----- pumps ----------------------------------------------------------------------
+
+    def _flush(self) -> None:
+        data = self.session.data_to_send()
+        if data:
+            with suppress(anyio.ClosedResourceError):
+                self.outbox_send.send_nowait(data)
+
+    def _close_stdin(self) -> None:
+        self.outbox_send.close()
+
+    async def _write_stdin(self) -> None:
+        stdin = self.component.stdin
+        with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            async with self.outbox_receive:
+                async for data in self.outbox_receive:
+                    await stdin.send(data + b"".join(_ready(self.outbox_receive)))
+        with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            await stdin.aclose()
+
+    async def _read_stdout(self) -> None:
+        with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            async for chunk in self.component.stdout:
+                self._handle(self.session.receive_data(chunk))
+        self._handle(self.session.receive_eof())
+        self.stdout_done.set()
+
+    async def _read_stderr(self) -> None:
+        with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            async for chunk in self.component.stderr:
+                self.stderr.add(chunk)
+                if self.stderr_sink is not None:
+                    self.stderr_sink(chunk)
+
+    async def _wait_exit(self) -> None:
+        self.exit_code = await self.component.wait()
+        self.timings["exit"] = time.monotonic() - self.started
+        self.exited.set()
+
+    async def _watch_deadline(self) -> None:
+        remaining = self.context.deadline_unix_ms / 1000 - time.time()
+        await anyio.sleep(max(remaining, 0))
+        if self.condition is None and not self.control.cancel_requested.is_set():
+            self.condition = "DEADLINE_EXCEEDED"
+            self.control.cancel_requested.set()
+
+    # ----- component requests ---------------------------------------------------------
+
+    def _handle(self, events: list[Event]) -> None:
+        for event in events:
+            if isinstance(event, CallRequested):
+                assert self.task_group is not None
+                self.task_group.start_soon(self._call, event)
+            elif isinstance(event, CallCancelled):
+                scope = self.calls.get(event.request_id)
+                if scope is not None and not self.ledger.cancel_waiter(event.request_id):
+                    scope.cancel()
+            elif isinstance(event, RootResult | RootError | Violation):
+                if isinstance(event, RootResult | RootError):
+                    self.timings["response"] = time.monotonic() - self.started
+                self.settled.set()
+        self._flush()
+
+    async def _call(self, event: CallRequested) -> None:
+        rid = event.request_id
+        with anyio.CancelScope() as scope:
+            self.calls[rid] = scope
+            try:
+                result = await self._dispatch(event)
+            except OperationError as exc:
+                self.session.respond_error(rid, _wire(exc))
+            except Exception as exc:  # EN-06: a host-side failure is never a -32603
+                self.session.respond_error(
+                    rid,
+                    OperationError("EXECUTION_FAILED", f"{type(exc).__name__}: {exc}"),
+                )
+            else:
+                self.session.respond(rid, result)
+        self.calls.pop(rid, None)
+        if scope.cancelled_caught:
+            code = self.condition or "CANCELLED"
+            self.session.respond_error(rid, OperationError(code, "the call was stopped"))
+        self._flush()
+
+    async def _dispatch(self, event: CallRequested) -> JSONValue:
+        method, params = event.method, event.params
+
+        async def work() -> JSONValue:
+            return await self.broker.handle(method, params, self.context)
+
+        if method not in OPERATION_METHODS:
+            return await work()
+        result = await self.ledger.run(event.request_id, method, params, work)
+        check = (
+            messages.validate_run_result
+            if method == "flow/run-child"
+            else messages.validate_capability_result
+        )
+        reason = check(result)
+        if reason is not None:
+            raise OperationError("INVALID_RESULT", f"the {method} result is invalid: {reason}")
+        return result
+
+
+def _ready(stream: MemoryObjectReceiveStream[bytes]) -> Iterator[bytes]:
+    """Everything already queued, so that one write carries many frames under load."""
+    while True:
+        try:
+            yield stream.receive_nowait()
+        except (anyio.WouldBlock, anyio.EndOfStream):
+            return
+
+
+def _wire(error: OperationError) -> OperationError:
+    """Local-only classifications never cross the wire (PROTOCOL.md §9.2)."""
+    if error.code in LOCAL_CODES:
+        return OperationError("EXECUTION_FAILED", error.message, {"cause": error.code})
+    return error
+
+
+def _deadline(session: HostSession) -> int:
+    value = session.params["deadlineUnixMs"]
+    assert isinstance(value, int)
+    return value
+
+
+def _any_set(events: tuple[anyio.Event, ...]) -> bool:
+    return any(event.is_set() for event in events)
+
+
+async def _wait_any(events: tuple[anyio.Event, ...], timeout: float = math.inf) -> None:
+    """Return when any of ``events`` is set, or after ``timeout`` seconds."""
+    if _any_set(events):
+        return
+    with anyio.move_on_after(timeout):
+        async with anyio.create_task_group() as tg:
+
+            async def wait(event: anyio.Event) -> None:
+                await event.wait()
+                tg.cancel_scope.cancel()
+
+            for event in events:
+                tg.start_soon(wait, event)

@@ -1,0 +1,135 @@
+"""Operation identity for one root Run (PROTOCOL.md §8): join, replay, conflict, UNCERTAIN.
+
+Component code names its child runs and capability calls with an ``operationId``. The same
+id with the same canonical method and params (JSON/1 canonical bytes, ``operationId``
+excluded) joins the operation in flight or replays its settled result or error without
+dispatching again; a changed method or params is ``OPERATION_CONFLICT`` before dispatch.
+
+Each transport request is one waiter. The work runs in the task of the request that first
+dispatched it (no extra task per call: this is the hot path). When the component cancels
+that request, its answer is already ``CANCELLED`` on the wire, but its task keeps running
+the work for as long as another waiter is attached; the work is cancelled only when no
+waiter remains. Work stopped that way may have had effects, so the operation settles as
+``UNCERTAIN`` and stays so for its id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import anyio
+
+from runner import json1
+from runner.json1 import JSONValue
+from runner.protocol.codes import OperationError
+
+Work = Callable[[], Awaitable[JSONValue]]
+
+
+@dataclass
+class _Operation:
+    key: bytes
+    runner: str
+    runner_attached: bool = True
+    waiters: set[str] = field(default_factory=set)
+    done: anyio.Event = field(default_factory=anyio.Event)
+    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    result: JSONValue = None
+    error: OperationError | None = None
+
+    def settled(self) -> JSONValue:
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+    def abandon_if_unwatched(self) -> None:
+        if not self.runner_attached and not self.waiters and not self.done.is_set():
+            self.scope.cancel()
+
+
+class OperationLedger:
+    """The operations of one root Run, keyed by ``operationId``."""
+
+    def __init__(self) -> None:
+        self._operations: dict[str, _Operation] = {}
+        self._by_request: dict[str, _Operation] = {}
+        self.dispatches = 0
+
+    @staticmethod
+    def identity(method: str, params: dict[str, JSONValue]) -> bytes:
+        """Canonical identity: the method plus RFC 8785 bytes of params minus operationId."""
+        rest = {k: v for k, v in params.items() if k != "operationId"}
+        return method.encode() + b"\n" + json1.canonical(rest)
+
+    async def run(
+        self, request_id: str, method: str, params: dict[str, JSONValue], work: Work
+    ) -> JSONValue:
+        """Join, replay or dispatch the operation named by ``params["operationId"]``."""
+        operation_id = params["operationId"]
+        assert isinstance(operation_id, str)
+        key = self.identity(method, params)
+        operation = self._operations.get(operation_id)
+        if operation is None:
+            operation = _Operation(key, request_id)
+            self._operations[operation_id] = operation
+            self._by_request[request_id] = operation
+            self.dispatches += 1
+            return await self._execute(operation, work)
+        if operation.key != key:
+            raise OperationError(
+                "OPERATION_CONFLICT",
+                f"operationId {operation_id!r} was already used with other method or params",
+            )
+        if operation.done.is_set():
+            return operation.settled()
+        operation.waiters.add(request_id)
+        self._by_request[request_id] = operation
+        try:
+            await operation.done.wait()
+        finally:
+            operation.waiters.discard(request_id)
+            self._by_request.pop(request_id, None)
+            operation.abandon_if_unwatched()
+        return operation.settled()
+
+    def cancel_waiter(self, request_id: str) -> bool:
+        """The component cancelled ``request_id``; True if its task must keep running.
+
+        The dispatching request's task carries the shared work: it is kept while another
+        waiter is attached. Any other request's task may be cancelled by the caller.
+        """
+        operation = self._by_request.get(request_id)
+        if operation is None or operation.runner != request_id:
+            return False
+        operation.runner_attached = False
+        self._by_request.pop(request_id, None)
+        operation.abandon_if_unwatched()
+        return not operation.done.is_set() and bool(operation.waiters)
+
+    async def _execute(self, operation: _Operation, work: Work) -> JSONValue:
+        try:
+            with operation.scope:
+                operation.result = await work()
+                return operation.settled()
+            raise _uncertain()
+        except OperationError as exc:
+            operation.error = exc
+            raise
+        except Exception as exc:  # a provider's own failure is never a -32603
+            operation.error = OperationError(
+                "EXECUTION_FAILED", f"the operation failed: {type(exc).__name__}: {exc}"
+            )
+            raise operation.error from exc
+        except BaseException:  # cancelled from outside: effects unknown
+            operation.error = _uncertain()
+            raise
+        finally:
+            self._by_request.pop(operation.runner, None)
+            operation.done.set()
+
+
+def _uncertain() -> OperationError:
+    return OperationError(
+        "UNCERTAIN", "the operation was stopped after dispatch; its effects are unknown"
+    )

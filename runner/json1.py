@@ -1,0 +1,567 @@
+"""FLOW JSON/1, strict: decode, encode, canonical bytes (RFC 8785) and equality.
+
+Every Run/1 frame, input, result and channel value must be a FLOW JSON/1 document
+(PROTOCOL.md §2): RFC 8259 text in UTF-8 without a BOM, no duplicate member names, Unicode
+scalar values only, finite binary64 numbers whose integral values stay within ±(2^53−1),
+and eight size bounds. Python's ``json`` and ``orjson`` each accept documents outside that
+domain (duplicates, ``NaN``, ``1e16``, unbounded depth ...), so this module is the one gate
+every seam uses; it never repairs a value, it rejects it with a :class:`JSON1Error` that
+names the rule and a byte offset or a JSON pointer.
+
+Two decoders give the same verdict and the same value for every input:
+
+* the *pure* path (standard library only; it is what component images carry): the C
+  scanner of :mod:`json` with hooks that flag bad numbers, constants and duplicate names,
+  then a breadth-first survey of the tree for the remaining bounds;
+* the *fast* path (when ``orjson`` is importable): ``orjson`` parses and already refuses
+  invalid UTF-8, BOMs, lone surrogates, non-finite numbers and trailing data, and the
+  same survey checks the bounds. What orjson cannot report, duplicate names and number
+  tokens over 128 bytes, is settled at C speed: a document equal to orjson's re-encoding
+  of its value can hold neither; otherwise ``:`` bytes are counted and number runs are
+  found by one ``bytes.translate``. Whenever the fast path rejects or cannot be sure, the
+  pure path decides, so every error message comes from one place.
+
+A negative zero decodes and encodes as the integer ``0`` (``-0`` and ``0`` are equal).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import Counter
+from collections.abc import Iterator
+from decimal import Decimal
+from itertools import chain
+from typing import Any, Final, NamedTuple, TypeAlias
+
+try:
+    import orjson
+except ImportError:  # component images carry this module without orjson
+    orjson = None  # type: ignore[assignment]
+
+JSONValue: TypeAlias = bool | int | float | str | list["JSONValue"] | dict[str, "JSONValue"] | None
+
+MAX_DOCUMENT_BYTES: Final = 16_777_216
+MAX_DEPTH: Final = 128
+MAX_NODES: Final = 262_144
+MAX_MEMBERS: Final = 65_536
+MAX_ITEMS: Final = 65_536
+MAX_STRING_BYTES: Final = 8_388_608
+MAX_NAME_BYTES: Final = 1_024
+MAX_NUMBER_TOKEN: Final = 128
+MAX_SAFE_INTEGER: Final = 9_007_199_254_740_991
+
+_BOM: Final = b"\xef\xbb\xbf"
+# A str of at most this many code points cannot exceed the byte bound (4 bytes a point).
+_STRING_CHARS: Final = MAX_STRING_BYTES // 4
+_NAME_CHARS: Final = MAX_NAME_BYTES // 4
+# Number-token bytes become b"0", everything else b" ": a long run is a long token.
+_NUMBER_BYTES: Final = bytes(48 if c in b"+-.0123456789Ee" else 32 for c in range(256))
+_LONG_NUMBER: Final = b"0" * (MAX_NUMBER_TOKEN + 1)
+_SURROGATE_ESCAPE: Final = re.compile(rb"\\u[dD][89a-fA-F]")
+# Left to right over a valid document: an escaped backslash, a valid pair, or a lone half.
+_ESCAPES: Final = re.compile(
+    rb"\\\\|\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}"
+    rb"|(\\u[dD][89a-fA-F][0-9a-fA-F]{2})"
+)
+_BRACKETS: Final = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|([\[{])|[\]}]')
+_LONE_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+_SCALARS: Final = (str, int, float, bool, type(None))
+_LITERALS: Final = {None: "null", True: "true", False: "false"}
+
+
+class JSON1Error(ValueError):
+    """A document or value outside FLOW JSON/1.
+
+    ``reason`` names the broken rule; ``offset`` is the byte offset in the document
+    (syntax, encoding and size problems) and ``pointer`` the RFC 6901 JSON pointer of the
+    offending value (duplicates, numbers, bounds). At most one of them is set.
+    """
+
+    def __init__(self, reason: str, offset: int | None = None, pointer: str | None = None):
+        super().__init__(reason, offset, pointer)
+        self.reason = reason
+        self.offset = offset
+        self.pointer = pointer
+
+    def __str__(self) -> str:
+        if self.offset is not None:
+            where = f" (at byte {self.offset})"
+        elif self.pointer is not None:
+            # A pointer may hold a lone surrogate; keep the message printable as UTF-8.
+            pointer = self.pointer.encode(errors="backslashreplace").decode()
+            where = f" (at {pointer or 'the root'})"
+        else:
+            where = ""
+        return f"not FLOW JSON/1: {self.reason}{where}"
+
+
+def loads(data: bytes | bytearray | memoryview) -> JSONValue:
+    """Decode one JSON/1 document; raise :class:`JSON1Error` for anything else.
+
+    Integers decode as ``int``, other numbers as ``float``; ``-0``, ``-0.0`` and other
+    negative zeros become the integer ``0``.
+    """
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise TypeError(f"JSON/1 documents are bytes, not {type(data).__name__}")
+    raw = data.tobytes() if isinstance(data, memoryview) else data
+    if orjson is None:
+        return _loads_pure(raw)
+    return _loads_fast(raw)
+
+
+def dumps(value: object) -> bytes:
+    """Encode a JSON/1 value as compact UTF-8 (no ASCII escaping); raise :class:`JSON1Error`.
+
+    Accepted are exactly ``None``, ``bool``, ``int``, ``float``, ``str``, ``list`` and
+    ``dict`` with ``str`` keys (no subclasses, tuples, sets or bytes). ``-0.0`` encodes as
+    ``0``. The bytes are not canonical: use :func:`canonical` for digests.
+    """
+    tree = _validated(value)
+    if orjson is None:
+        return _dumps_pure(tree)
+    return _dumps_fast(tree)
+
+
+def canonical(value: object) -> bytes:
+    """The RFC 8785 (JCS) bytes of a JSON/1 value; raise :class:`JSON1Error` if it is none.
+
+    Members are sorted by UTF-16 code units and numbers use ECMAScript's
+    ``Number::toString``; the value is validated first and never repaired.
+    """
+    tree = _validated(value)
+    parts: list[str] = []
+    _write_canonical(tree, parts)
+    try:
+        return "".join(parts).encode()
+    except UnicodeEncodeError:
+        raise _violation(tree) or JSON1Error("lone surrogate") from None
+
+
+def equal(a: object, b: object) -> bool:
+    """JSON/1 structural equality: numbers by value (``1 == 1.0``, ``-0 == 0``), member order
+    ignored, item order kept, ``True`` distinct from ``1``.
+
+    Raises :class:`JSON1Error` on a type outside JSON/1 or nesting deeper than 128.
+    """
+    pending: list[tuple[Any, Any, int]] = [(a, b, 1)]
+    while pending:
+        x, y, depth = pending.pop()
+        kind = _kind(x, depth)
+        if kind != _kind(y, depth):
+            return False
+        if kind == "dict":
+            if x.keys() != y.keys():
+                return False
+            pending.extend((x[key], y[key], depth + 1) for key in x)
+        elif kind == "list":
+            if len(x) != len(y):
+                return False
+            pending.extend((p, q, depth + 1) for p, q in zip(x, y, strict=True))
+        elif x != y:
+            return False
+    return True
+
+
+def _kind(value: object, depth: int) -> str:
+    """The JSON/1 kind of a value for :func:`equal` (ints and floats are both numbers)."""
+    if depth > MAX_DEPTH:
+        raise JSON1Error(f"nesting deeper than {MAX_DEPTH}")
+    kind = type(value)
+    if kind is int or kind is float:
+        return "number"
+    if kind in _SCALARS or kind is dict or kind is list:
+        return kind.__name__
+    raise JSON1Error(f"{kind.__name__} is not a JSON/1 type")
+
+
+# --- decoding: fast path -------------------------------------------------------------
+
+
+def _loads_fast(raw: bytes | bytearray) -> JSONValue:
+    """orjson plus the survey; any doubt or rejection goes to the pure path."""
+    if len(raw) > MAX_DOCUMENT_BYTES:
+        return _loads_pure(raw)
+    try:
+        value: JSONValue = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return _loads_pure(raw)
+    survey = _survey(value, foreign=False)
+    if survey is None or not _tokens_kept(raw, value, survey.members):
+        return _loads_pure(raw)
+    return _without_negative_zero(value) if survey.negative_zero else value
+
+
+def _tokens_kept(raw: bytes | bytearray, value: Any, members: int) -> bool:
+    """True when the document has no duplicate member name and no number token over 128
+    bytes: the two things orjson does not report.
+
+    Most documents are in orjson's own form (compact, minimal escapes), and then the
+    value's encoding *is* the document: it cannot hold a duplicate or a long token.
+    Otherwise the ``:`` bytes are counted: the document's are its members plus the colons
+    inside strings, the encoding's are the members orjson kept plus the same colons,
+    unless one was written as a ``\\u003a`` escape (then the pure path decides). Number
+    tokens are runs of number bytes, found after one translation.
+    """
+    encoded = orjson.dumps(value)
+    if encoded == raw:
+        return True
+    if raw.translate(_NUMBER_BYTES).find(_LONG_NUMBER) >= 0:
+        return False
+    colons = raw.count(b":")
+    return colons == members or (b"\\u003" not in raw and encoded.count(b":") == colons)
+
+
+# --- decoding: pure path -------------------------------------------------------------
+
+
+class _Invalid:
+    """Stands in the tree for a member or number the JSON hooks refused."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
+
+
+def _loads_pure(raw: bytes | bytearray) -> JSONValue:
+    """The reference decoder; every decoding error is raised here."""
+    if len(raw) > MAX_DOCUMENT_BYTES:
+        raise JSON1Error(f"document longer than {MAX_DOCUMENT_BYTES} bytes", MAX_DOCUMENT_BYTES)
+    if raw.startswith(_BOM):
+        raise JSON1Error("byte order mark", 0)
+    try:
+        text = raw.decode()
+    except UnicodeDecodeError as error:
+        raise JSON1Error("invalid UTF-8", error.start) from None
+    value: JSONValue = _parse(raw, text)
+    _reject_lone_surrogates(raw)
+    if _survey(value, foreign=False) is None:
+        raise _violation(value) or JSON1Error("value outside JSON/1")
+    return value
+
+
+def _parse(raw: bytes | bytearray, text: str) -> Any:
+    """RFC 8259 syntax via the stdlib C scanner, with byte offsets in errors."""
+    try:
+        return _DECODER.decode(text)
+    except json.JSONDecodeError as error:
+        offset = len(text[: error.pos].encode())
+        if not text.strip(" \t\n\r"):
+            raise JSON1Error("empty document", offset) from None
+        reason = "data after the value" if error.msg == "Extra data" else error.msg
+        raise JSON1Error(f"not RFC 8259 JSON: {reason}", offset) from None
+    except RecursionError:
+        too_deep = _too_deep_at(raw)
+        if too_deep is None:
+            raise  # the caller's stack, not the document, is too deep
+        raise JSON1Error(f"nesting deeper than {MAX_DEPTH}", too_deep) from None
+
+
+def _too_deep_at(raw: bytes | bytearray) -> int | None:
+    """Byte offset of the first bracket that opens nesting level 129, if any."""
+    depth = 0
+    for match in _BRACKETS.finditer(raw):
+        if match.group(1):
+            depth += 1
+            if depth > MAX_DEPTH:
+                return match.start()
+        elif match.group() in (b"]", b"}"):
+            depth -= 1
+    return None
+
+
+def _reject_lone_surrogates(raw: bytes | bytearray) -> None:
+    """Raw surrogates are invalid UTF-8; escaped ones are found here, in a valid document."""
+    if _SURROGATE_ESCAPE.search(raw) is None:
+        return
+    for match in _ESCAPES.finditer(raw):
+        if match.group(1):
+            raise JSON1Error("lone surrogate escape", match.start())
+
+
+def _object(pairs: list[tuple[str, Any]]) -> Any:
+    obj = dict(pairs)
+    if len(obj) == len(pairs):
+        return obj
+    counts = Counter(name for name, _ in pairs)
+    name = next(name for name, count in counts.items() if count > 1)
+    return _Invalid(f"duplicate member name {name!r}")
+
+
+def _int(token: str) -> Any:
+    if len(token) > MAX_NUMBER_TOKEN:
+        return _Invalid(f"number token longer than {MAX_NUMBER_TOKEN} bytes")
+    value = int(token)
+    if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
+        return value
+    return _Invalid(f"integer {token} beyond ±{MAX_SAFE_INTEGER}")
+
+
+def _float(token: str) -> Any:
+    if len(token) > MAX_NUMBER_TOKEN:
+        return _Invalid(f"number token longer than {MAX_NUMBER_TOKEN} bytes")
+    value = float(token)
+    if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
+        return 0 if _is_negative_zero(value) else value
+    if math.isinf(value):
+        return _Invalid(f"number {token} overflows binary64")
+    return _Invalid(f"integral value {token} beyond ±{MAX_SAFE_INTEGER}")
+
+
+def _constant(name: str) -> Any:
+    return _Invalid(f"{name} is not a JSON/1 value")
+
+
+_DECODER: Final = json.JSONDecoder(
+    object_pairs_hook=_object, parse_float=_float, parse_int=_int, parse_constant=_constant
+)
+
+
+# --- the bounds: a fast survey and a precise explanation -----------------------------
+
+
+class _Survey(NamedTuple):
+    members: int  # members in all objects
+    negative_zero: bool  # any -0.0 in the tree
+
+
+def _survey(root: object, *, foreign: bool) -> _Survey | None:
+    """Check every JSON/1 rule on a tree, level by level; None when one is broken.
+
+    Whole levels go through C-level ``map``/``chain``, so Python code runs once per value
+    only. ``foreign`` trees (to be encoded) also get their member names' types checked;
+    decoded trees have ``str`` names by construction. :func:`_violation` says which rule
+    broke.
+    """
+    low, high, string_chars = -MAX_SAFE_INTEGER, MAX_SAFE_INTEGER, _STRING_CHARS
+    nodes = depth = 0
+    negative_zero = False
+    dicts: list[dict[Any, Any]] = []
+    lists: list[list[Any]] = [[root]]  # a wrapper at depth 0 holds the root
+    all_dicts: list[dict[Any, Any]] = []
+    all_lists: list[list[Any]] = []
+    while dicts or lists:  # the containers at `depth`
+        if depth == MAX_DEPTH and (any(dicts) or any(lists)):
+            return None
+        depth += 1
+        nodes += sum(map(len, chain(dicts, lists)))
+        if nodes > MAX_NODES:
+            return None
+        values = chain(chain.from_iterable(map(dict.values, dicts)), chain.from_iterable(lists))
+        all_dicts += dicts
+        all_lists += lists
+        dicts, lists = [], []
+        for value in values:
+            kind = type(value)
+            if kind is str:
+                if len(value) > string_chars and _utf8_len(value) > MAX_STRING_BYTES:
+                    return None
+            elif kind is float:
+                if not (value and low <= value <= high):
+                    if value != 0:  # out of range, infinite or NaN
+                        return None
+                    negative_zero = negative_zero or _is_negative_zero(value)
+            elif kind is int:
+                if not low <= value <= high:
+                    return None
+            elif kind is dict:
+                dicts.append(value)
+            elif kind is list:
+                lists.append(value)
+            elif value is not None and kind is not bool:
+                return None
+    members = sum(map(len, all_dicts))
+    if _containers_fit(all_dicts, all_lists, members, nodes - members, foreign):
+        return _Survey(members, negative_zero)
+    return None
+
+
+def _containers_fit(
+    dicts: list[dict[Any, Any]], lists: list[list[Any]], members: int, items: int, foreign: bool
+) -> bool:
+    """Members per object, items per array and member names, for a whole tree."""
+    if members > MAX_MEMBERS and max(map(len, dicts)) > MAX_MEMBERS:
+        return False
+    if items > MAX_ITEMS and max(map(len, lists)) > MAX_ITEMS:
+        return False
+    if not members:
+        return True
+    if foreign and not {*map(type, chain.from_iterable(dicts))} <= {str}:
+        return False
+    names = set(chain.from_iterable(dicts))  # decoders share equal names: a small set
+    return max(map(len, names)) <= _NAME_CHARS or all(
+        _utf8_len(name) <= MAX_NAME_BYTES for name in names
+    )
+
+
+def _is_negative_zero(value: float) -> bool:
+    return value == 0 and math.copysign(1.0, value) < 0
+
+
+def _utf8_len(text: str) -> int:
+    return len(text.encode(errors="surrogatepass"))
+
+
+def _violation(root: object) -> JSON1Error | None:
+    """The first broken rule in document order, with its JSON pointer (None if none)."""
+    for nodes, (path, value) in enumerate(_preorder(root), start=1):
+        if nodes > MAX_NODES:
+            fault: _Fault | None = (f"more than {MAX_NODES} values", [])
+        elif len(path) >= MAX_DEPTH:  # the root's path is empty
+            fault = (f"nesting deeper than {MAX_DEPTH}", [])
+        else:
+            fault = _fault(value)
+        if fault is not None:
+            reason, member = fault
+            return JSON1Error(reason, pointer="".join(map(_pointer_segment, path + member)))
+    return None
+
+
+def _preorder(root: object) -> Iterator[tuple[list[object], Any]]:
+    """(path, value) pairs in document order; containers deeper than 128 are not entered."""
+    pending: list[tuple[list[object], Any]] = [([], root)]
+    while pending:
+        path, value = pending.pop()
+        yield path, value
+        if len(path) < MAX_DEPTH:
+            if type(value) is dict:
+                pending.extend(([*path, k], v) for k, v in reversed(value.items()))
+            elif type(value) is list:
+                pending.extend(([*path, i], v) for i, v in reversed(list(enumerate(value))))
+
+
+_Fault: TypeAlias = tuple[str, list[object]]  # reason, and the member name if it is at fault
+
+
+def _fault(value: object) -> _Fault | None:
+    """What is wrong with one value itself, if anything."""
+    if type(value) is dict:
+        return _object_fault(value)
+    if type(value) is list:
+        return (f"array with more than {MAX_ITEMS} items", []) if len(value) > MAX_ITEMS else None
+    if type(value) is str:
+        reason = _string_fault(value, MAX_STRING_BYTES, "string")
+        return None if reason is None else (reason, [])
+    if type(value) is int or type(value) is float:
+        in_range = -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER
+        return None if in_range else (_number_fault(value), [])
+    if isinstance(value, _Invalid):
+        return value.reason, []
+    if value is None or type(value) is bool:
+        return None
+    return f"{type(value).__name__} is not a JSON/1 type", []
+
+
+def _object_fault(obj: dict[Any, Any]) -> _Fault | None:
+    if len(obj) > MAX_MEMBERS:
+        return f"object with more than {MAX_MEMBERS} members", []
+    for name in obj:
+        if type(name) is not str:
+            return f"member name of type {type(name).__name__}", [name]
+        reason = _string_fault(name, MAX_NAME_BYTES, "member name")
+        if reason is not None:
+            return reason, [name]
+    return None
+
+
+def _string_fault(text: str, limit: int, what: str) -> str | None:
+    if _LONE_SURROGATE.search(text):
+        return f"lone surrogate in {what}"
+    if _utf8_len(text) > limit:
+        return f"{what} longer than {limit} UTF-8 bytes"
+    return None
+
+
+def _number_fault(value: float) -> str:
+    if not math.isfinite(value):
+        return f"{value} is not a finite number"
+    return f"integral value {value!r} beyond ±{MAX_SAFE_INTEGER}"
+
+
+def _pointer_segment(name: object) -> str:
+    return "/" + str(name).replace("~", "~0").replace("/", "~1")
+
+
+# --- encoding ------------------------------------------------------------------------
+
+
+def _validated(value: object) -> Any:
+    """The value itself (or a copy with 0 for -0.0) if it is JSON/1; else raise."""
+    survey = _survey(value, foreign=True)
+    if survey is None:
+        raise _violation(value) or JSON1Error("value outside JSON/1")
+    return _without_negative_zero(value) if survey.negative_zero else value
+
+
+def _without_negative_zero(value: Any) -> Any:
+    """A copy of a tree with the integer 0 for every -0.0."""
+    if type(value) is float:
+        return 0 if _is_negative_zero(value) else value
+    if type(value) is dict:
+        return {name: _without_negative_zero(item) for name, item in value.items()}
+    if type(value) is list:
+        return [_without_negative_zero(item) for item in value]
+    return value
+
+
+def _dumps_fast(tree: Any) -> bytes:
+    try:
+        return orjson.dumps(tree)
+    except orjson.JSONEncodeError:
+        raise _violation(tree) or JSON1Error("value outside JSON/1") from None
+
+
+def _dumps_pure(tree: Any) -> bytes:
+    text = json.dumps(tree, ensure_ascii=False, separators=(",", ":"), check_circular=False)
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        raise _violation(tree) or JSON1Error("lone surrogate") from None
+
+
+def _write_canonical(value: Any, parts: list[str]) -> None:
+    """Append the RFC 8785 text of a validated value."""
+    kind = type(value)
+    if kind is dict:
+        parts.append("{")
+        for index, name in enumerate(sorted(value, key=_utf16_units)):
+            parts.append("," if index else "")
+            parts.append(json.encoder.encode_basestring(name) + ":")
+            _write_canonical(value[name], parts)
+        parts.append("}")
+    elif kind is list:
+        parts.append("[")
+        for index, item in enumerate(value):
+            parts.append("," if index else "")
+            _write_canonical(item, parts)
+        parts.append("]")
+    elif kind is str:
+        parts.append(json.encoder.encode_basestring(value))
+    elif kind is float:
+        parts.append(_es_number(value))
+    else:
+        parts.append(str(value) if kind is int else _LITERALS[value])
+
+
+def _utf16_units(name: str) -> bytes:
+    return name.encode("utf-16-be", errors="surrogatepass")
+
+
+def _es_number(value: float) -> str:
+    """ECMAScript ``Number::toString`` of a finite double (RFC 8785 §3.2.2.3)."""
+    if value == 0:
+        return "0"
+    sign = "-" if value < 0 else ""
+    # repr gives the shortest round-trip digits, as ECMAScript requires.
+    _, digit_tuple, exponent = Decimal(repr(abs(value))).normalize().as_tuple()
+    digits = "".join(map(str, digit_tuple))
+    k = len(digits)
+    n = int(exponent) + k  # value = 0.digits × 10^n
+    if k <= n <= 21:
+        return sign + digits + "0" * (n - k)
+    if 0 < n <= 21:
+        return sign + digits[:n] + "." + digits[n:]
+    if -6 < n <= 0:
+        return sign + "0." + "0" * -n + digits
+    mantissa = digits[0] + ("." + digits[1:] if k > 1 else "")
+    return f"{sign}{mantissa}e{n - 1:+d}"

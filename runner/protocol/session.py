@@ -1,0 +1,318 @@
+"""HostSession: the host side of one Run/1 channel incarnation, with no I/O at all.
+
+Feed it the component's stdout bytes and EOF; it hands back events (a component request to
+dispatch, a component cancel, the root response, a fatal violation) and queues the frames
+the host must write to the component's stdin (take them with :meth:`data_to_send`). The
+driver (``runner.host.driver``) owns the sockets, the clock and the broker; everything that
+PROTOCOL.md decides from the bytes alone is decided here, so it can be tested and fuzzed
+in-process. The receive pipeline follows PROTOCOL.md §1.3 step by step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from runner.json1 import JSONValue
+from runner.protocol import messages
+from runner.protocol.codes import (
+    INVALID_PARAMS,
+    METHOD_NOT_FOUND,
+    LocalProtocolError,
+    OperationError,
+    ProtocolViolation,
+)
+from runner.protocol.frames import FrameDecoder, decode_payload, encode_frame
+
+MAX_PENDING = 64
+"""Component requests that may await a response at once (PROTOCOL.md §1)."""
+MAX_LIFETIME_REQUESTS = 65_536
+"""Request-form messages one sender may originate per channel incarnation."""
+ROOT_ID = "host:1"
+
+Condition = Literal["CANCELLED", "DEADLINE_EXCEEDED"]
+
+
+@dataclass(frozen=True, slots=True)
+class CallRequested:
+    """A valid, admitted component request the host must answer via :meth:`respond`."""
+
+    request_id: str
+    method: str
+    params: dict[str, JSONValue]
+
+
+@dataclass(frozen=True, slots=True)
+class CallCancelled:
+    """The component cancelled one of its pending requests; it is already answered."""
+
+    request_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class RootResult:
+    """The component's valid, correlated root success: ``{outcome, output}``."""
+
+    result: dict[str, JSONValue]
+
+
+@dataclass(frozen=True, slots=True)
+class RootError:
+    """The component's valid, correlated ``-32000`` root error."""
+
+    error: OperationError
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """A fatal peer protocol violation; the channel is closed."""
+
+    reason: str
+
+
+Event = CallRequested | CallCancelled | RootResult | RootError | Violation
+
+
+class HostSession:
+    """One Run/1 channel incarnation seen from the host. Not thread-safe; no I/O."""
+
+    def __init__(self, params: dict[str, JSONValue]) -> None:
+        reason = messages.validate_params("flow/run", params)
+        if reason is not None:
+            raise LocalProtocolError(f"flow/run params are invalid: {reason}")
+        self.params = params
+        self._decoder = FrameDecoder()
+        self._outbox: list[bytes] = []
+        self._started = False
+        self._seen_ids: set[str] = set()
+        self._pending: set[str] = set()
+        self.lifetime_requests = 0
+        self.root_response: RootResult | RootError | None = None
+        self.violation: str | None = None
+        self.condition: Condition | None = None
+        self.stdout_eof = False
+        self.stdout_clean_end = False
+        self.bytes_received = 0
+        self.bytes_sent = 0
+
+    # ----- what the driver asks -------------------------------------------------------
+
+    @property
+    def pending(self) -> frozenset[str]:
+        """Ids of dispatched component requests still owed a response."""
+        return frozenset(self._pending)
+
+    @property
+    def closed(self) -> bool:
+        """True once a fatal violation closed the channel."""
+        return self.violation is not None
+
+    @property
+    def admitting(self) -> bool:
+        """Whether new owned work (child runs, capability calls) may still be admitted."""
+        return (
+            self._started
+            and self.root_response is None
+            and self.condition is None
+            and not self.closed
+        )
+
+    def data_to_send(self) -> bytes:
+        """Pop every frame queued for the component's stdin, in order."""
+        data = b"".join(self._outbox)
+        self._outbox.clear()
+        self.bytes_sent += len(data)
+        return data
+
+    # ----- host actions ---------------------------------------------------------------
+
+    def start(self) -> None:
+        """Queue the single ``flow/run`` request."""
+        if self._started:
+            raise LocalProtocolError("flow/run was already sent on this channel")
+        self._started = True
+        self._queue(messages.request(ROOT_ID, "flow/run", self.params))
+
+    def cancel_root(self, condition: Condition) -> bool:
+        """Record root cancellation or the deadline; the first recorded condition wins.
+
+        Returns True when this call recorded the condition (and queued ``request/cancel``
+        for the root); False when a condition was already recorded, a root response already
+        committed, or the channel is closed.
+        """
+        if self.condition is not None or self.root_response is not None or self.closed:
+            return False
+        self.condition = condition
+        if self._started:
+            self._queue(messages.cancel_notification(ROOT_ID))
+        return True
+
+    def respond(self, request_id: str, result: JSONValue) -> None:
+        """Answer a dispatched component request with a success result."""
+        if self._settle(request_id):
+            self._queue(messages.result_response(request_id, result))
+
+    def respond_error(self, request_id: str, error: OperationError) -> None:
+        """Answer a dispatched component request with a ``-32000`` operational error."""
+        if self._settle(request_id):
+            self._queue(messages.operation_error_response(request_id, error))
+
+    # ----- component bytes ------------------------------------------------------------
+
+    def receive_data(self, data: bytes) -> list[Event]:
+        """Feed component stdout bytes; returns the events they complete."""
+        self.bytes_received += len(data)
+        if self.closed or not data:
+            return []
+        if self.root_response is not None:
+            return self._fatal("unexpected bytes on stdout after the root response")
+        try:
+            frames = self._decoder.feed(data)
+        except ProtocolViolation as exc:
+            return self._fatal(exc.reason)
+        events: list[Event] = []
+        for frame in frames:
+            if self.closed:
+                break
+            if self.root_response is not None:
+                events += self._fatal("a frame arrived after the root terminal response")
+                break
+            events += self._receive_frame(frame)
+        return events
+
+    def receive_eof(self) -> list[Event]:
+        """The component's stdout ended."""
+        self.stdout_eof = True
+        if self.closed:
+            return []
+        try:
+            self._decoder.eof()
+        except ProtocolViolation as exc:
+            return self._fatal(exc.reason)
+        self.stdout_clean_end = True
+        return []
+
+    # ----- internals ------------------------------------------------------------------
+
+    def _queue(self, message: dict[str, JSONValue]) -> None:
+        if not self.closed:
+            self._outbox.append(encode_frame(message))
+
+    def _settle(self, request_id: str) -> bool:
+        if request_id not in self._pending:
+            return False
+        self._pending.discard(request_id)
+        return not self.closed
+
+    def _fatal(self, reason: str, reply: dict[str, JSONValue] | None = None) -> list[Event]:
+        if reply is not None:
+            self._queue(reply)
+        self.violation = reason
+        self._pending.clear()
+        return [Violation(reason)]
+
+    def _receive_frame(self, frame: bytes) -> list[Event]:
+        try:
+            message = messages.classify(decode_payload(frame))
+        except ProtocolViolation as exc:
+            return self._fatal(exc.reason, exc.reply)
+        if isinstance(message, messages.Request):
+            return self._receive_request(message)
+        if isinstance(message, messages.Notification):
+            return self._receive_notification(message)
+        return self._receive_response(message)
+
+    def _receive_request(self, request: messages.Request) -> list[Event]:
+        rid = request.id
+        if rid in self._seen_ids:
+            return self._fatal(f"reused request ID {rid!r}")
+        self._seen_ids.add(rid)
+        self.lifetime_requests += 1
+        if self.lifetime_requests > MAX_LIFETIME_REQUESTS:
+            return self._fatal(
+                f"request-ID lifetime limit: request {rid!r} is the "
+                f"{self.lifetime_requests}th from the component (limit {MAX_LIFETIME_REQUESTS})"
+            )
+        if request.method not in messages.COMPONENT_TO_HOST_METHODS:
+            self._queue(
+                messages.error_response(
+                    rid, METHOD_NOT_FOUND, f"method {request.method!r} is not valid here"
+                )
+            )
+            return []
+        reason = messages.validate_params(request.method, request.params)
+        if reason is not None:
+            self._queue(messages.error_response(rid, INVALID_PARAMS, _message(reason)))
+            return []
+        assert isinstance(request.params, dict)  # validate_params admits only objects
+        if not self._admits(request.method):
+            self._queue(
+                messages.operational_error(
+                    rid, "OWNER_CLOSED", "the root Run is no longer admitting owned work"
+                )
+            )
+            return []
+        if len(self._pending) >= MAX_PENDING:
+            self._queue(
+                messages.operational_error(
+                    rid,
+                    "RESOURCE_EXHAUSTED",
+                    f"{MAX_PENDING} component requests are already pending",
+                )
+            )
+            return []
+        self._pending.add(rid)
+        return [CallRequested(rid, request.method, request.params)]
+
+    def _admits(self, method: str) -> bool:
+        # Settlement of channels stays possible after cancellation (PROTOCOL.md §10).
+        if method in ("channel/close", "channel/release"):
+            return self._started and self.root_response is None
+        return self.admitting
+
+    def _receive_notification(self, note: messages.Notification) -> list[Event]:
+        if note.method != "request/cancel":
+            return []
+        reason = messages.validate_params("request/cancel", note.params)
+        if reason is not None:
+            return self._fatal(f"malformed request/cancel: {reason}")
+        assert isinstance(note.params, dict)
+        target = note.params["requestId"]
+        assert isinstance(target, str)
+        if target not in self._pending:
+            return []  # unknown, stale, duplicate: responses and cancels race
+        self._pending.discard(target)
+        self._queue(messages.operational_error(target, "CANCELLED", "cancelled by the component"))
+        return [CallCancelled(target)]
+
+    def _receive_response(self, response: messages.Success | messages.ErrorResponse) -> list[Event]:
+        if response.id != ROOT_ID or not self._started:
+            return self._fatal(f"response to an id the host never sent: {response.id!r}")
+        if self.root_response is not None:
+            return self._fatal("a second root response")
+        event: RootResult | RootError
+        if isinstance(response, messages.Success):
+            reason = messages.validate_run_result(response.result)
+            if reason is not None:
+                return self._fatal(f"invalid root result: {reason}")
+            assert isinstance(response.result, dict)
+            event = RootResult(response.result)
+        else:
+            error = response.operation_error()
+            if error is None:
+                return self._fatal(
+                    f"the component answered flow/run with JSON-RPC error {response.code} "
+                    f"({response.message}): the peers disagree on the protocol"
+                )
+            event = RootError(error)
+        if self._pending:
+            return self._fatal(
+                f"root response while {len(self._pending)} component request(s) are pending"
+            )
+        self.root_response = event
+        return [event]
+
+
+def _message(reason: str) -> str:
+    """A JSON-RPC error message is 1–1,024 Unicode scalars."""
+    return reason[:1024] or "invalid"

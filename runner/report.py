@@ -1,0 +1,44 @@
+"""RunReport: what happened in one run, for people (`--report FILE`) and for machines.
+
+The report keeps the classification reasons next to the verdict, so a failed run says why
+(trailing bytes, exit 7, killed after the deadline, out of memory) without re-running it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+
+class ReportedError(BaseModel):
+    """A Run failure: a wire code or PROTOCOL_ERROR / CHANNEL_LOST."""
+
+    code: str
+    message: str
+    details: Any = None
+
+
+class RunReport(BaseModel):
+    """One run, judged."""
+
+    run_id: str
+    target: str
+    backend: Literal["docker", "process"]
+    status: Literal["succeeded", "failed"]
+    outcome: str | None = None
+    error: ReportedError | None = None
+    reasons: list[str] = Field(default_factory=list)
+    exit_code: int | None = None
+    oom_killed: bool = False
+    host_kill: str | None = None
+    condition: str | None = None
+    timings: dict[str, float] = Field(default_factory=dict)
+    bytes_from_component: int = 0
+    bytes_to_component: int = 0
+    component_requests: int = 0
+    dispatches: int = 0
+    stderr_bytes: int = 0
+    stderr_truncated: bool = False
+    stderr: str = ""
+    children: list[RunReport] = Field(default_factory=list)

@@ -1,0 +1,576 @@
+"""The Docker backend: one container per invocation, driven with docker-py.
+
+A launch creates the container (never pulling: a missing image is an error that says how
+to build it), attaches to its stdio *before* starting it so no early output is lost,
+starts it, and hands the host three byte streams over the one hijacked attach connection.
+The connection is taken out of docker-py and read with real async I/O; stdout and stderr
+arrive multiplexed (8-byte headers, frames of up to 32 KiB) and are split here, on demand,
+by whichever stream is being read, so reading never blocks writing and no task is needed.
+Half-closing stdin is a ``shutdown(SHUT_WR)`` on that socket, which the engine turns into
+EOF for the component (``StdinOnce``).
+
+Exit is seen as the end of the attach stream and confirmed by inspecting the container, so
+no worker thread sits in a long ``wait``: blocking docker-py calls are short and go to
+worker threads behind one capacity limiter per client, sized like its connection pool.
+
+Leaving the ``async with`` block always kills (if needed), records the container's state
+and removes it with its anonymous volumes, shielded from cancellation: a deadline, Ctrl-C
+or a crash in the host cannot leak a container. Every container carries labels naming the
+run and the owning process, so ``runner.sandbox.gc`` can sweep up after a killed host.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import socket
+import struct
+import threading
+import time
+import uuid
+import weakref
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio
+import docker
+import docker.errors
+import requests.exceptions
+from anyio.abc import ByteReceiveStream, ByteSendStream, SocketStream, UNIXSocketStream
+from docker.constants import DEFAULT_MAX_POOL_SIZE
+from docker.types import LogConfig, Mount, Ulimit
+
+from runner.sandbox.attachments import check_attachment, check_attachments
+from runner.sandbox.base import Attachment, LaunchRequest, RunningComponent, SandboxFacts
+from runner.sandbox.profiles import SandboxProfile
+
+T = TypeVar("T")
+
+LABEL_RUN_ID = "flow-runner.run-id"
+LABEL_PARENT_RUN_ID = "flow-runner.parent-run-id"
+LABEL_OWNER = "flow-runner.owner"
+LABEL_CREATED = "flow-runner.created"
+SCRATCH_PATH = "/flow/scratch"
+ATTACHMENTS_DIR = "/flow/attachments"
+
+_STDOUT, _STDERR = 1, 2
+_HEADER = struct.Struct(">BxxxL")
+_READ_SIZE = 1 << 16
+_STOP_TIMEOUT = 10.0
+"""Seconds cleanup waits for a killed container to be reported stopped before removing."""
+_BUILD_HINT = "build it with `make images` (runs images/build.sh)"
+
+
+class DockerSandboxError(RuntimeError):
+    """The Docker backend could not prepare, run or clean up a container."""
+
+
+class EngineUnavailable(DockerSandboxError):
+    """No Docker engine answers."""
+
+
+class ImageMissing(DockerSandboxError):
+    """The image is not on the engine (flow-runner never pulls)."""
+
+
+class RuntimeMissing(DockerSandboxError):
+    """The profile's container runtime (e.g. gVisor's runsc) is not registered."""
+
+
+_default_client: docker.DockerClient | None = None
+_default_client_lock = threading.Lock()
+
+
+def default_client() -> docker.DockerClient:
+    """The process-wide client from the environment (``DOCKER_HOST`` or the local socket).
+
+    Blocking (it asks the engine for its API version); created once, on first use.
+    """
+    global _default_client
+    with _default_client_lock:
+        if _default_client is None:
+            _default_client = connect()
+        return _default_client
+
+
+def connect() -> docker.DockerClient:
+    """A new client from the environment, or :class:`EngineUnavailable` saying what to do."""
+    try:
+        return docker.from_env()
+    except docker.errors.DockerException as exc:
+        raise _engine_unavailable(exc) from exc
+
+
+def _engine_unavailable(exc: BaseException) -> EngineUnavailable:
+    where = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+    return EngineUnavailable(
+        f"no Docker engine answers at {where} ({exc}); start one with `make engine` "
+        "(runs images/engine.sh start)"
+    )
+
+
+@dataclass
+class _Engine:
+    """One client with its single limiter for worker threads and what it told us once."""
+
+    client: docker.DockerClient
+    limiter: anyio.CapacityLimiter
+    runtimes: frozenset[str] | None = None
+
+    async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run a blocking docker-py call in a worker thread behind the limiter."""
+        try:
+            return await anyio.to_thread.run_sync(
+                functools.partial(fn, *args, **kwargs), limiter=self.limiter
+            )
+        except requests.exceptions.ConnectionError as exc:
+            raise _engine_unavailable(exc) from exc
+
+
+_engines: weakref.WeakKeyDictionary[docker.DockerClient, _Engine] = weakref.WeakKeyDictionary()
+
+
+def _engine_for(client: docker.DockerClient) -> _Engine:
+    engine = _engines.get(client)
+    if engine is None:
+        adapter = client.api.get_adapter(client.api.base_url)
+        pool = int(getattr(adapter, "max_pool_size", DEFAULT_MAX_POOL_SIZE))
+        engine = _engines[client] = _Engine(client, anyio.CapacityLimiter(pool))
+    return engine
+
+
+class AttachDemuxer:
+    """Splits Docker's multiplexed attach stream into (stream, payload) pieces; no I/O.
+
+    Each frame is an 8-byte header (stream type, three zero bytes, big-endian length) and
+    its payload. Payload is handed out as soon as it arrives, so a frame split across
+    reads, or a line split across frames, costs no extra buffering.
+    """
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+        self._stream = 0
+        self._remaining = 0
+
+    @property
+    def mid_frame(self) -> bool:
+        """True if the bytes fed so far end inside a frame."""
+        return bool(self._buffer) or self._remaining > 0
+
+    def feed(self, data: bytes) -> list[tuple[int, bytes]]:
+        """Consume ``data``; return the payload pieces it completes, in order."""
+        self._buffer += data
+        pieces: list[tuple[int, bytes]] = []
+        pos, end = 0, len(self._buffer)
+        while pos < end:
+            if self._remaining == 0:
+                if end - pos < _HEADER.size:
+                    break
+                self._stream, self._remaining = _HEADER.unpack_from(self._buffer, pos)
+                pos += _HEADER.size
+                if self._stream not in (_STDOUT, _STDERR):
+                    raise ValueError(f"attach stream out of step: frame type {self._stream}")
+                continue
+            take = min(self._remaining, end - pos)
+            pieces.append((self._stream, bytes(self._buffer[pos : pos + take])))
+            pos += take
+            self._remaining -= take
+        del self._buffer[:pos]
+        return pieces
+
+
+class _AttachConnection:
+    """The hijacked attach socket: raw stdin out, demultiplexed stdout and stderr in."""
+
+    def __init__(self, stream: SocketStream) -> None:
+        self._stream = stream
+        self._demuxer = AttachDemuxer()
+        self._pending: dict[int, deque[bytes]] = {_STDOUT: deque(), _STDERR: deque()}
+        self._discard: set[int] = set()
+        self._read_lock = anyio.Lock()
+        self._send_lock = anyio.Lock()
+        self._eof = False
+        self._stdin_closed = False
+
+    async def send(self, data: bytes) -> None:
+        if self._stdin_closed:
+            raise anyio.ClosedResourceError
+        async with self._send_lock:
+            await self._stream.send(data)
+
+    async def close_stdin(self) -> None:
+        """Half-close: the component reads EOF; stdout and stderr keep flowing."""
+        if self._stdin_closed:
+            return
+        self._stdin_closed = True
+        async with self._send_lock:
+            # OSError: the engine already closed the connection, there is no stdin left.
+            with contextlib.suppress(OSError):
+                await self._stream.send_eof()
+
+    async def receive(self, fd: int, max_bytes: int) -> bytes:
+        """Bytes for ``fd``; whoever reads the socket files the other stream's bytes."""
+        pending = self._pending[fd]
+        while not pending:
+            if self._eof:
+                raise anyio.EndOfStream
+            async with self._read_lock:
+                if not pending and not self._eof:
+                    await self._read_once()
+        chunk = pending.popleft()
+        if len(chunk) > max_bytes:
+            pending.appendleft(chunk[max_bytes:])
+            chunk = chunk[:max_bytes]
+        return chunk
+
+    def discard(self, fd: int) -> None:
+        """Drop ``fd``'s bytes from now on: nobody will read them."""
+        self._discard.add(fd)
+        self._pending[fd].clear()
+
+    async def drain(self) -> None:
+        """Read to the end of the stream, keeping what the readers have not taken yet."""
+        while not self._eof:
+            async with self._read_lock:
+                if not self._eof:
+                    await self._read_once()
+
+    async def _read_once(self) -> None:
+        try:
+            data = await self._stream.receive(_READ_SIZE)
+        except anyio.EndOfStream:
+            self._eof = True
+            return
+        try:
+            pieces = self._demuxer.feed(data)
+        except ValueError as exc:
+            raise anyio.BrokenResourceError(str(exc)) from exc
+        for fd, payload in pieces:
+            if fd not in self._discard:
+                self._pending[fd].append(payload)
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+
+class _Stdin(ByteSendStream):
+    def __init__(self, connection: _AttachConnection) -> None:
+        self._connection = connection
+
+    async def send(self, item: bytes) -> None:
+        await self._connection.send(item)
+
+    async def aclose(self) -> None:
+        await self._connection.close_stdin()
+
+
+class _Output(ByteReceiveStream):
+    def __init__(self, connection: _AttachConnection, fd: int) -> None:
+        self._connection = connection
+        self._fd = fd
+        self._closed = False
+
+    async def receive(self, max_bytes: int = 65536) -> bytes:
+        if self._closed:
+            raise anyio.ClosedResourceError
+        return await self._connection.receive(self._fd, max_bytes)
+
+    async def aclose(self) -> None:
+        self._closed = True
+        self._connection.discard(self._fd)
+
+
+class _Container:
+    """A started container, seen as a :class:`RunningComponent`."""
+
+    def __init__(
+        self,
+        engine: _Engine,
+        container_id: str,
+        connection: _AttachConnection,
+        attachments: tuple[Attachment, ...],
+        facts: SandboxFacts,
+    ) -> None:
+        self._engine = engine
+        self._id = container_id
+        self._connection = connection
+        self._started = time.perf_counter()
+        self.stdin: ByteSendStream = _Stdin(connection)
+        self.stdout: ByteReceiveStream = _Output(connection, _STDOUT)
+        self.stderr: ByteReceiveStream = _Output(connection, _STDERR)
+        self.attachment_paths: Mapping[str, str] = {
+            att.name: f"{ATTACHMENTS_DIR}/{att.name}" for att in attachments
+        }
+        self.scratch_path = SCRATCH_PATH
+        self.facts = facts
+
+    async def wait(self) -> int:
+        """Read the attach stream to its end (keeping unread output), then confirm exit."""
+        if self.facts.exit_code is None:
+            await self._connection.drain()
+            self._record(await self._stopped_state())
+        assert self.facts.exit_code is not None
+        return self.facts.exit_code
+
+    async def kill(self) -> None:
+        """SIGKILL the container; a no-op once it has stopped or is gone."""
+        if self.facts.exit_code is not None:
+            return
+        was_killed = self.facts.killed_by_host
+        self.facts.killed_by_host = True  # recorded first: 137 is read as our doing
+        try:
+            await self._engine.call(self._engine.client.api.kill, self._id)
+        except docker.errors.APIError as exc:
+            if exc.status_code not in (404, 409):  # gone / not running
+                raise
+            self.facts.killed_by_host = was_killed
+
+    async def stop(self) -> None:
+        """Kill if still running and record the final state; used by cleanup."""
+        if self.facts.exit_code is not None:
+            return
+        await self.kill()
+        with anyio.move_on_after(_STOP_TIMEOUT):
+            self._record(await self._stopped_state())
+
+    async def _stopped_state(self) -> dict[str, Any]:
+        """Inspect until the engine reports the container stopped (polling, backing off)."""
+        delay = 0.005
+        while True:
+            info = await self._engine.call(self._engine.client.api.inspect_container, self._id)
+            state: dict[str, Any] = info["State"]
+            if not state["Running"]:
+                return state
+            await anyio.sleep(delay)
+            delay = min(delay * 2, 0.25)
+
+    def _record(self, state: dict[str, Any]) -> None:
+        self.facts.exit_code = int(state["ExitCode"])
+        self.facts.oom_killed = bool(state["OOMKilled"])
+        self.facts.timings["run"] = time.perf_counter() - self._started
+
+
+class DockerSandbox:
+    """Launches each invocation in a fresh container of ``image`` under ``profile``."""
+
+    def __init__(
+        self,
+        image: str,
+        profile: SandboxProfile,
+        command: list[str] | None = None,
+        client: docker.DockerClient | None = None,
+    ) -> None:
+        self.image = image
+        self.profile = profile
+        self.command = command
+        self._client = client
+
+    def launch(self, request: LaunchRequest) -> AbstractAsyncContextManager[RunningComponent]:
+        """Create, attach and start a container; on exit, kill if needed and remove it."""
+        return self._launch(request)
+
+    @asynccontextmanager
+    async def _launch(self, request: LaunchRequest) -> AsyncIterator[RunningComponent]:
+        scratch = _scratch_attachment(request)
+        check_attachments(request.attachments, self.profile.allowed_mounts)
+        if scratch is not None:
+            check_attachment(scratch, self.profile.allowed_mounts)
+        client = self._client
+        if client is None:
+            client = await anyio.to_thread.run_sync(default_client)
+        engine = _engine_for(client)
+        await self._check_runtime(engine)
+        facts = SandboxFacts()
+        container_id = await self._create(engine, request, scratch, facts)
+        connection: _AttachConnection | None = None
+        container: _Container | None = None
+        try:
+            connection = await _timed(facts, "attach", _attach(engine, container_id))
+            await _timed(facts, "start", self._start(engine, container_id))
+            container = _Container(engine, container_id, connection, request.attachments, facts)
+            yield container
+        finally:
+            with anyio.CancelScope(shield=True):
+                cleanup = _cleanup(engine, container_id, connection, container)
+                await _timed(facts, "cleanup", cleanup)
+
+    async def _start(self, engine: _Engine, container_id: str) -> None:
+        try:
+            await engine.call(engine.client.api.start, container_id)
+        except docker.errors.APIError as exc:
+            raise DockerSandboxError(
+                f"container {container_id[:12]} (image {self.image!r}, runtime "
+                f"{self.profile.runtime!r}) did not start: {exc.explanation}; check the "
+                "image's command and the engine's log"
+            ) from exc
+
+    async def _check_runtime(self, engine: _Engine) -> None:
+        runtime = self.profile.runtime
+        if runtime == "runc":
+            return
+        if engine.runtimes is None:
+            info = await engine.call(engine.client.info)
+            engine.runtimes = frozenset(info.get("Runtimes", {}))
+        if runtime not in engine.runtimes:
+            raise RuntimeMissing(
+                f"sandbox profile {self.profile.name!r} needs the container runtime "
+                f"{runtime!r} (gVisor), which this engine does not offer (it has: "
+                f"{', '.join(sorted(engine.runtimes))}); register it with "
+                "`images/engine.sh runsc` (installs Debian's runsc package, adds "
+                '"runtimes": {"runsc": {"path": "/usr/bin/runsc"}} to /etc/docker/daemon.json '
+                "and restarts dockerd), or choose another profile"
+            )
+
+    async def _create(
+        self,
+        engine: _Engine,
+        request: LaunchRequest,
+        scratch: Attachment | None,
+        facts: SandboxFacts,
+    ) -> str:
+        api = engine.client.api
+        run_id = request.run_id or uuid.uuid4().hex
+        host_config = api.create_host_config(**_host_config(self.profile, request, scratch))
+        create = functools.partial(
+            api.create_container,
+            self.image,
+            self.command,
+            stdin_open=True,  # with attach (not detach) this also sets StdinOnce
+            tty=False,
+            user=self.profile.user,
+            labels=_labels(run_id, request.parent_run_id),
+            host_config=host_config,
+        )
+        try:
+            created = await _timed(facts, "create", engine.call(create))
+        except docker.errors.ImageNotFound as exc:
+            raise ImageMissing(
+                f"image {self.image!r} is not on this Docker engine and flow-runner never "
+                f"pulls; {_BUILD_HINT}, or build and tag it yourself"
+            ) from exc
+        container_id: str = created["Id"]
+        facts.details.update(
+            container_id=container_id,
+            run_id=run_id,
+            image=self.image,
+            profile=self.profile.name,
+            runtime=self.profile.runtime,
+        )
+        return container_id
+
+
+def _scratch_attachment(request: LaunchRequest) -> Attachment | None:
+    """The run's own scratch directory, judged like an attachment before it is bound."""
+    if request.scratch_dir is None:
+        return None
+    return Attachment("scratch", Path(request.scratch_dir).resolve(), "read-write")
+
+
+def _labels(run_id: str, parent_run_id: str | None) -> dict[str, str]:
+    labels = {
+        LABEL_RUN_ID: run_id,
+        LABEL_OWNER: f"{socket.gethostname()}:{os.getpid()}",
+        LABEL_CREATED: str(time.time_ns() // 1_000_000),
+    }
+    if parent_run_id:
+        labels[LABEL_PARENT_RUN_ID] = parent_run_id
+    return labels
+
+
+def _host_config(
+    profile: SandboxProfile, request: LaunchRequest, scratch: Attachment | None
+) -> dict[str, Any]:
+    """The profile and the request as ``create_host_config`` arguments."""
+    tmpfs = {"/tmp": f"rw,nosuid,nodev,size={profile.tmp_size},mode=1777"}
+    mounts = [
+        Mount(
+            f"{ATTACHMENTS_DIR}/{att.name}",
+            str(att.host_path),
+            type="bind",
+            read_only=att.access == "read",
+        )
+        for att in request.attachments
+    ]
+    if scratch is None:
+        tmpfs[SCRATCH_PATH] = f"rw,nosuid,nodev,size={profile.scratch_size},mode=1777"
+    else:
+        mounts.append(Mount(SCRATCH_PATH, str(scratch.host_path), type="bind"))
+    security_opt = ["no-new-privileges"] if profile.no_new_privileges else []
+    if profile.seccomp_json is not None:
+        security_opt.append(f"seccomp={profile.seccomp_json}")
+    return {
+        "network_mode": profile.network,
+        "read_only": profile.read_only_root,
+        "mem_limit": profile.memory,
+        "memswap_limit": profile.memory,
+        "nano_cpus": round(profile.cpus * 1e9),
+        "pids_limit": profile.pids,
+        "ulimits": [Ulimit(name="nofile", soft=profile.nofile, hard=profile.nofile)],
+        "cap_drop": list(profile.cap_drop),
+        "cap_add": list(profile.cap_add),
+        "security_opt": security_opt,
+        "init": profile.init,
+        "runtime": profile.runtime,
+        "tmpfs": tmpfs,
+        "mounts": mounts,
+        "log_config": LogConfig(type="none"),  # output goes to the host, not to disk too
+    }
+
+
+async def _attach(engine: _Engine, container_id: str) -> _AttachConnection:
+    """Attach to stdin, stdout and stderr, and take the socket over from docker-py."""
+    params = {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
+    hijacked = await engine.call(engine.client.api.attach_socket, container_id, params)
+    raw = getattr(hijacked, "_sock", hijacked)
+    if type(raw) is not socket.socket:
+        hijacked.close()
+        raise DockerSandboxError(
+            f"the attach connection to {engine.client.api.base_url} is "
+            f"{type(raw).__name__}, not a plain socket; use the local engine socket "
+            "(unset DOCKER_HOST) or a plain tcp:// DOCKER_HOST"
+        )
+    # Our own descriptor for the same connection; docker-py's objects are released now.
+    own = raw.dup()
+    own.settimeout(None)
+    response = getattr(hijacked, "_response", None)
+    if response is not None:
+        response.close()
+    hijacked.close()
+    raw.close()
+    if own.family == socket.AF_UNIX:
+        return _AttachConnection(await UNIXSocketStream.from_socket(own))
+    return _AttachConnection(await SocketStream.from_socket(own))
+
+
+async def _cleanup(
+    engine: _Engine,
+    container_id: str,
+    connection: _AttachConnection | None,
+    container: _Container | None,
+) -> None:
+    """Kill, record, remove (with anonymous volumes) and close; run shielded."""
+    try:
+        if container is not None:
+            await container.stop()
+    finally:
+        try:
+            await engine.call(engine.client.api.remove_container, container_id, v=True, force=True)
+        except docker.errors.NotFound:
+            pass
+        finally:
+            if connection is not None:
+                await connection.aclose()
+
+
+async def _timed(facts: SandboxFacts, name: str, step: Awaitable[T]) -> T:
+    """Await ``step`` and record how long it took in ``facts.timings[name]``."""
+    started = time.perf_counter()
+    try:
+        return await step
+    finally:
+        facts.timings[name] = time.perf_counter() - started

@@ -1,0 +1,106 @@
+"""A local subprocess backend: no isolation, for development, tests and inside a pod.
+
+The component runs as a child process in its own session (process group), so that a kill
+reaches whatever it started, by the group id we created. Attachments are passed as host
+paths (the operating system, not this backend, enforces their access), and a private
+scratch directory is created per run and removed afterwards unless the caller gave one.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager, suppress
+from pathlib import Path
+
+import anyio
+from anyio.abc import ByteReceiveStream, ByteSendStream, Process
+
+from runner.sandbox.base import LaunchRequest, RunningComponent, SandboxFacts
+
+
+class ProcessComponent:
+    """A component running as a local process group."""
+
+    def __init__(
+        self, process: Process, attachment_paths: Mapping[str, str], scratch_path: str
+    ) -> None:
+        assert process.stdin and process.stdout and process.stderr
+        self._process = process
+        self.stdin: ByteSendStream = process.stdin
+        self.stdout: ByteReceiveStream = process.stdout
+        self.stderr: ByteReceiveStream = process.stderr
+        self.attachment_paths = attachment_paths
+        self.scratch_path = scratch_path
+        self.facts = SandboxFacts()
+
+    async def wait(self) -> int:
+        code = await self._process.wait()
+        self.facts.exit_code = 128 - code if code < 0 else code
+        return self.facts.exit_code
+
+    async def kill(self) -> None:
+        if self._process.returncode is None:
+            self.facts.killed_by_host = True
+            self.kill_group()
+
+    def kill_group(self) -> None:
+        """SIGKILL the process group we created (the child leads its own session)."""
+        with suppress(ProcessLookupError, PermissionError):
+            os.killpg(self._process.pid, signal.SIGKILL)
+
+
+class ProcessSandbox:
+    """Launch a component as ``argv`` with the given environment and working directory."""
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+    ) -> None:
+        if not argv:
+            raise ValueError("the process backend needs a command: exec --process -- COMMAND")
+        self.argv = list(argv)
+        self.env = dict(env) if env is not None else None
+        self.cwd = cwd
+
+    @asynccontextmanager
+    async def launch(self, request: LaunchRequest) -> AsyncIterator[RunningComponent]:
+        """Start the process; on exit kill its group if needed and remove private scratch."""
+        scratch = request.scratch_dir
+        private = scratch is None
+        if scratch is None:
+            scratch = Path(tempfile.mkdtemp(prefix="flow-runner-scratch-"))
+        started = time.monotonic()
+        component: ProcessComponent | None = None
+        try:
+            process = await anyio.open_process(
+                self.argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=self.env,
+                cwd=self.cwd,
+                start_new_session=True,
+            )
+            paths = {a.name: str(a.host_path) for a in request.attachments}
+            component = ProcessComponent(process, paths, str(scratch))
+            component.facts.timings["start"] = time.monotonic() - started
+            yield component
+        finally:
+            with anyio.CancelScope(shield=True):
+                cleanup = time.monotonic()
+                if component is not None:
+                    component.kill_group()  # also reaches what the component started
+                    await component.wait()
+                    await component._process.aclose()
+                    component.facts.timings["cleanup"] = time.monotonic() - cleanup
+                if private:
+                    shutil.rmtree(scratch, ignore_errors=True)

@@ -1,0 +1,212 @@
+"""Sandbox profiles: the limits and privileges one invocation runs with, as reviewed files.
+
+A profile is a small TOML file so that the policy a run used can be read, diffed and
+reviewed apart from the code. The model is strict: an unknown key or a misspelt value is
+an error that names the file and the key, because a typo in a security policy must not
+silently fall back to a default. Loosening is always spelt out: a network other than
+``none`` needs ``allow_network = true``, and a host path the attachment refusal list
+would refuse needs an ``allowed_mounts`` entry.
+
+The repository's ``sandbox-profiles/`` directory is the single source of truth for the
+shipped profiles. A source checkout (and an editable install) finds it next to the
+``runner`` package; an installed wheel finds the copy that the build installs as data
+files under ``<prefix>/share/flow-runner/sandbox-profiles``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, Literal, Self
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+PROFILE_DIR_NAME = "sandbox-profiles"
+_CHECKOUT_DIR = Path(__file__).resolve().parents[2] / PROFILE_DIR_NAME
+_INSTALLED_DIR = Path(sys.prefix) / "share" / "flow-runner" / PROFILE_DIR_NAME
+_PROFILE_NAME = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
+_SIZE = re.compile(r"^\s*(\d+)\s*([bkmg]?)\s*$", re.IGNORECASE)
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+
+
+class ProfileError(ValueError):
+    """A sandbox profile could not be found, read or validated."""
+
+
+def parse_size(value: object) -> object:
+    """Turn a Docker-style size (``"512m"``, ``"2g"``, ``1048576``) into bytes.
+
+    Units are binary, as in ``docker run --memory``: k = KiB, m = MiB, g = GiB. Anything
+    that is not a size is handed on unchanged for the model to reject with its own error.
+    """
+    if isinstance(value, str) and (match := _SIZE.match(value)):
+        return int(match.group(1)) * _SIZE_UNITS[match.group(2).lower()]
+    return value
+
+
+Size = Annotated[int, BeforeValidator(parse_size), Field(gt=0)]
+CapabilityName = Annotated[str, Field(pattern=r"^(?:CAP_)?[A-Z_]+$")]
+HostPath = Annotated[Path, Field(strict=False)]
+
+
+class SandboxProfile(BaseModel):
+    """Limits and privileges for one invocation; sizes are bytes, graces are seconds."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    name: str = Field(pattern=_PROFILE_NAME.pattern, max_length=64)
+    description: str = ""
+    runtime: Literal["runc", "runsc"] = "runc"
+    user: str = Field(default="65534:65534", pattern=r"^[A-Za-z0-9_.-]+(?::[A-Za-z0-9_.-]+)?$")
+    read_only_root: bool = True
+    network: str = Field(default="none", min_length=1)
+    allow_network: bool = False
+    memory: Size = 512 << 20
+    cpus: float = Field(default=1.0, gt=0, le=1024)
+    pids: int = Field(default=256, ge=8)
+    nofile: int = Field(default=1024, ge=16)
+    scratch_size: Size = 256 << 20
+    tmp_size: Size = 64 << 20
+    cap_drop: tuple[CapabilityName, ...] = Field(default=("ALL",), strict=False)
+    cap_add: tuple[CapabilityName, ...] = Field(default=(), strict=False)
+    no_new_privileges: bool = True
+    seccomp: HostPath | None = None
+    init: bool = True
+    cancel_grace: float = Field(default=2.0, ge=0)
+    exit_grace: float = Field(default=2.0, ge=0)
+    allowed_mounts: tuple[HostPath, ...] = Field(default=(), strict=False)
+
+    _seccomp_json: str | None = PrivateAttr(default=None)
+
+    @property
+    def seccomp_json(self) -> str | None:
+        """The seccomp profile's JSON text, read once at load time, or ``None``."""
+        return self._seccomp_json
+
+    @field_validator("seccomp", mode="after")
+    @classmethod
+    def _resolve_seccomp(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        return None if value is None else _resolve(value, info)
+
+    @field_validator("allowed_mounts", mode="after")
+    @classmethod
+    def _resolve_mounts(cls, value: tuple[Path, ...], info: ValidationInfo) -> tuple[Path, ...]:
+        return tuple(_resolve(path, info) for path in value)
+
+    @model_validator(mode="after")
+    def _check_network_and_load_seccomp(self) -> Self:
+        if self.network != "none" and not self.allow_network:
+            raise ValueError(
+                f"key 'network' = {self.network!r} is refused: components run with network "
+                "'none'; set allow_network = true next to it to open the network on purpose"
+            )
+        if self.seccomp is not None:
+            self._seccomp_json = _read_seccomp(self.seccomp)
+        return self
+
+
+def _resolve(path: Path, info: ValidationInfo) -> Path:
+    """Resolve ``path`` (symlinks too) against the profile file's directory."""
+    base = (info.context or {}).get("base_dir", Path.cwd())
+    return (Path(base) / path.expanduser()).resolve()
+
+
+def _read_seccomp(path: Path) -> str:
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ValueError(
+            f"key 'seccomp': cannot read {path}: {exc.strerror}; fix the path (a relative "
+            "path is taken from the profile's directory)"
+        ) from exc
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"key 'seccomp': {path} is not JSON ({exc}); fix the file") from exc
+    if not isinstance(document, dict):
+        raise ValueError(f"key 'seccomp': {path} must hold a JSON object (a seccomp profile)")
+    return json.dumps(document, separators=(",", ":"))
+
+
+def profiles_dir() -> Path:
+    """The directory holding the shipped profiles: the checkout's, else the installed copy."""
+    for candidate in (_CHECKOUT_DIR, _INSTALLED_DIR):
+        if candidate.is_dir():
+            return candidate
+    raise ProfileError(
+        f"no {PROFILE_DIR_NAME} directory at {_CHECKOUT_DIR} (source checkout) or "
+        f"{_INSTALLED_DIR} (installed package); reinstall flow-runner or pass a profile "
+        "as a path to its .toml file"
+    )
+
+
+def list_profiles() -> list[str]:
+    """Names of the shipped profiles, sorted."""
+    return sorted(path.stem for path in profiles_dir().glob("*.toml"))
+
+
+def load_profile(name_or_path: str | Path) -> SandboxProfile:
+    """Load a shipped profile by name (``"default"``) or any profile file by path."""
+    text = str(name_or_path)
+    if isinstance(name_or_path, Path) or "/" in text or text.endswith(".toml"):
+        return load_profile_file(Path(name_or_path))
+    if not _PROFILE_NAME.match(text):
+        raise ProfileError(
+            f"{text!r} is neither a profile name (lowercase letters, digits and dashes) "
+            "nor a path to a .toml file; use e.g. --profile default or --profile ./mine.toml"
+        )
+    path = profiles_dir() / f"{text}.toml"
+    if not path.is_file():
+        known = ", ".join(list_profiles()) or "none"
+        raise ProfileError(
+            f"no sandbox profile named {text!r} in {path.parent} (known: {known}); "
+            "pick one of those or pass a path to a .toml file"
+        )
+    return load_profile_file(path)
+
+
+def load_profile_file(path: Path) -> SandboxProfile:
+    """Read and validate one profile file; the profile's name defaults to the file stem."""
+    path = path.expanduser().resolve()
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ProfileError(
+            f"cannot read sandbox profile {path}: {exc.strerror}; check the path"
+        ) from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ProfileError(f"sandbox profile {path} is not valid TOML: {exc}; fix it") from exc
+    data.setdefault("name", path.stem)
+    try:
+        return SandboxProfile.model_validate(data, context={"base_dir": path.parent})
+    except ValidationError as exc:
+        raise ProfileError(_explain(path, exc)) from None
+
+
+def _explain(path: Path, exc: ValidationError) -> str:
+    problems = [_explain_one(error) for error in exc.errors()]
+    return f"sandbox profile {path}: " + "; ".join(problems)
+
+
+def _explain_one(error: Any) -> str:
+    key = ".".join(str(part) for part in error["loc"]) or "(profile)"
+    if error["type"] == "extra_forbidden":
+        known = ", ".join(SandboxProfile.model_fields)
+        return f"unknown key {key!r}; remove or rename it (known keys: {known})"
+    message = str(error["msg"]).removeprefix("Value error, ")
+    if key in {"memory", "scratch_size", "tmp_size"}:
+        message += ' (write a size such as "512m" or "2g")'
+    if key == "(profile)":
+        return message
+    return f"key {key!r} = {error['input']!r}: {message}; fix the value"

@@ -1,0 +1,47 @@
+"""Shared fixtures.
+
+Docker tests (marker ``docker``) never skip themselves: without an engine they fail, with
+the fix in the message. The images they need are built once per session by
+``images/build.sh``, which skips every image whose recipe has not changed.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def docker_client() -> Iterator[Any]:
+    """A docker-py client for an engine that answers, with the local images built."""
+    import docker
+
+    try:
+        client = docker.from_env()
+        client.ping()
+    except Exception as exc:  # the engine is part of the test set-up: fail loudly
+        pytest.fail(f"Docker engine not reachable ({exc}); run `make engine` or `make test`")
+    subprocess.run([str(ROOT / "images" / "build.sh")], check=True)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def no_leaks(docker_client: Any) -> Iterator[None]:
+    """Fail the test if it leaves a container labelled flow-runner.run-id behind."""
+    before = {
+        c.id
+        for c in docker_client.containers.list(all=True, filters={"label": "flow-runner.run-id"})
+    }
+    yield
+    after = {
+        c.id
+        for c in docker_client.containers.list(all=True, filters={"label": "flow-runner.run-id"})
+    }
+    assert after <= before, f"containers left behind: {sorted(after - before)}"

@@ -1,0 +1,124 @@
+"""Shared pieces for host tests: the scripted broker and a one-call way to run the fake.
+
+The fake component (``fake_component.py``) plays a HOST-CASES scenario; the
+:class:`ScriptedBroker` answers its calls the way each scenario expects and counts what it
+dispatched, so a test can check both what the component saw and what the host did.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from runner.api import Execution, Invocation, execute
+from runner.host.broker import CallContext
+from runner.host.driver import Graces, RunControl
+from runner.json1 import JSONValue
+from runner.protocol.codes import OperationError
+from runner.sandbox.base import Sandbox
+from runner.sandbox.process import ProcessSandbox
+
+FAKE = Path(__file__).with_name("fake_component.py")
+FAST = Graces(cancel=0.5, exit=0.5)
+
+
+class ScriptedBroker:
+    """Answers ``capability/call`` by its input; records every dispatch."""
+
+    def __init__(self) -> None:
+        self.dispatched: list[tuple[str, dict[str, JSONValue]]] = []
+        self.released = anyio.Event()
+
+    async def handle(
+        self, method: str, params: dict[str, JSONValue], call: CallContext
+    ) -> JSONValue:
+        self.dispatched.append((method, params))
+        if method != "capability/call":
+            raise OperationError("UNAVAILABLE", f"{method} is not scripted")
+        value = params["input"]
+        if params["method"] == "raise":
+            raise RuntimeError("the provider crashed")
+        if value == "held":
+            await self.released.wait()
+            return {"value": {"receipt": "survived"}}
+        if value == "release":
+            self.released.set()
+            return {"value": "released"}
+        if value == "uncertain":
+            raise OperationError("UNCERTAIN", "the provider was lost mid-call")
+        if value == "slow":
+            await anyio.sleep(30)
+        if isinstance(value, int) and not isinstance(value, bool):
+            await anyio.sleep(0.3)  # keep calls in flight (RB-02)
+        operation = params["operationId"]
+        assert isinstance(operation, str)
+        if operation.startswith("shared"):
+            return {"value": {"receipt": "shared"}}
+        return {"value": value}
+
+    def count(self, operation_prefix: str) -> int:
+        """Dispatches whose operationId starts with ``operation_prefix``."""
+        return sum(
+            1
+            for _, params in self.dispatched
+            if str(params.get("operationId", "")).startswith(operation_prefix)
+        )
+
+
+def fake(scenario: str) -> ProcessSandbox:
+    """The fake component as a local process."""
+    return ProcessSandbox([sys.executable, str(FAKE), scenario])
+
+
+def run(
+    sandbox: Sandbox,
+    *,
+    input: JSONValue = None,
+    broker: ScriptedBroker | None = None,
+    deadline: float = 20,
+    graces: Graces = FAST,
+    cancel_after: float | None = None,
+    backend: str = "process",
+) -> Execution:
+    """Run one invocation to its verdict; optionally cancel it after some seconds."""
+
+    async def main() -> Execution:
+        control = RunControl()
+        async with anyio.create_task_group() as tg:
+            if cancel_after is not None:
+
+                async def cancel_later() -> None:
+                    await anyio.sleep(cancel_after)
+                    control.cancel()
+
+                tg.start_soon(cancel_later)
+            execution = await execute(
+                sandbox,
+                Invocation.within(deadline, input=input),
+                target="fake",
+                backend=backend,
+                broker=broker or ScriptedBroker(),
+                graces=graces,
+                control=control,
+            )
+            tg.cancel_scope.cancel()
+        return execution
+
+    return anyio.run(main)
+
+
+def output(execution: Execution) -> Any:
+    """The accepted Run output (fails the test if the run did not succeed)."""
+    result = execution.verdict.result
+    assert result is not None, (execution.verdict.error, execution.report.reasons)
+    return result["output"]
+
+
+def error_code(execution: Execution) -> str:
+    """The Run's error code (fails the test if the run succeeded)."""
+    error = execution.verdict.error
+    assert error is not None, execution.verdict.result
+    return error.code

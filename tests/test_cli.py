@@ -1,0 +1,108 @@
+"""``flow-runner`` as a user meets it: real subprocesses, real exit statuses, real signals."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from hostkit import FAKE
+
+CLI = [sys.executable, "-m", "runner.cli"]
+
+
+def flow_runner(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*CLI, *args], input=stdin, capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def exec_fake(scenario: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return flow_runner("exec", "--process", *args, "--", sys.executable, str(FAKE), scenario)
+
+
+def test_version_and_help() -> None:
+    version = flow_runner("--version")
+    assert version.returncode == 0
+    assert version.stdout.startswith("flow-runner ")
+    assert "exec" in flow_runner("--help").stdout
+
+
+def test_success_prints_the_run_result_as_one_json_line() -> None:
+    done = exec_fake("echo", "--input", '{"name": "Ada"}')
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("\n") == 1
+    assert json.loads(done.stdout) == {"outcome": "done", "output": {"name": "Ada"}}
+
+
+def test_input_from_file_and_stdin(tmp_path: Path) -> None:
+    path = tmp_path / "input.json"
+    path.write_text('{"n": 1}')
+    assert json.loads(exec_fake("echo", "--input", f"@{path}").stdout)["output"] == {"n": 1}
+    piped = flow_runner(
+        "exec", "--process", "--input", "-", "--", sys.executable, str(FAKE), "echo",
+        stdin="[1, 2]",
+    )  # fmt: skip
+    assert json.loads(piped.stdout)["output"] == [1, 2]
+
+
+def test_flow_run_params_carry_attachments_settings_and_scratch(tmp_path: Path) -> None:
+    source = tmp_path / "source"
+    source.mkdir()
+    ran = exec_fake(
+        "params", "--attach", f"source={source}", "--attach", f"out={tmp_path}:rw",
+        "--settings", '{"mode": "fast"}',
+    )  # fmt: skip
+    params = json.loads(ran.stdout)["output"]
+    assert params["protocol"] == "run/1"
+    assert params["settings"] == {"mode": "fast"}
+    assert params["attachments"] == {
+        "source": {"path": str(source), "access": "read"},
+        "out": {"path": str(tmp_path), "access": "read-write"},
+    }
+    assert params["deadlineUnixMs"] > time.time() * 1000
+    assert not Path(params["scratch"]).exists(), "private scratch is removed after the run"
+
+
+def test_exit_statuses() -> None:
+    assert exec_fake("custom-outcome").returncode == 3
+    failed = exec_fake("exit7-silent")
+    assert failed.returncode == 4
+    assert json.loads(failed.stdout)["error"]["code"] == "EXECUTION_FAILED"
+    assert "run failed: EXECUTION_FAILED" in failed.stderr
+    late = exec_fake("ignore-cancel", "--deadline", "300ms")
+    assert late.returncode == 124
+    assert json.loads(late.stdout)["error"]["code"] == "DEADLINE_EXCEEDED"
+
+
+def test_bad_usage_exits_2_with_a_clear_message() -> None:
+    bad_json = exec_fake("echo", "--input", "{nope")
+    assert bad_json.returncode == 2
+    assert "--input is not valid FLOW JSON/1" in bad_json.stderr
+    bad_deadline = exec_fake("echo", "--deadline", "soon")
+    assert bad_deadline.returncode == 2
+    assert "--deadline 'soon' is not a duration" in bad_deadline.stderr
+    missing = exec_fake("echo", "--attach", "src=/no/such/path")
+    assert missing.returncode == 2
+    assert "/no/such/path" in missing.stderr
+    assert flow_runner("exec").returncode == 2
+
+
+def test_ctrl_c_cancels_then_exits_130(tmp_path: Path) -> None:
+    report = tmp_path / "report.json"
+    proc = subprocess.Popen(
+        [*CLI, "exec", "--process", "--report", str(report), "--",
+         sys.executable, str(FAKE), "ignore-cancel"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    time.sleep(1.5)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert json.loads(out)["error"]["code"] == "CANCELLED"
+    written = json.loads(report.read_text())
+    assert written["status"] == "failed"
+    assert written["host_kill"] == "cancel"

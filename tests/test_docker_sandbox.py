@@ -1,0 +1,442 @@
+"""The Docker backend against a real engine: stdio, limits, cleanup and refusals.
+
+Each test launches at most one container from ``flow-runner/probe`` (images/probe) through
+``DockerSandbox.launch`` and looks at raw bytes, exit codes and ``facts``. Without an
+engine these tests fail (the ``docker_client`` fixture says how to start one); every test
+checks that no labelled container outlives it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import docker.errors
+import pytest
+from anyio.abc import ByteReceiveStream
+
+from runner.sandbox.attachments import AttachmentError, parse_attach
+from runner.sandbox.base import Attachment, LaunchRequest, RunningComponent
+from runner.sandbox.docker import (
+    LABEL_CREATED,
+    LABEL_OWNER,
+    LABEL_PARENT_RUN_ID,
+    LABEL_RUN_ID,
+    AttachDemuxer,
+    DockerSandbox,
+    ImageMissing,
+    RuntimeMissing,
+)
+from runner.sandbox.gc import sweep
+from runner.sandbox.profiles import SandboxProfile, load_profile
+
+PROBE = "flow-runner/probe:latest"
+MIB = 1 << 20
+docker_test = pytest.mark.docker
+
+
+@pytest.fixture(scope="module")
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="module")
+def default() -> SandboxProfile:
+    return load_profile("default")
+
+
+def frame(stream: int, payload: bytes) -> bytes:
+    return bytes([stream, 0, 0, 0]) + len(payload).to_bytes(4, "big") + payload
+
+
+def pattern(total: int) -> bytes:
+    """The counting text the probe's ``burst`` writes (images/probe/probe.py)."""
+    return b"".join(b"%d\n" % i for i in range(total // 2 + 1))[:total]
+
+
+async def read_all(stream: ByteReceiveStream) -> bytes:
+    data = bytearray()
+    try:
+        while True:
+            data += await stream.receive()
+    except anyio.EndOfStream:
+        return bytes(data)
+
+
+async def communicate(component: RunningComponent, stdin: bytes = b"") -> tuple[bytes, bytes]:
+    """Write ``stdin`` in pieces and half-close while reading stdout and stderr to the end."""
+    output: dict[str, bytes] = {}
+
+    async def collect(name: str, stream: ByteReceiveStream) -> None:
+        output[name] = await read_all(stream)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(collect, "out", component.stdout)
+        tg.start_soon(collect, "err", component.stderr)
+        for start in range(0, len(stdin), 100_000):
+            await component.stdin.send(stdin[start : start + 100_000])
+        await component.stdin.aclose()
+    return output["out"], output["err"]
+
+
+def labelled(client: Any, run_id: str) -> list[Any]:
+    return list(client.containers.list(all=True, filters={"label": f"{LABEL_RUN_ID}={run_id}"}))
+
+
+def container_events(client: Any, run_id: str, since: float) -> list[dict[str, Any]]:
+    """Everything the engine did to containers of ``run_id`` since ``since`` (unix s)."""
+    filters = {"type": "container", "label": f"{LABEL_RUN_ID}={run_id}"}
+    return list(client.events(since=since, until=time.time() + 0.1, filters=filters, decode=True))
+
+
+def run_id(request: pytest.FixtureRequest) -> str:
+    return f"test-{request.node.name}-{os.getpid()}"[:120]
+
+
+@pytest.fixture
+def probe(docker_client: Any, default: SandboxProfile, no_leaks: None) -> Any:
+    def make(*command: str, profile: SandboxProfile | None = None) -> DockerSandbox:
+        return DockerSandbox(PROBE, profile or default, list(command), client=docker_client)
+
+    return make
+
+
+# --- the demultiplexer, without an engine ---------------------------------------------
+
+
+def test_demuxer_reassembles_frames_fed_a_byte_at_a_time() -> None:
+    stream = frame(1, b"hello ") + frame(2, b"oops\n") + frame(1, b"world\n") + frame(1, b"")
+    demuxer = AttachDemuxer()
+    pieces = [piece for i in range(len(stream)) for piece in demuxer.feed(stream[i : i + 1])]
+    out = b"".join(p for fd, p in pieces if fd == 1)
+    err = b"".join(p for fd, p in pieces if fd == 2)
+    assert (out, err, demuxer.mid_frame) == (b"hello world\n", b"oops\n", False)
+
+
+def test_demuxer_hands_out_partial_payload_and_knows_it_is_mid_frame() -> None:
+    demuxer = AttachDemuxer()
+    assert demuxer.feed(frame(1, b"abcdef")[:10]) == [(1, b"ab")]
+    assert demuxer.mid_frame
+
+
+def test_demuxer_refuses_an_unknown_stream_type() -> None:
+    with pytest.raises(ValueError, match="out of step"):
+        AttachDemuxer().feed(frame(7, b"x"))
+
+
+# --- stdio ----------------------------------------------------------------------------
+
+
+@docker_test
+@pytest.mark.anyio
+async def test_stdin_eof_reaches_the_component_and_bytes_come_back_exactly(probe: Any) -> None:
+    payload = os.urandom(2 * MIB)
+    async with probe("echo").launch(LaunchRequest()) as component:
+        out, err = await communicate(component, payload)
+        assert await component.wait() == 0
+        await component.kill()  # after exit: a no-op
+    assert out == payload
+    assert err == b"echo: end of input\n"
+    assert component.facts.exit_code == 0
+    assert not component.facts.killed_by_host
+    assert set(component.facts.timings) >= {"create", "attach", "start", "run", "cleanup"}
+
+
+@docker_test
+@pytest.mark.anyio
+async def test_large_split_output_and_stderr_demultiplex_exactly(probe: Any) -> None:
+    async with probe("burst", str(2 * MIB)).launch(LaunchRequest()) as component:
+        out, err = await communicate(component)
+        assert await component.wait() == 0
+    assert out == pattern(2 * MIB)
+    lines = err.decode().splitlines()
+    assert len(lines) > 50
+    assert lines == [f"err {i}" for i in range(len(lines))]
+
+
+@docker_test
+@pytest.mark.anyio
+async def test_wait_without_reading_keeps_the_output(probe: Any) -> None:
+    async with probe("burst", str(MIB)).launch(LaunchRequest()) as component:
+        await component.stdin.aclose()
+        assert await component.wait() == 0
+        assert await read_all(component.stdout) == pattern(MIB)
+
+
+# --- what the engine is asked for -----------------------------------------------------
+
+
+@docker_test
+@pytest.mark.anyio
+async def test_container_carries_labels_and_the_profile_limits(
+    probe: Any, docker_client: Any, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    rid = run_id(request)
+    attach = parse_attach(f"data={tmp_path}:ro")
+    launch = LaunchRequest(attachments=(attach,), run_id=rid, parent_run_id="parent-1")
+    before_ms = time.time() * 1000
+    async with probe("sleep").launch(launch) as component:
+        [container] = labelled(docker_client, rid)
+        await component.kill()
+    labels = container.labels
+    assert labels[LABEL_PARENT_RUN_ID] == "parent-1"
+    assert labels[LABEL_OWNER] == f"{socket.gethostname()}:{os.getpid()}"
+    assert before_ms - 1000 <= int(labels[LABEL_CREATED]) <= time.time() * 1000
+    host = container.attrs["HostConfig"]
+    assert host["NetworkMode"] == "none"
+    assert host["ReadonlyRootfs"] is True
+    assert host["Memory"] == host["MemorySwap"] == 512 * MIB
+    assert host["NanoCpus"] == 1_000_000_000
+    assert host["PidsLimit"] == 256
+    assert host["CapDrop"] == ["ALL"]
+    assert host["SecurityOpt"] == ["no-new-privileges"]
+    assert host["Init"] is True
+    assert host["Ulimits"] == [{"Name": "nofile", "Soft": 1024, "Hard": 1024}]
+    assert "size=268435456" in host["Tmpfs"]["/flow/scratch"]
+    assert container.attrs["Config"]["User"] == "65534:65534"
+    assert container.attrs["Config"]["StdinOnce"] is True
+    assert component.attachment_paths == {"data": "/flow/attachments/data"}
+    assert component.scratch_path == "/flow/scratch"
+
+
+# --- confinement under the default profile --------------------------------------------
+
+
+@pytest.fixture(scope="module")
+async def confinement(
+    docker_client: Any, default: SandboxProfile, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Any]:
+    """One run of the ``facts`` probe with a read-only and a read-write attachment."""
+    readonly, writable = tmp_path_factory.mktemp("ro"), tmp_path_factory.mktemp("rw")
+    for directory in (readonly, writable):  # only the mount, not the mode, may refuse
+        directory.chmod(0o777)
+    attachments = (
+        Attachment("readonly", readonly, "read"),
+        Attachment("writable", writable, "read-write"),
+    )
+    command = ["facts", "/flow/attachments/readonly", "/flow/attachments/writable"]
+    sandbox = DockerSandbox(PROBE, default, command, client=docker_client)
+    async with sandbox.launch(LaunchRequest(attachments=attachments)) as component:
+        out, _ = await communicate(component)
+        assert await component.wait() == 0
+    return {**json.loads(out), "host_writable": writable}
+
+
+@docker_test
+@pytest.mark.anyio
+async def test_component_is_not_root_and_has_no_capabilities(confinement: dict[str, Any]) -> None:
+    assert (confinement["uid"], confinement["gid"]) == (65534, 65534)
+    assert int(confinement["cap_eff"], 16) == 0
+
+
+@docker_test
+@pytest.mark.anyio
+async def test_only_loopback_exists(confinement: dict[str, Any]) -> None:
+    assert confinement["netifs"] == ["lo"]
+
+
+@docker_test
+@pytest.mark.anyio
+async def test_root_is_read_only_but_tmp_and_scratch_are_writable(
+    confinement: dict[str, Any],
+) -> None:
+    assert confinement["root_write"] == "EROFS"
+    assert confinement["tmp_write"] == "ok"
+    assert confinement["scratch_write"] == "ok"
+
+
+@docker_test
+@pytest.mark.anyio
+async def test_ro_attachment_refuses_writes_and_rw_attachment_takes_them(
+    confinement: dict[str, Any],
+) -> None:
+    assert confinement["readonly_write"] == "EROFS"
+    assert confinement["writable_write"] == "ok"
+    assert (confinement["host_writable"] / "probe").read_text() == "probe\n"
+
+
+@docker_test
+@pytest.mark.anyio
+async def test_a_fork_bomb_is_held_by_the_pids_limit(probe: Any) -> None:
+    async with probe("forkbomb").launch(LaunchRequest()) as component:
+        out, _ = await communicate(component)
+        assert await component.wait() == 0
+    result = json.loads(out)
+    assert result["errno"] == "EAGAIN"
+    assert 100 < result["forked"] < 256
+
+
+@docker_test
+@pytest.mark.anyio
+async def test_a_memory_hog_ends_oom_killed(probe: Any) -> None:
+    async with probe("memhog").launch(LaunchRequest()) as component:
+        _, err = await communicate(component)
+        assert await component.wait() == 137
+    assert component.facts.oom_killed
+    assert not component.facts.killed_by_host
+    assert b"256 MiB" in err  # it did grow
+    assert b"512 MiB" not in err  # but never past the limit
+
+
+@docker_test
+@pytest.mark.anyio
+async def test_scratch_beyond_its_size_fails_with_enospc(probe: Any) -> None:
+    async with probe("fill", "/flow/scratch/big").launch(LaunchRequest()) as component:
+        out, _ = await communicate(component)
+        assert await component.wait() == 0
+    result = json.loads(out)
+    assert result["errno"] == "ENOSPC"
+    assert 200 * MIB <= result["written"] <= 256 * MIB
+
+
+@docker_test
+@pytest.mark.anyio
+async def test_a_scratch_dir_is_bound_read_write_and_kept(probe: Any, tmp_path: Path) -> None:
+    tmp_path.chmod(0o777)
+    launch = LaunchRequest(scratch_dir=tmp_path)
+    async with probe("facts", "/tmp", "/tmp").launch(launch) as component:
+        out, _ = await communicate(component)
+        assert await component.wait() == 0
+    assert json.loads(out)["scratch_write"] == "ok"
+    assert (tmp_path / "probe").read_text() == "probe\n"
+
+
+# --- ending runs ----------------------------------------------------------------------
+
+
+@docker_test
+@pytest.mark.anyio
+async def test_kill_ends_a_sleeping_component_and_the_container_goes(
+    probe: Any, docker_client: Any, request: pytest.FixtureRequest
+) -> None:
+    rid = run_id(request)
+    async with probe("sleep").launch(LaunchRequest(run_id=rid)) as component:
+        assert await component.stdout.receive() == b"sleeping\n"
+        await component.kill()
+        await component.kill()
+        assert await component.wait() == 137
+    assert component.facts.killed_by_host
+    assert not component.facts.oom_killed
+    assert labelled(docker_client, rid) == []
+
+
+@docker_test
+@pytest.mark.anyio
+async def test_leaving_the_block_kills_a_running_component(probe: Any) -> None:
+    async with probe("sleep").launch(LaunchRequest()) as component:
+        assert await component.stdout.receive() == b"sleeping\n"
+    assert component.facts.exit_code == 137
+    assert component.facts.killed_by_host
+
+
+@docker_test
+@pytest.mark.anyio
+async def test_cancelling_the_enclosing_task_leaves_no_container(
+    probe: Any, docker_client: Any, request: pytest.FixtureRequest
+) -> None:
+    rid = run_id(request)
+    started = anyio.Event()
+    with anyio.move_on_after(1.0) as scope:
+        async with probe("sleep").launch(LaunchRequest(run_id=rid)) as component:
+            started.set()
+            await anyio.sleep_forever()
+    assert scope.cancelled_caught and started.is_set()
+    assert component.facts.killed_by_host
+    assert labelled(docker_client, rid) == []
+
+
+# --- refusals -------------------------------------------------------------------------
+
+
+@docker_test
+@pytest.mark.anyio
+async def test_a_missing_image_is_a_clear_error(
+    docker_client: Any, default: SandboxProfile, request: pytest.FixtureRequest
+) -> None:
+    rid, since = run_id(request), time.time()
+    sandbox = DockerSandbox("flow-runner/no-such-image:latest", default, client=docker_client)
+    with pytest.raises(ImageMissing, match=r"no-such-image.*never pulls.*images/build\.sh"):
+        async with sandbox.launch(LaunchRequest(run_id=rid)):
+            pytest.fail("launched without an image")
+    assert container_events(docker_client, rid, since) == []
+
+
+@pytest.fixture
+def ssh_dir(tmp_path: Path) -> Path:
+    (tmp_path / ".ssh").mkdir()
+    return tmp_path / ".ssh"
+
+
+@docker_test
+@pytest.mark.anyio
+@pytest.mark.parametrize("path", ["/etc", "SSH", "/var/run/docker.sock"])
+async def test_a_refused_attachment_is_refused_before_any_container_exists(
+    probe: Any, docker_client: Any, request: pytest.FixtureRequest, ssh_dir: Path, path: str
+) -> None:
+    rid, since = run_id(request), time.time()
+    attach = Attachment("bad", ssh_dir if path == "SSH" else Path(path))
+    with pytest.raises(AttachmentError, match="refused"):
+        async with probe("echo").launch(LaunchRequest(attachments=(attach,), run_id=rid)):
+            pytest.fail("launched with a refused attachment")
+    assert container_events(docker_client, rid, since) == []
+
+
+@docker_test
+@pytest.mark.anyio
+async def test_the_strict_profile_runs_on_gvisor_or_says_how_to_register_it(
+    probe: Any, docker_client: Any
+) -> None:
+    sandbox = probe("echo", profile=load_profile("strict"))
+    if "runsc" not in docker_client.info()["Runtimes"]:
+        with pytest.raises(RuntimeMissing, match=r"runsc.*images/engine\.sh runsc"):
+            async with sandbox.launch(LaunchRequest()):
+                pytest.fail("launched without the runtime")
+        return
+    async with sandbox.launch(LaunchRequest()) as component:
+        out, _ = await communicate(component, b"under gVisor\n")
+        assert await component.wait() == 0
+    assert out == b"under gVisor\n"
+    assert component.facts.details["runtime"] == "runsc"
+
+
+# --- garbage collection ---------------------------------------------------------------
+
+
+@pytest.fixture
+def dead_pid() -> int:
+    process = subprocess.Popen(["true"])
+    process.wait()
+    return process.pid
+
+
+@pytest.fixture
+def leftovers(docker_client: Any, dead_pid: int) -> Iterator[dict[str, str]]:
+    """Two never-started containers: one of a dead owner here, one of another host."""
+    now = str(time.time_ns() // 1_000_000)
+    owners = {"dead": f"{socket.gethostname()}:{dead_pid}", "other": "elsewhere:1"}
+    ids = {}
+    for key, owner in owners.items():
+        labels = {LABEL_RUN_ID: f"gc-test-{key}", LABEL_OWNER: owner, LABEL_CREATED: now}
+        ids[key] = docker_client.api.create_container(PROBE, ["echo"], labels=labels)["Id"]
+    yield ids
+    for container_id in ids.values():
+        with contextlib.suppress(docker.errors.NotFound):
+            docker_client.api.remove_container(container_id, force=True)
+
+
+@docker_test
+def test_sweep_removes_a_dead_owners_container_and_leaves_other_hosts_alone(
+    docker_client: Any, leftovers: dict[str, str]
+) -> None:
+    removed = sweep(docker_client)
+    assert leftovers["dead"] in removed
+    assert leftovers["other"] not in removed
+    assert labelled(docker_client, "gc-test-other") != []

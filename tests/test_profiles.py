@@ -1,0 +1,269 @@
+"""Sandbox profiles and attachment specs, without an engine: loading, strictness, refusals."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from runner.sandbox.attachments import (
+    AttachmentError,
+    check_attachment,
+    check_attachments,
+    parse_attach,
+    parse_attachments,
+)
+from runner.sandbox.base import Attachment
+from runner.sandbox.profiles import (
+    ProfileError,
+    SandboxProfile,
+    list_profiles,
+    load_profile,
+    parse_size,
+    profiles_dir,
+)
+
+MIB = 1 << 20
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def write_profile(directory: Path, text: str, name: str = "mine") -> Path:
+    path = directory / f"{name}.toml"
+    path.write_text(text)
+    return path
+
+
+# --- shipped profiles -------------------------------------------------------------------
+
+
+def test_the_shipped_profiles_come_from_the_checkout() -> None:
+    assert profiles_dir() == ROOT / "sandbox-profiles"
+    assert list_profiles() == ["default", "dev", "strict"]
+
+
+def test_default_profile_values() -> None:
+    p = load_profile("default")
+    assert (p.name, p.runtime, p.user, p.network) == ("default", "runc", "65534:65534", "none")
+    assert p.read_only_root and p.no_new_privileges and p.init and not p.allow_network
+    assert (p.cap_drop, p.cap_add) == (("ALL",), ())
+    assert (p.memory, p.cpus, p.pids, p.nofile) == (512 * MIB, 1.0, 256, 1024)
+    assert (p.scratch_size, p.cancel_grace, p.exit_grace) == (256 * MIB, 2.0, 2.0)
+    assert (p.seccomp, p.seccomp_json, p.allowed_mounts) == (None, None, ())
+
+
+def test_strict_profile_is_default_on_gvisor_but_tighter() -> None:
+    default, strict = load_profile("default"), load_profile("strict")
+    assert strict.runtime == "runsc"
+    assert (strict.memory, strict.cpus, strict.pids, strict.scratch_size) == (
+        256 * MIB,
+        0.5,
+        64,
+        64 * MIB,
+    )
+    for key in ("user", "read_only_root", "network", "cap_drop", "no_new_privileges"):
+        assert getattr(strict, key) == getattr(default, key), key
+
+
+def test_dev_profile_has_a_writable_root_and_still_no_network() -> None:
+    dev = load_profile("dev")
+    assert not dev.read_only_root
+    assert dev.memory == 2048 * MIB
+    assert (dev.network, dev.allow_network, dev.cap_drop) == ("none", False, ("ALL",))
+
+
+def test_a_profile_is_frozen() -> None:
+    with pytest.raises(ValidationError):
+        load_profile("default").memory = 1  # type: ignore[misc]
+
+
+# --- loading and its errors -------------------------------------------------------------
+
+
+def test_a_profile_loads_by_path_with_defaults_and_its_file_stem_as_name(tmp_path: Path) -> None:
+    path = write_profile(tmp_path, 'memory = "1g"\ncpus = 2\n')
+    profile = load_profile(str(path))
+    assert (profile.name, profile.memory, profile.cpus) == ("mine", 1 << 30, 2.0)
+    assert profile == load_profile(path)
+    assert profile.pids == SandboxProfile(name="x").pids
+
+
+def test_an_unknown_key_is_named_with_the_file(tmp_path: Path) -> None:
+    path = write_profile(tmp_path, 'memroy = "1g"\n')
+    with pytest.raises(ProfileError) as caught:
+        load_profile(path)
+    message = str(caught.value)
+    assert str(path) in message
+    assert "unknown key 'memroy'" in message
+    assert "memory" in message  # the known keys are listed
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ('memory = "5q"', "memory"),
+        ('pids = "64"', "pids"),
+        ('runtime = "crun"', "runtime"),
+        ("cpus = 0", "cpus"),
+        ('cap_add = ["net_admin"]', "cap_add.0"),
+        ('user = "root; rm"', "user"),
+    ],
+)
+def test_a_bad_value_is_named_with_its_key_and_the_file(
+    tmp_path: Path, text: str, key: str
+) -> None:
+    path = write_profile(tmp_path, text + "\n")
+    with pytest.raises(ProfileError, match=rf"{path}.*key '{key}'"):
+        load_profile(path)
+
+
+def test_toml_syntax_errors_name_the_file(tmp_path: Path) -> None:
+    path = write_profile(tmp_path, 'memory = "1g\n')
+    with pytest.raises(ProfileError, match=rf"{path} is not valid TOML"):
+        load_profile(path)
+
+
+def test_an_unknown_profile_name_lists_the_known_ones() -> None:
+    with pytest.raises(
+        ProfileError, match=r"no sandbox profile named 'nope'.*default, dev, strict"
+    ):
+        load_profile("nope")
+
+
+@pytest.mark.parametrize(
+    ("value", "size"),
+    [("512m", 512 * MIB), ("2G", 2 << 30), ("64k", 64 << 10), ("100", 100), (4096, 4096)],
+)
+def test_sizes_are_docker_style_binary_units(value: object, size: int) -> None:
+    assert parse_size(value) == size
+
+
+def test_a_network_other_than_none_is_refused_unless_allowed_explicitly(tmp_path: Path) -> None:
+    refused = write_profile(tmp_path, 'network = "bridge"\n', "refused")
+    with pytest.raises(ProfileError, match=r"key 'network' = 'bridge' is refused.*allow_network"):
+        load_profile(refused)
+    allowed = write_profile(tmp_path, 'network = "bridge"\nallow_network = true\n', "allowed")
+    assert load_profile(allowed).network == "bridge"
+
+
+def test_a_seccomp_profile_is_inlined_from_a_path_relative_to_the_profile(tmp_path: Path) -> None:
+    (tmp_path / "policies").mkdir()
+    (tmp_path / "policies" / "seccomp.json").write_text(
+        json.dumps({"defaultAction": "SCMP_ACT_ERRNO", "syscalls": []}, indent=4)
+    )
+    profile = load_profile(write_profile(tmp_path, 'seccomp = "policies/seccomp.json"\n'))
+    assert profile.seccomp == tmp_path / "policies" / "seccomp.json"
+    assert profile.seccomp_json == '{"defaultAction":"SCMP_ACT_ERRNO","syscalls":[]}'
+
+
+def test_a_missing_seccomp_file_is_named(tmp_path: Path) -> None:
+    path = write_profile(tmp_path, 'seccomp = "absent.json"\n')
+    with pytest.raises(ProfileError, match=rf"{path}.*key 'seccomp'.*absent\.json"):
+        load_profile(path)
+
+
+def test_allowed_mounts_resolve_against_the_profile(tmp_path: Path) -> None:
+    (tmp_path / "data").mkdir()
+    profile = load_profile(write_profile(tmp_path, 'allowed_mounts = ["data", "/etc/ssl"]\n'))
+    assert profile.allowed_mounts == (tmp_path / "data", Path("/etc/ssl").resolve())
+
+
+# --- attachment specs -------------------------------------------------------------------
+
+
+def test_an_attachment_is_read_only_unless_rw(tmp_path: Path) -> None:
+    assert parse_attach(f"data={tmp_path}") == Attachment("data", tmp_path, "read")
+    assert parse_attach(f"data={tmp_path}:ro").access == "read"
+    assert parse_attach(f"out-1={tmp_path}:rw") == Attachment("out-1", tmp_path, "read-write")
+
+
+def test_only_a_final_ro_or_rw_is_a_mode(tmp_path: Path) -> None:
+    odd = tmp_path / "a:b"
+    odd.mkdir()
+    assert parse_attach(f"odd={odd}").host_path == odd
+    assert parse_attach(f"odd={odd}:rw") == Attachment("odd", odd, "read-write")
+    with pytest.raises(AttachmentError, match="only a final :ro or :rw is a mode"):
+        parse_attach(f"odd={tmp_path}:readonly")
+
+
+def test_the_host_path_is_resolved_through_symlinks(tmp_path: Path) -> None:
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    assert parse_attach(f"data={tmp_path}/link").host_path == tmp_path / "real"
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("data", "has no '='"),
+        ("data=", "has no host path"),
+        ("Data=/tmp", "not a LocalName"),
+        ("da--ta=/tmp", "not a LocalName"),
+        (f"{'a' * 65}=/tmp", "not a LocalName"),
+        ("data=/no/such/path", "does not exist"),
+    ],
+)
+def test_malformed_specs_are_refused_with_the_spec(spec: str, message: str) -> None:
+    with pytest.raises(AttachmentError, match=message) as caught:
+        parse_attach(spec)
+    assert repr(spec) in str(caught.value)
+
+
+def test_an_attachment_name_is_given_once(tmp_path: Path) -> None:
+    with pytest.raises(AttachmentError, match="attached twice"):
+        parse_attachments([f"data={tmp_path}", f"data={tmp_path}:rw"])
+
+
+# --- the refusal list -------------------------------------------------------------------
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    """A directory that looks like a home: it holds a .ssh directory with a key."""
+    (tmp_path / ".ssh").mkdir()
+    (tmp_path / ".ssh" / "id_ed25519").write_text("secret")
+    (tmp_path / "project").mkdir()
+    (tmp_path / "etc-link").symlink_to("/etc")
+    (tmp_path / "docker.sock").touch()
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/",
+        "/etc",
+        "/etc/ssl",
+        "/proc/self",
+        "/sys",
+        "/dev/null",
+        "/boot",
+        "/root",
+        "/var/run/docker.sock",
+        "/run",
+        "/var",
+        "HOME/etc-link",
+        "HOME/.ssh",
+        "HOME/.ssh/id_ed25519",
+        "HOME",
+        "HOME/docker.sock",
+    ],
+)
+def test_host_paths_that_hand_over_the_host_are_refused(home: Path, path: str) -> None:
+    target = Path(path.replace("HOME", str(home)))
+    if not target.exists():
+        pytest.skip(f"{target} does not exist on this machine")
+    with pytest.raises(AttachmentError, match=r"'bad=.*' is refused: .*allowed_mounts"):
+        check_attachment(parse_attach(f"bad={target}"))
+
+
+def test_ordinary_directories_are_attached(home: Path) -> None:
+    check_attachments([parse_attach(f"src={home}/project"), parse_attach("tmp=/tmp:rw")], ())
+
+
+def test_allowed_mounts_let_a_refused_path_through_and_nothing_wider() -> None:
+    allowed = (Path("/etc/ssl"),)
+    check_attachment(parse_attach("certs=/etc/ssl/certs"), allowed)
+    with pytest.raises(AttachmentError, match="refused"):
+        check_attachment(parse_attach("conf=/etc"), allowed)
