@@ -402,6 +402,9 @@ def _utf8_len(text: str) -> int:
     return len(text.encode(errors="surrogatepass"))
 
 
+_Fault: TypeAlias = tuple[str, list[object]]  # reason, and the member name if it is at fault
+
+
 def _violation(root: object) -> JSON1Error | None:
     """The first broken rule in document order, with its JSON pointer (None if none)."""
     for nodes, (path, value) in enumerate(_preorder(root), start=1):
@@ -428,9 +431,6 @@ def _preorder(root: object) -> Iterator[tuple[list[object], Any]]:
                 pending.extend(([*path, k], v) for k, v in reversed(value.items()))
             elif type(value) is list:
                 pending.extend(([*path, i], v) for i, v in reversed(list(enumerate(value))))
-
-
-_Fault: TypeAlias = tuple[str, list[object]]  # reason, and the member name if it is at fault
 
 
 def _fault(value: object) -> _Fault | None:

@@ -32,8 +32,10 @@ from runner.sandbox.docker import (
     LABEL_RUN_ID,
     AttachDemuxer,
     DockerSandbox,
+    EngineUnavailable,
     ImageMissing,
     RuntimeMissing,
+    connect,
 )
 from runner.sandbox.gc import sweep
 from runner.sandbox.profiles import SandboxProfile, load_profile
@@ -109,7 +111,7 @@ def probe(docker_client: Any, default: SandboxProfile, no_leaks: None) -> Any:
     return make
 
 
-# --- the demultiplexer, without an engine ---------------------------------------------
+# --- without an engine ---------------------------------------------
 
 
 def test_demuxer_reassembles_frames_fed_a_byte_at_a_time() -> None:
@@ -130,6 +132,12 @@ def test_demuxer_hands_out_partial_payload_and_knows_it_is_mid_frame() -> None:
 def test_demuxer_refuses_an_unknown_stream_type() -> None:
     with pytest.raises(ValueError, match="out of step"):
         AttachDemuxer().feed(frame(7, b"x"))
+
+
+def test_no_engine_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/docker.sock")
+    with pytest.raises(EngineUnavailable, match=rf"{tmp_path}/docker.sock.*make engine"):
+        connect()
 
 
 # --- stdio ----------------------------------------------------------------------------

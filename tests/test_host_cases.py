@@ -8,8 +8,8 @@ The case-to-test table is tests/HOST-CASES-MAP.md.
 from __future__ import annotations
 
 import pytest
-from hostkit import FAST, ScriptedBroker, error_code, fake, output, run
 
+from hostkit import FAST, ScriptedBroker, error_code, fake, output, run
 from runner.host.driver import Graces
 
 # ----- PX: process exit and completion -----------------------------------------------

@@ -69,6 +69,8 @@ class TestBounds:
     def test_very_deep_document_is_rejected_with_offset(self) -> None:
         error = rejected(nested(5_000))
         assert error.pointer == "/0" * 128 or error.offset == 128
+        error = rejected(b"[" + b"[[]]," * 3 + nested(5_000) + b"]")
+        assert error.pointer == "/3" + "/0" * 127 or error.offset == 144
 
     def test_document_bytes(self) -> None:
         exact = b"null" + b" " * (json1.MAX_DOCUMENT_BYTES - 4)
@@ -131,6 +133,10 @@ class TestBounds:
         longer = token[:-1] + b"0" + token[-1:]
         error = rejected(b'{"n":[1, %s]}' % longer)
         assert (error.reason, error.pointer) == ("number token longer than 128 bytes", "/n/1")
+
+    def test_long_integer_token(self) -> None:
+        error = rejected(b"[%s]" % (b"1" * 129))
+        assert (error.reason, error.pointer) == ("number token longer than 128 bytes", "/0")
 
     def test_long_digit_runs_inside_strings_are_fine(self) -> None:
         assert loads(b'{"s": "%s"}' % (b"0" * 300)) == {"s": "0" * 300}
@@ -487,7 +493,7 @@ def test_equal(a: object, b: object, same: bool) -> None:
 
 
 def test_equal_refuses_what_is_not_json1() -> None:
-    with pytest.raises(JSON1Error):
+    with pytest.raises(JSON1Error, match=r"^not FLOW JSON/1: tuple is not a JSON/1 type$"):
         equal((1,), (1,))
     with pytest.raises(JSON1Error):
         equal(cycle(), cycle())

@@ -236,7 +236,7 @@ class HostSession:
         if request.method not in messages.COMPONENT_TO_HOST_METHODS:
             self._queue(
                 messages.error_response(
-                    rid, METHOD_NOT_FOUND, f"method {request.method!r} is not valid here"
+                    rid, METHOD_NOT_FOUND, _message(f"method {request.method!r} is not valid here")
                 )
             )
             return []

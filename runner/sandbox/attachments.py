@@ -104,7 +104,7 @@ def check_attachment(att: Attachment, allowed_mounts: Iterable[Path] = ()) -> No
         path = att.host_path.resolve(strict=True)
     except (OSError, RuntimeError) as exc:
         raise AttachmentError(
-            f"attachment {spec_of(att)!r}: host path {att.host_path} does not exist any more; "
+            f"attachment {spec_of(att)!r}: host path {att.host_path} does not exist; "
             "create it or fix the path"
         ) from exc
     if any(_within(path, Path(allowed).resolve()) for allowed in allowed_mounts):
@@ -112,9 +112,9 @@ def check_attachment(att: Attachment, allowed_mounts: Iterable[Path] = ()) -> No
     reason = _refusal(path)
     if reason is not None:
         raise AttachmentError(
-            f"attachment {spec_of(att)!r} is refused: {path} {reason}; attach a narrower "
-            "directory, or list the path in the sandbox profile's allowed_mounts to allow "
-            "it on purpose"
+            f"attachment {spec_of(att)!r} is refused: {path} {reason}; attach another "
+            "directory (e.g. a copy of just what the component needs), or list the path in "
+            "the sandbox profile's allowed_mounts to allow it on purpose"
         )
 
 
@@ -140,7 +140,7 @@ def _refusal(path: Path) -> str | None:
         return "is or is inside a .ssh directory (keys and their trust)"
     for tree in _resolved(REFUSED_TREES):
         if _within(path, tree):
-            return f"is or is inside {tree}, a system tree"
+            return f"is {tree} or inside it, and {tree} belongs to the host's system"
     for refused in _resolved(REFUSED_TREES + DOCKER_SOCKETS):
         if _within(refused, path):
             return f"contains {refused}"

@@ -311,11 +311,10 @@ class _Container:
 
     async def wait(self) -> int:
         """Read the attach stream to its end (keeping unread output), then confirm exit."""
-        if self.facts.exit_code is None:
-            await self._connection.drain()
-            self._record(await self._stopped_state())
-        assert self.facts.exit_code is not None
-        return self.facts.exit_code
+        if self.facts.exit_code is not None:
+            return self.facts.exit_code
+        await self._connection.drain()
+        return self._record(await self._stopped_state())
 
     async def kill(self) -> None:
         """SIGKILL the container; a no-op once it has stopped or is gone."""
@@ -349,10 +348,12 @@ class _Container:
             await anyio.sleep(delay)
             delay = min(delay * 2, 0.25)
 
-    def _record(self, state: dict[str, Any]) -> None:
-        self.facts.exit_code = int(state["ExitCode"])
+    def _record(self, state: dict[str, Any]) -> int:
+        """Note the stopped container's state in the facts; return its exit code."""
+        exit_code = self.facts.exit_code = int(state["ExitCode"])
         self.facts.oom_killed = bool(state["OOMKilled"])
         self.facts.timings["run"] = time.perf_counter() - self._started
+        return exit_code
 
 
 class DockerSandbox:
@@ -421,9 +422,9 @@ class DockerSandbox:
                 f"sandbox profile {self.profile.name!r} needs the container runtime "
                 f"{runtime!r} (gVisor), which this engine does not offer (it has: "
                 f"{', '.join(sorted(engine.runtimes))}); register it with "
-                "`images/engine.sh runsc` (installs Debian's runsc package, adds "
-                '"runtimes": {"runsc": {"path": "/usr/bin/runsc"}} to /etc/docker/daemon.json '
-                "and restarts dockerd), or choose another profile"
+                "`images/engine.sh runsc` (installs Debian's runsc package, adds it under "
+                '"runtimes" in /etc/docker/daemon.json and reloads dockerd), or choose '
+                "another profile"
             )
 
     async def _create(
@@ -542,9 +543,12 @@ async def _attach(engine: _Engine, container_id: str) -> _AttachConnection:
         response.close()
     hijacked.close()
     raw.close()
-    if own.family == socket.AF_UNIX:
-        return _AttachConnection(await UNIXSocketStream.from_socket(own))
-    return _AttachConnection(await SocketStream.from_socket(own))
+    wrap = UNIXSocketStream if own.family == socket.AF_UNIX else SocketStream
+    try:
+        return _AttachConnection(await wrap.from_socket(own))
+    except BaseException:
+        own.close()  # cancelled while wrapping: the descriptor is still ours to close
+        raise
 
 
 async def _cleanup(

@@ -1,0 +1,121 @@
+"""The operation ledger on its own (PROTOCOL.md §8; HOST-CASES OP-01…OP-04)."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from runner.host.operations import OperationLedger
+from runner.json1 import JSONValue
+from runner.protocol.codes import OperationError
+
+CALL = "capability/call"
+
+
+def params(**extra: JSONValue) -> dict[str, JSONValue]:
+    base: dict[str, JSONValue] = {"operationId": "op:1", "slot": "s", "method": "m", "input": 1}
+    return {**base, **extra}
+
+
+def test_op04_identity_uses_json1_equality_and_ignores_operation_id() -> None:
+    same = OperationLedger.identity
+    assert same(CALL, params(input={"a": 1, "b": [1.0, -0.0]})) == same(
+        CALL, {"input": {"b": [1, 0], "a": 1.0}, "method": "m", "slot": "s", "operationId": "x"}
+    )
+    assert same(CALL, params()) != same("flow/run-child", params())
+    assert same(CALL, params()) != same(CALL, params(input=2))
+    assert same(CALL, params()) != same(CALL, params(channels={})), "presence is significant"
+    child = {"operationId": "c", "slot": "s", "input": 1}
+    assert same("flow/run-child", child) != same("flow/run-child", {**child, "intent": "x"})
+
+
+def test_join_dispatches_once_and_replays_the_settled_result() -> None:
+    async def main() -> None:
+        ledger = OperationLedger()
+        gate = anyio.Event()
+        runs = 0
+
+        async def work() -> JSONValue:
+            nonlocal runs
+            runs += 1
+            await gate.wait()
+            return "shared"
+
+        results: list[JSONValue] = []
+
+        async def call(rid: str) -> None:
+            results.append(await ledger.run(rid, CALL, params(), work))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call, "c:1")
+            tg.start_soon(call, "c:2")
+            await anyio.sleep(0.01)
+            gate.set()
+        assert await ledger.run("c:3", CALL, params(), work) == "shared"
+        assert results == ["shared", "shared"]
+        assert runs == 1 and ledger.dispatches == 1
+        with pytest.raises(OperationError) as conflict:
+            await ledger.run("c:4", CALL, params(input=2), work)
+        assert conflict.value.code == "OPERATION_CONFLICT"
+
+    anyio.run(main)
+
+
+def test_cancelled_dispatcher_keeps_the_work_while_a_waiter_remains() -> None:
+    async def main() -> None:
+        ledger = OperationLedger()
+        gate = anyio.Event()
+
+        async def work() -> JSONValue:
+            await gate.wait()
+            return "survived"
+
+        survivor: list[JSONValue] = []
+
+        async def waiter() -> None:
+            survivor.append(await ledger.run("c:2", CALL, params(), work))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ledger.run, "c:1", CALL, params(), work)
+            await anyio.sleep(0.01)
+            tg.start_soon(waiter)
+            await anyio.sleep(0.01)
+            assert ledger.cancel_waiter("c:1"), "the dispatcher's task must keep running"
+            gate.set()
+        assert survivor == ["survived"]
+
+    anyio.run(main)
+
+
+def test_work_abandoned_by_every_waiter_is_cancelled_and_uncertain() -> None:
+    async def main() -> None:
+        ledger = OperationLedger()
+        cancelled = anyio.Event()
+
+        async def work() -> JSONValue:
+            try:
+                await anyio.sleep(30)
+            finally:
+                cancelled.set()
+            return None
+
+        outcome: list[str] = []
+
+        async def dispatcher() -> None:
+            try:
+                await ledger.run("c:1", CALL, params(), work)
+            except OperationError as exc:  # its own answer was CANCELLED on the wire
+                outcome.append(exc.code)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(dispatcher)
+            await anyio.sleep(0.01)
+            assert not ledger.cancel_waiter("c:1"), "no other waiter: let the task go"
+        assert outcome == ["UNCERTAIN"]
+        assert cancelled.is_set()
+        with pytest.raises(OperationError) as replay:
+            await ledger.run("c:2", CALL, params(), work)
+        assert replay.value.code == "UNCERTAIN"
+        assert ledger.dispatches == 1
+
+    anyio.run(main)

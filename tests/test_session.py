@@ -1,0 +1,161 @@
+"""HostSession in-process: no pipes, no processes. Fast checks and a fuzzer."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from runner.protocol.completion import Ending, judge
+from runner.protocol.session import (
+    CallCancelled,
+    CallRequested,
+    HostSession,
+    RootResult,
+    Violation,
+)
+
+PARAMS = {
+    "protocol": "run/1",
+    "input": None,
+    "settings": {},
+    "attachments": {},
+    "scratch": "/flow/scratch",
+    "deadlineUnixMs": 1_900_000_000_000,
+}
+
+
+def frame(obj: object) -> bytes:
+    return json.dumps(obj).encode() + b"\n"
+
+
+def call(rid: str, op: str = "o") -> bytes:
+    params = {"operationId": op, "slot": "s", "method": "m", "input": None}
+    return frame({"jsonrpc": "2.0", "id": rid, "method": "capability/call", "params": params})
+
+
+def started() -> HostSession:
+    session = HostSession(PARAMS)
+    session.start()
+    sent = session.data_to_send()
+    assert json.loads(sent)["method"] == "flow/run"
+    return session
+
+
+def test_flow_run_frame_is_exact() -> None:
+    session = HostSession(PARAMS)
+    session.start()
+    assert json.loads(session.data_to_send()) == {
+        "jsonrpc": "2.0",
+        "id": "host:1",
+        "method": "flow/run",
+        "params": PARAMS,
+    }
+
+
+def test_call_split_across_chunks_dispatches_once() -> None:
+    session = started()
+    data = call("c:1")
+    assert session.receive_data(data[:10]) == []
+    events = session.receive_data(data[10:])
+    assert [type(e) for e in events] == [CallRequested]
+    session.respond("c:1", {"value": 1})
+    assert json.loads(session.data_to_send()) == {
+        "jsonrpc": "2.0",
+        "id": "c:1",
+        "result": {"value": 1},
+    }
+    session.respond("c:1", {"value": 2})
+    assert session.data_to_send() == b"", "a request is answered exactly once"
+
+
+def test_component_cancel_answers_cancelled_once() -> None:
+    session = started()
+    session.receive_data(call("c:1"))
+    cancel = {"jsonrpc": "2.0", "method": "request/cancel", "params": {"requestId": "c:1"}}
+    assert session.receive_data(frame(cancel)) == [CallCancelled("c:1")]
+    answer = json.loads(session.data_to_send())
+    assert answer["error"]["data"]["code"] == "CANCELLED"
+    assert session.receive_data(frame(cancel)) == []
+    session.respond("c:1", {"value": 1})
+    assert session.data_to_send() == b""
+
+
+def test_root_cancel_then_owner_closed_and_first_condition_wins() -> None:
+    session = started()
+    assert session.cancel_root("CANCELLED")
+    assert json.loads(session.data_to_send())["method"] == "request/cancel"
+    assert not session.cancel_root("DEADLINE_EXCEEDED")
+    session.receive_data(call("c:1"))
+    assert json.loads(session.data_to_send())["error"]["data"]["code"] == "OWNER_CLOSED"
+    assert session.condition == "CANCELLED"
+
+
+def test_success_needs_clean_end_and_exit_zero() -> None:
+    session = started()
+    result = {"jsonrpc": "2.0", "id": "host:1", "result": {"outcome": "done", "output": 1}}
+    assert session.receive_data(frame(result)) == [RootResult({"outcome": "done", "output": 1})]
+    session.receive_eof()
+    assert judge(session, Ending(0)).result == {"outcome": "done", "output": 1}
+    assert judge(session, Ending(1)).error.code == "EXECUTION_FAILED"  # type: ignore[union-attr]
+
+
+def test_message_of_unknown_method_is_bounded() -> None:
+    session = started()
+    long = frame({"jsonrpc": "2.0", "id": "c:1", "method": "x" * 5000, "params": {}})
+    assert session.receive_data(long) == []
+    answer = json.loads(session.data_to_send())
+    assert answer["error"]["code"] == -32601
+    assert len(answer["error"]["message"]) <= 1024
+
+
+VALID = [
+    call("c:1"),
+    call("c:2", "shared"),
+    frame({"jsonrpc": "2.0", "method": "request/cancel", "params": {"requestId": "c:1"}}),
+    frame({"jsonrpc": "2.0", "id": "host:1", "result": {"outcome": "done", "output": None}}),
+    frame({"jsonrpc": "2.0", "id": "host:1",
+           "error": {"code": -32000, "message": "x", "data": {"code": "CANCELLED"}}}),
+    frame({"jsonrpc": "2.0", "id": "c:9", "method": "flow/run", "params": {}}),
+    frame({"jsonrpc": "2.0", "method": "note", "params": [1]}),
+]  # fmt: skip
+
+
+def mutate(data: bytes, position: int, byte: int, cut: bool) -> bytes:
+    if not data:
+        return data
+    position %= len(data)
+    return data[:position] if cut else data[:position] + bytes([byte]) + data[position + 1 :]
+
+
+chunks = st.one_of(
+    st.sampled_from(VALID),
+    st.builds(
+        mutate, st.sampled_from(VALID), st.integers(0, 300), st.integers(0, 255), st.booleans()
+    ),
+    st.binary(max_size=40),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(chunks, max_size=12),
+    st.lists(st.booleans(), max_size=12),
+    st.sampled_from([None, 0, 1, 137]),
+)
+def test_fuzz_any_component_stream_ends_in_a_classification(
+    stream: list[bytes], answers: list[bool], exit_code: int | None
+) -> None:
+    session = started()
+    for chunk, answer in zip(stream, answers + [False] * len(stream), strict=False):
+        for event in session.receive_data(chunk):
+            if isinstance(event, CallRequested) and answer:
+                session.respond(event.request_id, {"value": None})
+            assert not isinstance(event, Violation) or session.closed
+        session.data_to_send()
+    session.receive_eof()
+    verdict = judge(session, Ending(exit_code))
+    assert (verdict.result is None) != (verdict.error is None)
+    if verdict.result is not None:
+        assert exit_code == 0 and not session.pending and session.violation is None
