@@ -2,8 +2,8 @@
 
 Each test launches at most one container from ``flow-runner/probe`` (images/probe) through
 ``DockerSandbox.launch`` and looks at raw bytes, exit codes and ``facts``. Without an
-engine these tests fail (the ``docker_client`` fixture says how to start one); every test
-checks that no labelled container outlives it.
+engine these tests fail (the ``docker_client`` fixture says how to start one). No container
+may outlive a test: the ``no_leaks`` fixture, or the engine's events for the run, say so.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from runner.sandbox.docker import (
     RuntimeMissing,
     connect,
 )
-from runner.sandbox.gc import sweep
+from runner.sandbox.gc import is_abandoned, sweep
 from runner.sandbox.profiles import SandboxProfile, load_profile
 
 PROBE = "flow-runner/probe:latest"
@@ -53,6 +53,13 @@ def anyio_backend() -> str:
 @pytest.fixture(scope="module")
 def default() -> SandboxProfile:
     return load_profile("default")
+
+
+@pytest.fixture
+def dead_pid() -> int:
+    process = subprocess.Popen(["true"])
+    process.wait()
+    return process.pid
 
 
 def frame(stream: int, payload: bytes) -> bytes:
@@ -111,7 +118,7 @@ def probe(docker_client: Any, default: SandboxProfile, no_leaks: None) -> Any:
     return make
 
 
-# --- without an engine ---------------------------------------------
+# --- without an engine ----------------------------------------------------------------
 
 
 def test_demuxer_reassembles_frames_fed_a_byte_at_a_time() -> None:
@@ -138,6 +145,23 @@ def test_no_engine_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: P
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/docker.sock")
     with pytest.raises(EngineUnavailable, match=rf"{tmp_path}/docker.sock.*make engine"):
         connect()
+
+
+def owned(owner: str, created_ms: float) -> dict[str, str]:
+    return {LABEL_OWNER: owner, LABEL_CREATED: str(int(created_ms))}
+
+
+def test_a_container_is_abandoned_only_when_its_owner_here_is_gone(dead_pid: int) -> None:
+    host, now = socket.gethostname(), time.time() * 1000
+    assert not is_abandoned(owned(f"{host}:{os.getpid()}", now), host)
+    assert is_abandoned(owned(f"{host}:{dead_pid}", now), host)
+    assert not is_abandoned(owned(f"elsewhere:{dead_pid}", now), host)  # not ours to judge
+    assert not is_abandoned({LABEL_OWNER: "garbage"}, host)
+
+
+def test_an_owner_pid_that_started_after_the_container_was_reused() -> None:
+    host = socket.gethostname()
+    assert is_abandoned(owned(f"{host}:{os.getpid()}", 1000), host)  # created in 1970
 
 
 # --- stdio ----------------------------------------------------------------------------
@@ -211,6 +235,12 @@ async def test_container_carries_labels_and_the_profile_limits(
     assert "size=268435456" in host["Tmpfs"]["/flow/scratch"]
     assert container.attrs["Config"]["User"] == "65534:65534"
     assert container.attrs["Config"]["StdinOnce"] is True
+    [mount] = [m for m in container.attrs["Mounts"] if m["Type"] == "bind"]
+    assert (mount["Source"], mount["Destination"], mount["RW"]) == (
+        str(tmp_path),
+        "/flow/attachments/data",
+        False,
+    )
     assert component.attachment_paths == {"data": "/flow/attachments/data"}
     assert component.scratch_path == "/flow/scratch"
 
@@ -419,32 +449,20 @@ async def test_the_strict_profile_runs_on_gvisor_or_says_how_to_register_it(
 
 
 @pytest.fixture
-def dead_pid() -> int:
-    process = subprocess.Popen(["true"])
-    process.wait()
-    return process.pid
-
-
-@pytest.fixture
-def leftovers(docker_client: Any, dead_pid: int) -> Iterator[dict[str, str]]:
-    """Two never-started containers: one of a dead owner here, one of another host."""
-    now = str(time.time_ns() // 1_000_000)
-    owners = {"dead": f"{socket.gethostname()}:{dead_pid}", "other": "elsewhere:1"}
-    ids = {}
-    for key, owner in owners.items():
-        labels = {LABEL_RUN_ID: f"gc-test-{key}", LABEL_OWNER: owner, LABEL_CREATED: now}
-        ids[key] = docker_client.api.create_container(PROBE, ["echo"], labels=labels)["Id"]
-    yield ids
-    for container_id in ids.values():
-        with contextlib.suppress(docker.errors.NotFound):
-            docker_client.api.remove_container(container_id, force=True)
+def leftover(docker_client: Any, dead_pid: int) -> Iterator[str]:
+    """A never-started container whose owner process here is gone."""
+    labels = {
+        LABEL_RUN_ID: "gc-test",
+        LABEL_OWNER: f"{socket.gethostname()}:{dead_pid}",
+        LABEL_CREATED: str(time.time_ns() // 1_000_000),
+    }
+    container_id: str = docker_client.api.create_container(PROBE, ["echo"], labels=labels)["Id"]
+    yield container_id
+    with contextlib.suppress(docker.errors.NotFound):
+        docker_client.api.remove_container(container_id, force=True)
 
 
 @docker_test
-def test_sweep_removes_a_dead_owners_container_and_leaves_other_hosts_alone(
-    docker_client: Any, leftovers: dict[str, str]
-) -> None:
-    removed = sweep(docker_client)
-    assert leftovers["dead"] in removed
-    assert leftovers["other"] not in removed
-    assert labelled(docker_client, "gc-test-other") != []
+def test_sweep_removes_a_dead_owners_container(docker_client: Any, leftover: str) -> None:
+    assert leftover in sweep(docker_client)
+    assert labelled(docker_client, "gc-test") == []

@@ -67,10 +67,9 @@ class TestBounds:
         assert rejected(nested(128, b'{"a":', b"}", b"null")).pointer == "/a" * 128
 
     def test_very_deep_document_is_rejected_with_offset(self) -> None:
-        error = rejected(nested(5_000))
-        assert error.pointer == "/0" * 128 or error.offset == 128
-        error = rejected(b"[" + b"[[]]," * 3 + nested(5_000) + b"]")
-        assert error.pointer == "/3" + "/0" * 127 or error.offset == 144
+        # Too deep for the stdlib's recursion: located by a bracket scan instead.
+        assert rejected(nested(5_000)).offset == 128
+        assert rejected(b"[" + b"[[]]," * 3 + nested(5_000) + b"]").offset == 16 + 127
 
     def test_document_bytes(self) -> None:
         exact = b"null" + b" " * (json1.MAX_DOCUMENT_BYTES - 4)
@@ -246,7 +245,7 @@ class TestRejections:
         assert loads(b' \t\r\n{"a" : [ 1 , 2.5 ] }\r\n') == {"a": [1, 2.5]}
         value = loads(b"[-0, -0.0, -0e5, -1e-400, 0.0]")
         assert value == [0, 0, 0, 0, 0.0]
-        assert [type(item) for item in value] == [int, int, int, int, float]  # type: ignore[union-attr]
+        assert [type(item) for item in value] == [int, int, int, int, float]
 
     def test_bytes_like_input(self) -> None:
         assert loads(bytearray(b"[1]")) == [1]
@@ -416,7 +415,6 @@ def test_rfc8785_number_vectors(bits: str, text: str) -> None:
 )
 def test_canonical_numbers(value: float, text: str) -> None:
     assert canonical(value) == text.encode()
-    assert json1._es_number(1e21) == "1e+21"
 
 
 def test_rfc8785_example(mode: str) -> None:
@@ -443,13 +441,13 @@ def test_rfc8785_sorting_by_utf16_code_units() -> None:
         "\u0080": "Control",
         "\u00f6": "Latin Small Letter O With Diaeresis",
     }
+    # U+1F600 is written as the units D83D DE00, so it sorts before U+FB33.
     expected = (
         '{"\\r":"Carriage Return","1":"One","\u0080":"Control",'
         '"ö":"Latin Small Letter O With Diaeresis","€":"Euro Sign",'
         '"😀":"Emoji: Grinning Face","\ufb33":"Hebrew Letter Dalet With Dagesh"}'
     )
     assert canonical(value) == expected.encode()
-    assert sorted(value, key=lambda k: k.encode("utf-16-be"))[-2:] == ["\U0001f600", "\ufb33"]
 
 
 def test_canonical_validates_and_never_repairs() -> None:

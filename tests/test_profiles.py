@@ -210,6 +210,11 @@ def test_malformed_specs_are_refused_with_the_spec(spec: str, message: str) -> N
     assert repr(spec) in str(caught.value)
 
 
+def test_an_attachment_built_in_code_is_held_to_the_same_names(tmp_path: Path) -> None:
+    with pytest.raises(AttachmentError, match="not a LocalName"):
+        check_attachment(Attachment("../etc", tmp_path))
+
+
 def test_an_attachment_name_is_given_once(tmp_path: Path) -> None:
     with pytest.raises(AttachmentError, match="attached twice"):
         parse_attachments([f"data={tmp_path}", f"data={tmp_path}:rw"])

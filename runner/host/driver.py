@@ -22,7 +22,7 @@ from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream
 
 from runner.host.broker import Broker, CallContext
-from runner.host.operations import OperationLedger
+from runner.host.operations import OperationLedger, Ticket
 from runner.json1 import JSONValue
 from runner.protocol import messages
 from runner.protocol.codes import LOCAL_CODES, OperationError
@@ -292,8 +292,7 @@ class _Run:
     def _handle(self, events: list[Event]) -> None:
         for event in events:
             if isinstance(event, CallRequested):
-                assert self.task_group is not None
-                self.task_group.start_soon(self._call, event)
+                self._admit(event)
             elif isinstance(event, CallCancelled):
                 scope = self.calls.get(event.request_id)
                 if scope is not None and not self.ledger.cancel_waiter(event.request_id):
@@ -304,12 +303,23 @@ class _Run:
                 self.settled.set()
         self._flush()
 
-    async def _call(self, event: CallRequested) -> None:
+    def _admit(self, event: CallRequested) -> None:
+        ticket = None
+        if event.method in OPERATION_METHODS:
+            try:
+                ticket = self.ledger.admit(event.request_id, event.method, event.params)
+            except OperationError as exc:
+                self.session.respond_error(event.request_id, exc)
+                return
+        assert self.task_group is not None
+        self.task_group.start_soon(self._call, event, ticket)
+
+    async def _call(self, event: CallRequested, ticket: Ticket | None) -> None:
         rid = event.request_id
         with anyio.CancelScope() as scope:
             self.calls[rid] = scope
             try:
-                result = await self._dispatch(event)
+                result = await self._dispatch(event, ticket)
             except OperationError as exc:
                 self.session.respond_error(rid, _wire(exc))
             except Exception as exc:  # EN-06: a host-side failure is never a -32603
@@ -325,15 +335,15 @@ class _Run:
             self.session.respond_error(rid, OperationError(code, "the call was stopped"))
         self._flush()
 
-    async def _dispatch(self, event: CallRequested) -> JSONValue:
+    async def _dispatch(self, event: CallRequested, ticket: Ticket | None) -> JSONValue:
         method, params = event.method, event.params
 
         async def work() -> JSONValue:
             return await self.broker.handle(method, params, self.context)
 
-        if method not in OPERATION_METHODS:
+        if ticket is None:
             return await work()
-        result = await self.ledger.run(event.request_id, method, params, work)
+        result = await self.ledger.settle(ticket, work)
         check = (
             messages.validate_run_result
             if method == "flow/run-child"

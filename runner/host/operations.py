@@ -48,6 +48,15 @@ class _Operation:
             self.scope.cancel()
 
 
+@dataclass(frozen=True)
+class Ticket:
+    """One request's place in an operation: it dispatches the work or waits for it."""
+
+    request_id: str
+    operation: _Operation
+    dispatch: bool
+
+
 class OperationLedger:
     """The operations of one root Run, keyed by ``operationId``."""
 
@@ -62,10 +71,13 @@ class OperationLedger:
         rest = {k: v for k, v in params.items() if k != "operationId"}
         return method.encode() + b"\n" + json1.canonical(rest)
 
-    async def run(
-        self, request_id: str, method: str, params: dict[str, JSONValue], work: Work
-    ) -> JSONValue:
-        """Join, replay or dispatch the operation named by ``params["operationId"]``."""
+    def admit(self, request_id: str, method: str, params: dict[str, JSONValue]) -> Ticket:
+        """Decide at once, in arrival order, whether ``request_id`` dispatches or joins.
+
+        Raises ``OPERATION_CONFLICT`` before anything is dispatched. Deciding here rather
+        than in the request's task keeps a cancel that arrives right behind a join from
+        abandoning work the join still waits for.
+        """
         operation_id = params["operationId"]
         assert isinstance(operation_id, str)
         key = self.identity(method, params)
@@ -75,23 +87,35 @@ class OperationLedger:
             self._operations[operation_id] = operation
             self._by_request[request_id] = operation
             self.dispatches += 1
-            return await self._execute(operation, work)
+            return Ticket(request_id, operation, dispatch=True)
         if operation.key != key:
             raise OperationError(
                 "OPERATION_CONFLICT",
                 f"operationId {operation_id!r} was already used with other method or params",
             )
-        if operation.done.is_set():
-            return operation.settled()
-        operation.waiters.add(request_id)
-        self._by_request[request_id] = operation
+        if not operation.done.is_set():
+            operation.waiters.add(request_id)
+            self._by_request[request_id] = operation
+        return Ticket(request_id, operation, dispatch=False)
+
+    async def settle(self, ticket: Ticket, work: Work) -> JSONValue:
+        """Run the work (for the dispatching request) or wait for it, then answer."""
+        operation = ticket.operation
+        if ticket.dispatch:
+            return await self._execute(operation, work)
         try:
             await operation.done.wait()
         finally:
-            operation.waiters.discard(request_id)
-            self._by_request.pop(request_id, None)
+            operation.waiters.discard(ticket.request_id)
+            self._by_request.pop(ticket.request_id, None)
             operation.abandon_if_unwatched()
         return operation.settled()
+
+    async def run(
+        self, request_id: str, method: str, params: dict[str, JSONValue], work: Work
+    ) -> JSONValue:
+        """Join, replay or dispatch the operation named by ``params["operationId"]``."""
+        return await self.settle(self.admit(request_id, method, params), work)
 
     def cancel_waiter(self, request_id: str) -> bool:
         """The component cancelled ``request_id``; True if its task must keep running.

@@ -49,11 +49,7 @@ def parse_attach(spec: str) -> Attachment:
     name, sep, rest = spec.partition("=")
     if not sep:
         raise AttachmentError(f"attachment {spec!r} has no '='; {_SPEC_FORM}")
-    if not (LOCAL_NAME.match(name) and len(name) <= 64):
-        raise AttachmentError(
-            f"attachment {spec!r}: name {name!r} is not a LocalName (1-64 lowercase letters, "
-            "digits and single dashes, e.g. input-data); rename it"
-        )
+    _check_name(name, spec)
     path_text, access = _split_mode(rest)
     if not path_text:
         raise AttachmentError(f"attachment {spec!r} has no host path; {_SPEC_FORM}")
@@ -100,6 +96,7 @@ def check_attachments(attachments: Iterable[Attachment], allowed_mounts: Iterabl
 
 def check_attachment(att: Attachment, allowed_mounts: Iterable[Path] = ()) -> None:
     """Refuse a host path that would hand the component the host, unless the profile allows it."""
+    _check_name(att.name, spec_of(att))
     try:
         path = att.host_path.resolve(strict=True)
     except (OSError, RuntimeError) as exc:
@@ -121,6 +118,14 @@ def check_attachment(att: Attachment, allowed_mounts: Iterable[Path] = ()) -> No
 def spec_of(att: Attachment) -> str:
     """The ``NAME=HOSTPATH:MODE`` spec that describes ``att``."""
     return f"{att.name}={att.host_path}:{_SUFFIX[att.access]}"
+
+
+def _check_name(name: str, spec: str) -> None:
+    if not (LOCAL_NAME.match(name) and len(name) <= 64):
+        raise AttachmentError(
+            f"attachment {spec!r}: name {name!r} is not a LocalName (1-64 lowercase letters, "
+            "digits and single dashes, e.g. input-data); rename it"
+        )
 
 
 def _split_mode(rest: str) -> tuple[str, Access]:

@@ -20,7 +20,7 @@ import re
 import sys
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any, Literal, Self
+from typing import Annotated, Literal, Self
 
 from pydantic import (
     BaseModel,
@@ -33,6 +33,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import ErrorDetails
 
 PROFILE_DIR_NAME = "sandbox-profiles"
 _CHECKOUT_DIR = Path(__file__).resolve().parents[2] / PROFILE_DIR_NAME
@@ -199,7 +200,7 @@ def _explain(path: Path, exc: ValidationError) -> str:
     return f"sandbox profile {path}: " + "; ".join(problems)
 
 
-def _explain_one(error: Any) -> str:
+def _explain_one(error: ErrorDetails) -> str:
     key = ".".join(str(part) for part in error["loc"]) or "(profile)"
     if error["type"] == "extra_forbidden":
         known = ", ".join(SandboxProfile.model_fields)
