@@ -60,3 +60,5 @@ done
 for df in examples/*/Dockerfile; do
   d=$(dirname "$df"); build_dir "flow-runner/examples-$(basename "$d"):latest" "$d"
 done
+# A rebuilt image leaves its predecessor untagged; remove those (only ours, by label).
+docker image prune --force --filter label=flow-runner.recipe >/dev/null

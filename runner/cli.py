@@ -173,6 +173,13 @@ def _prepare(
         check_attachments(attachments, profile.allowed_mounts)
     except (ProfileError, AttachmentError) as exc:
         raise UsageError(str(exc)) from exc
+    from runner.sandbox.errors import DockerSandboxError
+    from runner.sandbox.gc import sweep
+
+    try:
+        sweep()  # containers of runners that died (even by kill -9) go before a new one comes
+    except DockerSandboxError as exc:
+        raise UsageError(str(exc)) from exc
     image, command = target[0], target[1:] or None
     graces = Graces(cancel=profile.cancel_grace, exit=profile.exit_grace)
     return graces, DockerSandbox(image, profile, command), attachments, image
@@ -192,6 +199,7 @@ def _run(
 
     from runner.api import execute
     from runner.host.driver import RunControl
+    from runner.sandbox.errors import DockerSandboxError
 
     control = RunControl()
 
@@ -199,7 +207,8 @@ def _run(
         sys.stderr.buffer.write(chunk)
         sys.stderr.buffer.flush()
 
-    async def main() -> Execution:
+    async def main() -> Execution | DockerSandboxError:
+        outcome: Execution | DockerSandboxError
         async with anyio.create_task_group() as tg:
 
             async def signals() -> None:
@@ -212,23 +221,27 @@ def _run(
                             control.cancel()
 
             tg.start_soon(signals)
-            execution = await execute(
-                sandbox,
-                invocation,
-                target=label,
-                backend=backend,
-                graces=graces,
-                control=control,
-                stderr_sink=None if quiet else echo,
-            )
+            try:
+                outcome = await execute(
+                    sandbox,
+                    invocation,
+                    target=label,
+                    backend=backend,
+                    graces=graces,
+                    control=control,
+                    stderr_sink=None if quiet else echo,
+                )
+            except DockerSandboxError as exc:  # kept out of the task group's ExceptionGroup
+                outcome = exc
             tg.cancel_scope.cancel()
-        return execution
+        return outcome
 
-    try:
-        return anyio.run(main)
-    except (LookupError, ValueError, RuntimeError) as exc:
-        # Sandbox preparation errors (missing image, engine down) name the fix themselves.
-        raise UsageError(str(exc)) from exc
+    outcome = anyio.run(main)
+    if isinstance(outcome, DockerSandboxError):
+        # Preparation failed before anything ran (engine down, image missing, runtime
+        # missing): the message names the fix.
+        raise UsageError(str(outcome))
+    return outcome
 
 
 def _print_verdict(execution: Execution) -> int:

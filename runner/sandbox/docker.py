@@ -47,6 +47,12 @@ from docker.types import LogConfig, Mount, Ulimit
 
 from runner.sandbox.attachments import check_attachment, check_attachments
 from runner.sandbox.base import Attachment, LaunchRequest, RunningComponent, SandboxFacts
+from runner.sandbox.errors import (
+    DockerSandboxError,
+    EngineUnavailable,
+    ImageMissing,
+    RuntimeMissing,
+)
 from runner.sandbox.profiles import SandboxProfile
 
 T = TypeVar("T")
@@ -64,22 +70,6 @@ _READ_SIZE = 1 << 16
 _STOP_TIMEOUT = 10.0
 """Seconds cleanup waits for a killed container to be reported stopped before removing."""
 _BUILD_HINT = "build it with `make images` (runs images/build.sh)"
-
-
-class DockerSandboxError(RuntimeError):
-    """The Docker backend could not prepare, run or clean up a container."""
-
-
-class EngineUnavailable(DockerSandboxError):
-    """No Docker engine answers."""
-
-
-class ImageMissing(DockerSandboxError):
-    """The image is not on the engine (flow-runner never pulls)."""
-
-
-class RuntimeMissing(DockerSandboxError):
-    """The profile's container runtime (e.g. gVisor's runsc) is not registered."""
 
 
 _default_client: docker.DockerClient | None = None
@@ -103,10 +93,10 @@ def connect() -> docker.DockerClient:
     try:
         return docker.from_env()
     except docker.errors.DockerException as exc:
-        raise _engine_unavailable(exc) from exc
+        raise engine_unavailable(exc) from exc
 
 
-def _engine_unavailable(exc: BaseException) -> EngineUnavailable:
+def engine_unavailable(exc: BaseException) -> EngineUnavailable:
     where = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
     return EngineUnavailable(
         f"no Docker engine answers at {where} ({exc}); start one with `make engine` "
@@ -129,7 +119,7 @@ class _Engine:
                 functools.partial(fn, *args, **kwargs), limiter=self.limiter
             )
         except requests.exceptions.ConnectionError as exc:
-            raise _engine_unavailable(exc) from exc
+            raise engine_unavailable(exc) from exc
 
 
 _engines: weakref.WeakKeyDictionary[docker.DockerClient, _Engine] = weakref.WeakKeyDictionary()

@@ -22,8 +22,15 @@ from pathlib import Path
 
 import docker
 import docker.errors
+import requests.exceptions
 
-from runner.sandbox.docker import LABEL_CREATED, LABEL_OWNER, LABEL_RUN_ID, default_client
+from runner.sandbox.docker import (
+    LABEL_CREATED,
+    LABEL_OWNER,
+    LABEL_RUN_ID,
+    default_client,
+    engine_unavailable,
+)
 
 _CLOCK_SLACK_MS = 2_000
 """The boot time in /proc/stat has one-second granularity; allow for it and then some."""
@@ -34,7 +41,11 @@ def sweep(client: docker.DockerClient | None = None) -> list[str]:
     api = (client or default_client()).api
     host = socket.gethostname()
     removed: list[str] = []
-    for summary in api.containers(all=True, filters={"label": LABEL_RUN_ID}):
+    try:
+        summaries = api.containers(all=True, filters={"label": LABEL_RUN_ID})
+    except (docker.errors.DockerException, requests.exceptions.ConnectionError) as exc:
+        raise engine_unavailable(exc) from exc
+    for summary in summaries:
         if not is_abandoned(summary.get("Labels") or {}, host):
             continue
         try:
