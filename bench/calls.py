@@ -4,9 +4,9 @@ Both sides run the same component (``call_component.py``) over the same kind of 
 one process run. The raw host answers every line it reads with a fixed response and has no
 protocol logic at all; flow-runner parses, validates, admits, dispatches to a broker and
 answers. Reported: calls/s sequential and with 64 in flight, the per-call overhead ratio,
-and the peak RSS of a host process running one invocation.
+and the peak RSS of a fresh process running one invocation (64 in flight) either way.
 
-    python bench/calls.py [--calls N]
+    python bench/calls.py [--calls N] [--repeat R]
 """
 
 from __future__ import annotations
@@ -15,14 +15,15 @@ import argparse
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 
-from runner.api import Invocation, execute
-from runner.host.broker import CallContext
-from runner.json1 import JSONValue
-from runner.sandbox.process import ProcessSandbox
+if TYPE_CHECKING:  # imported where used, so that the raw echo's process loads anyio alone
+    from runner.host.broker import CallContext
+    from runner.json1 import JSONValue
 
 ANSWER = b'{"jsonrpc":"2.0","id":"%s","result":{"value":null}}\n'
 COMPONENT = [sys.executable, str(Path(__file__).with_name("call_component.py"))]
@@ -38,6 +39,9 @@ class PingBroker:
 
 
 def via_host(calls: int, window: int) -> float:
+    from runner.api import Invocation, execute
+    from runner.sandbox.process import ProcessSandbox
+
     async def main() -> float:
         execution = await execute(
             ProcessSandbox(COMPONENT),
@@ -78,15 +82,35 @@ def via_raw_echo(calls: int, window: int) -> float:
     return anyio.run(main)
 
 
-def peak_rss_mib(mode: str, calls: int) -> float:
-    """Peak RSS of a fresh process that runs one invocation in ``mode``."""
+def rss_mib(mode: str, calls: int) -> tuple[float, float]:
+    """RSS of a fresh process that runs one invocation in ``mode``: (at start, peak).
+
+    Read from ``/proc/self/status`` (Linux): ``ru_maxrss`` would report the high-water
+    mark of the parent's memory that a forked child starts from, not the child's own.
+    "At start" is after the imports that ``mode`` needs, before the run.
+    """
     code = (
-        "import resource, sys; sys.path.insert(0, 'bench'); import calls as b; "
-        f"b.{mode}({calls}, 64); "
-        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+        f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import calls as b; "
+        f"b.rss_of_one_run(b.{mode}, {calls})"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    return int(out.stdout.split()[-1]) / 1024
+    start, peak = out.stdout.split()[-2:]
+    return int(start) / 1024, int(peak) / 1024
+
+
+def rss_of_one_run(mode: Callable[[int, int], float], calls: int) -> None:
+    """Print this process's RSS before ``mode`` runs (its imports done) and its peak, in KiB."""
+    if mode is via_host:
+        import runner.api
+        import runner.sandbox.process  # noqa: F401
+    start = _status_kib("VmRSS")
+    mode(calls, 64)
+    print(start, _status_kib("VmHWM"))
+
+
+def _status_kib(field: str) -> int:
+    status = Path("/proc/self/status").read_text()
+    return int(status.split(f"{field}:", 1)[1].split()[0])
 
 
 def main() -> None:
@@ -105,8 +129,10 @@ def main() -> None:
     for window, raw_rate, host_rate, raw_us, host_us in rows:
         print(f"{window:>9} {raw_rate:>12,.0f} {host_rate:>13,.0f} {raw_us:>8.1f} "
               f"{host_us:>8.1f} {host_us / raw_us:>8.2f}x")  # fmt: skip
-    raw_mem, host_mem = peak_rss_mib("via_raw_echo", n), peak_rss_mib("via_host", n)
-    print(f"peak RSS for one run of {n:,} calls: raw {raw_mem:.1f} MiB, host {host_mem:.1f} MiB")
+    print(f"peak RSS of one run of {n:,} calls, 64 in flight (MiB):")
+    for name, mode in (("raw echo", "via_raw_echo"), ("host", "via_host")):
+        start, peak = rss_mib(mode, n)
+        print(f"{name:>9} {peak:>6.1f}  ({start:.1f} at start, {peak - start:+.1f} in the run)")
 
 
 if __name__ == "__main__":

@@ -58,8 +58,12 @@ async def execute(
     graces: Graces | None = None,
     control: RunControl | None = None,
     stderr_sink: Callable[[bytes], None] | None = None,
+    depth: int = 0,
 ) -> Execution:
-    """Launch the component, drive Run/1 to the end and judge it."""
+    """Launch the component, drive Run/1 to the end and judge it.
+
+    ``depth`` is 0 for a root run and grows by one for each level of child flows.
+    """
     request = invocation.launch
     if not request.run_id:
         request = LaunchRequest(
@@ -82,6 +86,7 @@ async def execute(
             params,
             broker or UnavailableBroker(),
             run_id=request.run_id,
+            depth=depth,
             graces=graces or Graces(),
             control=control,
             stderr_sink=stderr_sink,

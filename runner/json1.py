@@ -67,6 +67,13 @@ _ESCAPES: Final = re.compile(
 )
 _BRACKETS: Final = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|([\[{])|[\]}]')
 _LONE_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+# UTF-8 lead bytes of U+E000 and above: the only code points whose order by code point
+# (orjson's key sort) differs from their order by UTF-16 code units (RFC 8785's).
+_UTF16_ORDER_DIFFERS: Final = re.compile(rb"[\xee-\xf4]")
+# A tree of at most this many values can break no depth or count bound (a chain of 128
+# values is as deep as JSON/1 allows), so one plain walk checks it. Past a few dozen
+# values the level-by-level survey is faster; a larger tree wastes at most this walk.
+_SMALL_TREE: Final = 32
 _SCALARS: Final = (str, int, float, bool, type(None))
 _LITERALS: Final = {None: "null", True: "true", False: "false"}
 
@@ -130,7 +137,20 @@ def canonical(value: object) -> bytes:
     Members are sorted by UTF-16 code units and numbers use ECMAScript's
     ``Number::toString``; the value is validated first and never repaired.
     """
-    tree = _validated(value)
+    survey = _survey(value, foreign=True)
+    if survey is None:
+        raise _violation(value) or JSON1Error("value outside JSON/1")
+    if orjson is not None and not survey.floats:
+        # Without floats (so without -0.0) orjson's sorted encoding is the RFC 8785 text
+        # (same escapes, same integers), unless a name may sort differently by UTF-16 units.
+        try:
+            encoded = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+        except orjson.JSONEncodeError:
+            pass  # a lone surrogate: the writer below finds and names it
+        else:
+            if _UTF16_ORDER_DIFFERS.search(encoded) is None:
+                return encoded
+    tree = _without_negative_zero(value) if survey.negative_zero else value
     parts: list[str] = []
     _write_canonical(tree, parts)
     try:
@@ -323,19 +343,30 @@ _DECODER: Final = json.JSONDecoder(
 class _Survey(NamedTuple):
     members: int  # members in all objects
     negative_zero: bool  # any -0.0 in the tree
+    floats: bool  # any float in the tree
+
+
+class _TooLarge(Exception):
+    """A tree with more values than :func:`_walk` takes on."""
 
 
 def _survey(root: object, *, foreign: bool) -> _Survey | None:
-    """Check every JSON/1 rule on a tree, level by level; None when one is broken.
+    """Check every JSON/1 rule on a tree; None when one is broken.
 
-    Whole levels go through C-level ``map``/``chain``, so Python code runs once per value
-    only. ``foreign`` trees (to be encoded) also get their member names' types checked;
-    decoded trees have ``str`` names by construction. :func:`_violation` says which rule
-    broke.
+    Small trees (the frames of ordinary calls) take one plain walk, :func:`_walk`. Larger
+    ones go level by level: whole levels pass through C-level ``map``/``chain``, so Python
+    code runs once per value only, but each level costs a few C calls, which is more than
+    a walk over a few values. ``foreign`` trees (to be encoded) also get their member
+    names' types checked; decoded trees have ``str`` names by construction.
+    :func:`_violation` says which rule broke.
     """
+    try:
+        return _walk(root)
+    except _TooLarge:
+        pass
     low, high, string_chars = -MAX_SAFE_INTEGER, MAX_SAFE_INTEGER, _STRING_CHARS
     nodes = depth = 0
-    negative_zero = False
+    negative_zero = floats = False
     dicts: list[dict[Any, Any]] = []
     lists: list[list[Any]] = [[root]]  # a wrapper at depth 0 holds the root
     all_dicts: list[dict[Any, Any]] = []
@@ -357,6 +388,7 @@ def _survey(root: object, *, foreign: bool) -> _Survey | None:
                 if len(value) > string_chars and _utf8_len(value) > MAX_STRING_BYTES:
                     return None
             elif kind is float:
+                floats = True
                 if not (value and low <= value <= high):
                     if value != 0:  # out of range, infinite or NaN
                         return None
@@ -372,8 +404,56 @@ def _survey(root: object, *, foreign: bool) -> _Survey | None:
                 return None
     members = sum(map(len, all_dicts))
     if _containers_fit(all_dicts, all_lists, members, nodes - members, foreign):
-        return _Survey(members, negative_zero)
+        return _Survey(members, negative_zero, floats)
     return None
+
+
+def _walk(root: object) -> _Survey | None:
+    """The survey of a tree of at most :data:`_SMALL_TREE` values; raises
+    :class:`_TooLarge` for a larger one (a cycle included).
+
+    A tree this small can be neither too deep nor too large, so only the values
+    themselves are checked, member names and their type included.
+    """
+    low, high = -MAX_SAFE_INTEGER, MAX_SAFE_INTEGER
+    room = _SMALL_TREE - 1  # the root is one value
+    members = 0
+    negative_zero = floats = False
+    pending: list[Any] = [root]
+    for value in pending:  # the list grows as containers are met: breadth first
+        kind = type(value)
+        if kind is str:
+            if len(value) > _STRING_CHARS and _utf8_len(value) > MAX_STRING_BYTES:
+                return None
+        elif kind is dict:
+            size = len(value)
+            room -= size
+            if room < 0:
+                raise _TooLarge
+            members += size
+            for name in value:
+                if type(name) is not str or (
+                    len(name) > _NAME_CHARS and _utf8_len(name) > MAX_NAME_BYTES
+                ):
+                    return None
+            pending += value.values()
+        elif kind is list:
+            room -= len(value)
+            if room < 0:
+                raise _TooLarge
+            pending += value
+        elif kind is int:
+            if not low <= value <= high:
+                return None
+        elif kind is float:
+            floats = True
+            if not (value and low <= value <= high):
+                if value != 0:  # out of range, infinite or NaN
+                    return None
+                negative_zero = negative_zero or _is_negative_zero(value)
+        elif value is not None and kind is not bool:
+            return None
+    return _Survey(members, negative_zero, floats)
 
 
 def _containers_fit(

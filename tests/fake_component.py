@@ -471,6 +471,17 @@ def uncertain_replay() -> None:  # OP-03
     done(seen)
 
 
+# ----- resources ----------------------------------------------------------------------
+
+
+@scenario
+def memory_hog() -> None:  # grows until the memory limit kills it (OOM)
+    hoard: list[bytes] = []
+    while True:
+        hoard.append(b"m" * (8 << 20))  # filled, so every page is really used
+        sys.stderr.write(f"holding {8 * len(hoard)} MiB\n")
+
+
 def main() -> None:
     name = sys.argv[1] if len(sys.argv) > 1 else "echo"
     threading.Thread(target=_reader, daemon=True).start()

@@ -106,3 +106,31 @@ def test_ctrl_c_cancels_then_exits_130(tmp_path: Path) -> None:
     written = json.loads(report.read_text())
     assert written["status"] == "failed"
     assert written["host_kill"] == "cancel"
+
+
+def test_profiles_list_and_show() -> None:
+    listed = flow_runner("profiles", "list")
+    assert listed.returncode == 0
+    assert {line.split()[0] for line in listed.stdout.splitlines()} >= {"default", "strict", "dev"}
+    shown = json.loads(flow_runner("profiles", "show", "default").stdout)
+    assert shown["network"] == "none" and shown["read_only_root"] is True
+    assert flow_runner("profiles", "show", "nope").returncode == 2
+
+
+def test_exec_a_configured_flow_by_name(tmp_path: Path) -> None:
+    relay = Path(__file__).with_name("components") / "relay.py"
+    config = tmp_path / "flow-runner.toml"
+    config.write_text(
+        f'[flows.parent]\ncommand = ["{sys.executable}", "{relay}"]\n'
+        'children = { next = "child" }\n'
+        f'[flows.child]\ncommand = ["{sys.executable}", "{relay}"]\n'
+    )
+    plan = {"calls": [{"op": "c", "slot": "next", "input": {}}, {"op": "u", "slot": "nope"}]}
+    ran = flow_runner("exec", "parent", "--config", str(config), "--input", json.dumps(plan))
+    assert ran.returncode == 0, ran.stderr
+    results = json.loads(ran.stdout)["output"]["results"]
+    assert results[0]["outcome"] == "done"
+    assert results[1] == "UNAVAILABLE"
+    bad = flow_runner("exec", "parent", "--config", str(tmp_path / "missing.toml"))
+    assert bad.returncode == 2
+    assert "missing.toml" in bad.stderr

@@ -74,7 +74,7 @@ def test_golden_conversation() -> None:
 
 
 def test_sixty_five_concurrent_calls_keep_at_most_64_on_the_wire() -> None:
-    broker = InteropBroker()
+    broker = InteropBroker(delay=0.5)  # long enough for all 64 to be in flight together
     assert output(sdk_run("fanout", args={"calls": 65}, broker=broker)) == {"settled": 65}
     assert broker.calls == 65
     assert broker.most_in_flight == 64

@@ -1,18 +1,21 @@
 """Where component requests go: the broker interface the driver dispatches to.
 
-The driver has already checked the envelope, the params and admission; a broker only
-decides what the call means (which child flow, which capability provider, which channel)
-and either returns the method's success result or raises :class:`OperationError`. With no
-host configuration nothing is admitted, which :class:`UnavailableBroker` expresses.
+The driver has already checked the envelope, the params, admission and operation
+identity; a broker only decides what the call means (which child flow, which capability
+provider, which channel) and either returns the method's success result or raises
+:class:`OperationError`. With no host configuration nothing is admitted
+(:class:`UnavailableBroker`); with one, :class:`FlowBroker` routes by the calling flow's
+configured child slots and capability bindings.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
 from runner.json1 import JSONValue
-from runner.protocol.codes import OperationError
+from runner.protocol.codes import LOCAL_CODES, OperationError, WireCode
 
 
 @dataclass(frozen=True)
@@ -34,14 +37,101 @@ class Broker(Protocol):
         ...
 
 
+class CapabilitySlot(Protocol):
+    """A bound capability: answers with the capability/call result shape."""
+
+    async def call(self, method: str, input: JSONValue) -> JSONValue:
+        """``{"value": ...}`` or ``{"error": {"name", "data"}}``, or raise OperationError."""
+        ...
+
+
+RunChild = Callable[[str, JSONValue, CallContext], Awaitable[dict[str, JSONValue]]]
+"""Run the named flow as a child with this input; its Run result, or OperationError."""
+
+
 class UnavailableBroker:
     """Admits nothing: every child run, capability call and channel is ``UNAVAILABLE``."""
 
     async def handle(
         self, method: str, params: dict[str, JSONValue], call: CallContext
     ) -> JSONValue:
-        what = {
-            "flow/run-child": f"no child flow is admitted for slot {params.get('slot')!r}",
-            "capability/call": f"no capability is bound to slot {params.get('slot')!r}",
-        }.get(method, "the channels extension is not enabled on this host")
-        raise OperationError("UNAVAILABLE", f"{what}: run with a host configuration")
+        raise _unavailable(method, params, "run with a host configuration (--config)")
+
+
+class ChildBudget:
+    """Children running at once under one root run, across the whole tree."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.running = 0
+
+    def __enter__(self) -> None:
+        if self.running >= self.limit:
+            raise OperationError(
+                "RESOURCE_EXHAUSTED",
+                f"{self.limit} child flows are already running under this root run",
+            )
+        self.running += 1
+
+    def __exit__(self, *_: object) -> None:
+        self.running -= 1
+
+
+class FlowBroker:
+    """Routes one invocation's requests by the configuration of its flow."""
+
+    def __init__(
+        self,
+        *,
+        children: Mapping[str, str],
+        capabilities: Mapping[str, CapabilitySlot],
+        run_child: RunChild,
+        budget: ChildBudget,
+        max_depth: int,
+    ) -> None:
+        self.children = children
+        self.capabilities = capabilities
+        self.run_child = run_child
+        self.budget = budget
+        self.max_depth = max_depth
+
+    async def handle(
+        self, method: str, params: dict[str, JSONValue], call: CallContext
+    ) -> JSONValue:
+        slot = params.get("slot")
+        if method == "flow/run-child" and isinstance(slot, str) and slot in self.children:
+            if call.depth + 1 >= self.max_depth:
+                raise OperationError(
+                    "RESOURCE_EXHAUSTED",
+                    f"child flows may nest {self.max_depth} deep; slot {slot!r} would go deeper",
+                )
+            with self.budget:
+                return await self.run_child(self.children[slot], params["input"], call)
+        if method == "capability/call" and isinstance(slot, str) and slot in self.capabilities:
+            name = params["method"]
+            assert isinstance(name, str)
+            return await self.capabilities[slot].call(name, params["input"])
+        raise _unavailable(method, params, "the host configuration does not admit it")
+
+
+def child_failure(error: OperationError, dispatched: int) -> OperationError:
+    """What a parent sees when its child failed (PROTOCOL.md §5).
+
+    Wire codes pass through: the parent can recover from them. A child that broke the
+    protocol or lost its channel is ``EXECUTION_FAILED`` when it dispatched nothing
+    (it had no effects through us) and ``UNCERTAIN`` when it did.
+    """
+    if error.code not in LOCAL_CODES:
+        return error
+    code: WireCode = "UNCERTAIN" if dispatched else "EXECUTION_FAILED"
+    details: dict[str, JSONValue] = {"child": error.code, "dispatched": dispatched}
+    return OperationError(code, f"the child flow failed: {error.message}", details)
+
+
+def _unavailable(method: str, params: dict[str, JSONValue], why: str) -> OperationError:
+    slot = params.get("slot")
+    what = {
+        "flow/run-child": f"no child flow is admitted for slot {slot!r}",
+        "capability/call": f"no capability is bound to slot {slot!r}",
+    }.get(method, "the channels extension is not enabled on this host")
+    return OperationError("UNAVAILABLE", f"{what}: {why}")

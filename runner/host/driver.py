@@ -7,19 +7,26 @@ ending: after the root response it half-closes stdin and gives the component a g
 period to exit; on the deadline or a cancellation it records the condition, sends
 ``request/cancel`` for the root, waits a grace period, then kills. The verdict comes from
 ``runner.protocol.completion``; nothing here decides what the bytes mean.
+
+Calls are the hot path (``bench/calls.py``), and anyio's primitives are what it costs:
+starting a task costs more than a whole call otherwise does. So admitted calls go to a
+queue served by long-lived workers (:meth:`_Run._work`), each running one call at a time
+inside the call's own cancel scope, and the stdin writer is woken at most once per loop
+turn to write everything queued by then in one ``send``.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections import deque
+from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass, field
+from functools import partial
 
 import anyio
 from anyio.abc import TaskGroup
-from anyio.streams.memory import MemoryObjectReceiveStream
 
 from runner.host.broker import Broker, CallContext
 from runner.host.operations import OperationLedger, Ticket
@@ -159,10 +166,16 @@ class _Run:
         self.exit_code: int | None = None
         self.host_kill: HostKill | None = None
         self.calls: dict[str, anyio.CancelScope] = {}
+        """The cancel scope of every admitted call, from admission (queued) to its answer."""
+        self.queued: deque[tuple[CallRequested, Ticket | None]] = deque()
+        self.parked: list[anyio.Event] = []  # one per idle worker
+        self.kicked = False  # a worker was woken or started and has not run yet
         self.condition: Condition | None = None
         self.started = time.monotonic()
         self.timings: dict[str, float] = {}
-        self.outbox_send, self.outbox_receive = anyio.create_memory_object_stream[bytes](math.inf)
+        self.output: list[bytes] = []  # frames for stdin, not yet taken by the writer
+        self.output_ready: anyio.Event | None = None  # set to wake the idle writer
+        self.stdin_closing = False
         self.ledger = OperationLedger()
         self.task_group: TaskGroup | None = None
 
@@ -244,20 +257,35 @@ class _Run:
     # ----- pumps ----------------------------------------------------------------------
 
     def _flush(self) -> None:
+        """Hand the session's queued frames to the writer (dropped once stdin is closing)."""
         data = self.session.data_to_send()
-        if data:
-            with suppress(anyio.ClosedResourceError):
-                self.outbox_send.send_nowait(data)
+        if data and not self.stdin_closing:
+            self.output.append(data)
+            self._wake_writer()
 
     def _close_stdin(self) -> None:
-        self.outbox_send.close()
+        """Let the writer send what it holds, then half-close stdin."""
+        self.stdin_closing = True
+        self._wake_writer()
+
+    def _wake_writer(self) -> None:
+        if self.output_ready is not None:
+            self.output_ready.set()
+            self.output_ready = None
 
     async def _write_stdin(self) -> None:
+        """Write frames in order, all that were queued by the time the writer runs at once:
+        responses produced in one loop turn leave in one write."""
         stdin = self.component.stdin
         with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-            async with self.outbox_receive:
-                async for data in self.outbox_receive:
-                    await stdin.send(data + b"".join(_ready(self.outbox_receive)))
+            while self.output or not self.stdin_closing:
+                if self.output:
+                    data = b"".join(self.output)
+                    self.output.clear()
+                    await stdin.send(data)
+                else:
+                    self.output_ready = ready = anyio.Event()
+                    await ready.wait()
         with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             await stdin.aclose()
 
@@ -304,20 +332,63 @@ class _Run:
         self._flush()
 
     def _admit(self, event: CallRequested) -> None:
+        """Decide the call's place in its operation now, in arrival order, and queue it.
+
+        Its cancel scope exists from here on (for an operation, the ledger cancels the
+        work through it too), so a cancel that arrives while the call is still queued
+        stops the call at the first point where it waits.
+        """
+        rid = event.request_id
+        scope = anyio.CancelScope()
         ticket = None
         if event.method in OPERATION_METHODS:
             try:
-                ticket = self.ledger.admit(event.request_id, event.method, event.params)
+                ticket = self.ledger.admit(rid, event.method, event.params, scope)
             except OperationError as exc:
-                self.session.respond_error(event.request_id, exc)
+                self.session.respond_error(rid, exc)
                 return
-        assert self.task_group is not None
-        self.task_group.start_soon(self._call, event, ticket)
+        self.calls[rid] = scope
+        self.queued.append((event, ticket))
+        self._kick()
+
+    def _kick(self) -> None:
+        """Make sure a worker comes for the queue: wake an idle one, or start one.
+
+        A worker is started only when a call waits and no worker is idle or on its way,
+        so there are never more workers than calls once in progress together: the 64
+        pending requests at most, plus calls answered ``CANCELLED`` that still run (a
+        dispatcher that other requests wait for, or one finishing its cancellation). A
+        cap at 64 would make an admitted call wait behind those.
+        """
+        if self.kicked:
+            return
+        self.kicked = True
+        if self.parked:
+            self.parked.pop().set()
+        else:
+            assert self.task_group is not None
+            self.task_group.start_soon(self._work)
+
+    async def _work(self) -> None:
+        """A worker: runs queued calls one after another, parks while there are none.
+
+        Before it starts a call it kicks another worker if more calls wait, so that a call
+        that blocks holds up the queue for one loop turn at most; a call that completes at
+        once (most do) lets this worker take the next one in the same turn.
+        """
+        while True:
+            self.kicked = False  # this worker is the one that was woken or started
+            while self.queued:
+                event, ticket = self.queued.popleft()
+                if self.queued:
+                    self._kick()
+                await self._call(event, ticket)
+            self.parked.append(wake := anyio.Event())
+            await wake.wait()
 
     async def _call(self, event: CallRequested, ticket: Ticket | None) -> None:
         rid = event.request_id
-        with anyio.CancelScope() as scope:
-            self.calls[rid] = scope
+        with self.calls[rid] as scope:
             try:
                 result = await self._dispatch(event, ticket)
             except OperationError as exc:
@@ -336,11 +407,8 @@ class _Run:
         self._flush()
 
     async def _dispatch(self, event: CallRequested, ticket: Ticket | None) -> JSONValue:
-        method, params = event.method, event.params
-
-        async def work() -> JSONValue:
-            return await self.broker.handle(method, params, self.context)
-
+        method = event.method
+        work = partial(self.broker.handle, method, event.params, self.context)
         if ticket is None:
             return await work()
         result = await self.ledger.settle(ticket, work)
@@ -353,15 +421,6 @@ class _Run:
         if reason is not None:
             raise OperationError("INVALID_RESULT", f"the {method} result is invalid: {reason}")
         return result
-
-
-def _ready(stream: MemoryObjectReceiveStream[bytes]) -> Iterator[bytes]:
-    """Everything already queued, so that one write carries many frames under load."""
-    while True:
-        try:
-            yield stream.receive_nowait()
-        except (anyio.WouldBlock, anyio.EndOfStream):
-            return
 
 
 def _wire(error: OperationError) -> OperationError:

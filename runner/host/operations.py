@@ -10,13 +10,17 @@ dispatched it (no extra task per call: this is the hot path). When the component
 that request, its answer is already ``CANCELLED`` on the wire, but its task keeps running
 the work for as long as another waiter is attached; the work is cancelled only when no
 waiter remains. Work stopped that way may have had effects, so the operation settles as
-``UNCERTAIN`` and stays so for its id.
+``UNCERTAIN`` and stays so for its id. It is cancelled through a cancel scope: the
+ledger's own, or the one the caller settles the dispatching request in (the driver's
+per-call scope, handed to :meth:`OperationLedger.admit`), which spares a scope per call.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
+from typing import Final
 
 import anyio
 
@@ -25,16 +29,22 @@ from runner.json1 import JSONValue
 from runner.protocol.codes import OperationError
 
 Work = Callable[[], Awaitable[JSONValue]]
+_UNSCOPED: Final = nullcontext()  # the caller runs the work in the operation's scope
 
 
-@dataclass
+@dataclass(slots=True)
 class _Operation:
     key: bytes
     runner: str
+    scope: anyio.CancelScope | None
+    """The work runs in it and is cancelled through it when abandoned. Dropped once done:
+    a Run keeps every operation it saw, and a settled one is only replayed."""
+    own_scope: bool  # the ledger enters `scope` (else the caller settles inside it)
     runner_attached: bool = True
     waiters: set[str] = field(default_factory=set)
-    done: anyio.Event = field(default_factory=anyio.Event)
-    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    done: bool = False
+    # Set once done; made only when a waiter has to wait (most operations have none).
+    finished: anyio.Event | None = None
     result: JSONValue = None
     error: OperationError | None = None
 
@@ -43,8 +53,20 @@ class _Operation:
             raise self.error
         return self.result
 
+    async def wait(self) -> None:
+        if not self.done:
+            if self.finished is None:
+                self.finished = anyio.Event()
+            await self.finished.wait()
+
+    def finish(self) -> None:
+        self.done = True
+        self.scope = None
+        if self.finished is not None:
+            self.finished.set()
+
     def abandon_if_unwatched(self) -> None:
-        if not self.runner_attached and not self.waiters and not self.done.is_set():
+        if not self.runner_attached and not self.waiters and self.scope is not None:
             self.scope.cancel()
 
 
@@ -68,22 +90,33 @@ class OperationLedger:
     @staticmethod
     def identity(method: str, params: dict[str, JSONValue]) -> bytes:
         """Canonical identity: the method plus RFC 8785 bytes of params minus operationId."""
-        rest = {k: v for k, v in params.items() if k != "operationId"}
+        rest = params.copy()
+        rest.pop("operationId", None)
         return method.encode() + b"\n" + json1.canonical(rest)
 
-    def admit(self, request_id: str, method: str, params: dict[str, JSONValue]) -> Ticket:
+    def admit(
+        self,
+        request_id: str,
+        method: str,
+        params: dict[str, JSONValue],
+        scope: anyio.CancelScope | None = None,
+    ) -> Ticket:
         """Decide at once, in arrival order, whether ``request_id`` dispatches or joins.
 
         Raises ``OPERATION_CONFLICT`` before anything is dispatched. Deciding here rather
         than in the request's task keeps a cancel that arrives right behind a join from
         abandoning work the join still waits for.
+
+        ``scope`` is the cancel scope in which the caller will settle this request, if it
+        has one: should the request dispatch, work abandoned by every waiter is cancelled
+        through it, and the ledger spares a scope of its own (a cost on the hot path).
         """
         operation_id = params["operationId"]
         assert isinstance(operation_id, str)
         key = self.identity(method, params)
         operation = self._operations.get(operation_id)
         if operation is None:
-            operation = _Operation(key, request_id)
+            operation = _Operation(key, request_id, scope or anyio.CancelScope(), scope is None)
             self._operations[operation_id] = operation
             self._by_request[request_id] = operation
             self.dispatches += 1
@@ -93,7 +126,7 @@ class OperationLedger:
                 "OPERATION_CONFLICT",
                 f"operationId {operation_id!r} was already used with other method or params",
             )
-        if not operation.done.is_set():
+        if not operation.done:
             operation.waiters.add(request_id)
             self._by_request[request_id] = operation
         return Ticket(request_id, operation, dispatch=False)
@@ -104,7 +137,7 @@ class OperationLedger:
         if ticket.dispatch:
             return await self._execute(operation, work)
         try:
-            await operation.done.wait()
+            await operation.wait()
         finally:
             operation.waiters.discard(ticket.request_id)
             self._by_request.pop(ticket.request_id, None)
@@ -129,14 +162,15 @@ class OperationLedger:
         operation.runner_attached = False
         self._by_request.pop(request_id, None)
         operation.abandon_if_unwatched()
-        return not operation.done.is_set() and bool(operation.waiters)
+        return not operation.done and bool(operation.waiters)
 
     async def _execute(self, operation: _Operation, work: Work) -> JSONValue:
+        scope = operation.scope if operation.own_scope else None
         try:
-            with operation.scope:
+            with scope or _UNSCOPED:
                 operation.result = await work()
                 return operation.settled()
-            raise _uncertain()
+            raise _uncertain()  # our own scope was cancelled
         except OperationError as exc:
             operation.error = exc
             raise
@@ -150,7 +184,7 @@ class OperationLedger:
             raise
         finally:
             self._by_request.pop(operation.runner, None)
-            operation.done.set()
+            operation.finish()
 
 
 def _uncertain() -> OperationError:

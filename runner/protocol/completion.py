@@ -56,7 +56,8 @@ def judge(session: HostSession, ending: Ending) -> Verdict:
             # The component stopped because the host cancelled it at the deadline: the
             # recorded condition, not the component's view of it, decides (§9.3).
             reason = "accepted: the component stopped cooperatively at the deadline"
-            error = OperationError("DEADLINE_EXCEEDED", error.message, error.details)
+            message = "the deadline passed; the component stopped when cancelled"
+            error = OperationError("DEADLINE_EXCEEDED", message, error.details)
             return Verdict(None, error, (reason,))
         return Verdict(None, error, ("accepted: the component answered with an error",))
     reasons = tuple(blockers) if response is not None else _premature_reasons(session, ending)

@@ -114,19 +114,23 @@ def decode_payload(payload: bytes) -> JSONValue:
     exceeded bound) raises it with a best-effort ``-32700`` reply (``id: null``).
     The value may still be a non-object; :func:`~runner.protocol.messages.classify`
     rejects that.
+
+    JSON/1 refuses invalid UTF-8 too, so the payload is decoded once: only a refused one
+    is checked for UTF-8 on its own, since step 2 comes first (a BOM followed by invalid
+    UTF-8 is a UTF-8 failure, not a JSON/1 one).
     """
-    if not payload.isascii():
-        try:
-            payload.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise ProtocolViolation(f"frame is not valid UTF-8 (byte {exc.start})") from None
     try:
         return json1.loads(payload)
     except json1.JSON1Error as exc:
-        message = f"Parse error: {exc.reason}"[:MAX_ERROR_MESSAGE_SCALARS]
-        raise ProtocolViolation(
-            f"frame is not JSON/1: {exc.reason}", error_response(None, PARSE_ERROR, message)
-        ) from exc
+        failure = exc
+    try:
+        payload.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ProtocolViolation(f"frame is not valid UTF-8 (byte {exc.start})") from None
+    message = f"Parse error: {failure.reason}"[:MAX_ERROR_MESSAGE_SCALARS]
+    raise ProtocolViolation(
+        f"frame is not JSON/1: {failure.reason}", error_response(None, PARSE_ERROR, message)
+    ) from failure
 
 
 def encode_frame(message: JSONValue) -> bytes:

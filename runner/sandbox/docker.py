@@ -182,7 +182,8 @@ class _AttachConnection:
         self._demuxer = AttachDemuxer()
         self._pending: dict[int, deque[bytes]] = {_STDOUT: deque(), _STDERR: deque()}
         self._discard: set[int] = set()
-        self._read_lock = anyio.Lock()
+        self._reading = False  # one task at a time reads the socket, for both streams
+        self._progress = anyio.Event()  # set after every socket read, then replaced
         self._send_lock = anyio.Lock()
         self._eof = False
         self._stdin_closed = False
@@ -204,14 +205,17 @@ class _AttachConnection:
                 await self._stream.send_eof()
 
     async def receive(self, fd: int, max_bytes: int) -> bytes:
-        """Bytes for ``fd``; whoever reads the socket files the other stream's bytes."""
+        """Bytes for ``fd``; whoever reads the socket files the other stream's bytes.
+
+        A reader never waits on the socket while bytes for it are already filed: the
+        one waiting for the other's read is woken after every read (not queued behind a
+        lock the reader could take again and block on, which stalls the exchange).
+        """
         pending = self._pending[fd]
         while not pending:
             if self._eof:
                 raise anyio.EndOfStream
-            async with self._read_lock:
-                if not pending and not self._eof:
-                    await self._read_once()
+            await self._read_or_wait()
         chunk = pending.popleft()
         if len(chunk) > max_bytes:
             pending.appendleft(chunk[max_bytes:])
@@ -226,9 +230,20 @@ class _AttachConnection:
     async def drain(self) -> None:
         """Read to the end of the stream, keeping what the readers have not taken yet."""
         while not self._eof:
-            async with self._read_lock:
-                if not self._eof:
-                    await self._read_once()
+            await self._read_or_wait()
+
+    async def _read_or_wait(self) -> None:
+        """Read the socket once, or wait until whoever is reading it has read once."""
+        if self._reading:
+            await self._progress.wait()
+            return
+        self._reading = True
+        try:
+            await self._read_once()
+        finally:
+            self._reading = False
+            self._progress.set()
+            self._progress = anyio.Event()
 
     async def _read_once(self) -> None:
         try:

@@ -9,8 +9,9 @@ Only containers owned by *this* host are judged. A pid means nothing on another 
 an engine can be shared (``DOCKER_HOST``, a socket mounted into several pods), so other
 hosts' containers are always left alone; their own runners sweep them. A container is
 abandoned when its owner pid no longer exists here, or exists but started after the
-container was created (the pid was reused). Containers without a readable owner label are
-left alone too: they were not made by this code.
+container was created (the pid was reused), or is a zombie (killed, not yet reaped by its
+parent). Containers without a readable owner label are left alone too: they were not made
+by this code.
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ from runner.sandbox.docker import (
     default_client,
     engine_unavailable,
 )
+from runner.sandbox.errors import DockerSandboxError
 
+_CONFLICT = 409
 _CLOCK_SLACK_MS = 2_000
 """The boot time in /proc/stat has one-second granularity; allow for it and then some."""
 
@@ -52,6 +55,13 @@ def sweep(client: docker.DockerClient | None = None) -> list[str]:
             api.remove_container(summary["Id"], v=True, force=True)
         except docker.errors.NotFound:
             continue  # removed meanwhile, by its owner's cleanup or another sweep
+        except docker.errors.APIError as exc:
+            if exc.status_code == _CONFLICT:
+                continue  # "removal already in progress": another sweep got there first
+            raise DockerSandboxError(
+                f"could not remove abandoned container {summary['Id'][:12]}: "
+                f"{exc.explanation}; remove it with `docker rm -f {summary['Id'][:12]}`"
+            ) from exc
         removed.append(summary["Id"])
     return removed
 
@@ -72,20 +82,27 @@ def _owner_alive(pid: int, created_ms: int | None) -> bool:
         return False
     except PermissionError:
         pass  # it exists, under another user
-    started_ms = _process_start_ms(pid)
-    if started_ms is None or created_ms is None:
+    stat = _process_stat(pid)
+    if stat is None:
+        return True
+    state, started_ms = stat
+    if state in ("Z", "X"):
+        return False  # killed (kill -9), only not yet reaped by its parent
+    if created_ms is None:
         return True
     return started_ms <= created_ms + _CLOCK_SLACK_MS
 
 
-def _process_start_ms(pid: int) -> int | None:
-    """When ``pid`` started (unix ms), from /proc; ``None`` where /proc cannot tell."""
+def _process_stat(pid: int) -> tuple[str, int] | None:
+    """``pid``'s state letter and start time (unix ms) from /proc; ``None`` if it cannot tell."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
         boot = Path("/proc/stat").read_text()
     except OSError:
         return None
-    # Field 22 (starttime, clock ticks since boot) counts from after the ")" ending comm.
-    ticks = int(stat.rpartition(")")[2].split()[19])
+    # After the ")" that ends comm: field 3 (state) first, field 22 (starttime, clock ticks
+    # since boot) twenty places later.
+    fields = stat.rpartition(")")[2].split()
+    ticks = int(fields[19])
     btime = next(int(line.split()[1]) for line in boot.splitlines() if line.startswith("btime"))
-    return round((btime + ticks / os.sysconf("SC_CLK_TCK")) * 1000)
+    return fields[0], round((btime + ticks / os.sysconf("SC_CLK_TCK")) * 1000)

@@ -1,0 +1,295 @@
+"""Benchmark: one invocation in a container, flow-runner against plain ``docker run``.
+
+Side by side in one process run, interleaved round by round, the same image and the same
+``flow/run`` frame:
+
+- (a)  ``docker run --rm -i --network none IMAGE``, fed the frame on stdin; stdin stays
+  open until the response line arrives, then is closed (a subprocess);
+- (a') the same with the security options of the sandbox profile (read-only root, all
+  capabilities dropped, no-new-privileges, the unprivileged user, memory/CPU/pids/nofile
+  limits, init, tmpfs /tmp and /flow/scratch, no log driver): the fair baseline;
+- (b)  the Python API, ``runner.api.execute`` with ``DockerSandbox`` and the profile, in
+  this process (after one warm-up run, as a long-lived API user would have it);
+- (b') the same API call in a fresh Python process (interpreter, imports, one run);
+- (c)  the ``flow-runner exec`` CLI as a subprocess (``--report`` for its time split).
+
+Reported: the median wall time of each with its minimum and quartiles, its ratio to (a)
+and (a') (the median of the per-round ratios), the median split create/attach/start/run/
+cleanup from the run reports of (b), (b') and (c), and where the CLI spends the time
+outside the run: one more CLI run per round, with timestamps taken around the imports,
+the sweep and ``execute`` (``--phases 0`` skips it).
+
+    .venv/bin/python bench/exec_overhead.py [--runs 9] [--image IMAGE] [--profile NAME]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import anyio
+
+from runner.api import Invocation, execute
+from runner.host.driver import Graces
+from runner.sandbox.docker import SCRATCH_PATH, DockerSandbox
+from runner.sandbox.profiles import SandboxProfile, load_profile
+
+ROOT = Path(__file__).resolve().parents[1]
+PYTHON = ROOT / ".venv" / "bin" / "python"
+CLI = ROOT / ".venv" / "bin" / "flow-runner"
+INPUT = {"name": "Ada"}
+SPLIT = ("create", "attach", "start", "run", "cleanup")
+Timed = tuple[float, dict[str, float]]
+
+# The CLI with timestamps (wall clock, so the parent can add its own) around its phases.
+# It imports what ``exec`` imports, then wraps the sweep and ``execute``, which the CLI
+# imports inside its functions and so picks up wrapped.
+PHASES = r"""
+import atexit, json, os, sys, time
+marks = {"begin": time.time()}
+import runner.cli, runner.api, runner.sandbox.gc, runner.sandbox.docker, typer._adapters
+marks["imported"] = time.time()
+sweep, execute = runner.sandbox.gc.sweep, runner.api.execute
+def timed_sweep(*args, **kwargs):
+    marks["sweep"] = time.time()
+    try:
+        return sweep(*args, **kwargs)
+    finally:
+        marks["swept"] = time.time()
+async def timed_execute(*args, **kwargs):
+    marks["execute"] = time.time()
+    try:
+        return await execute(*args, **kwargs)
+    finally:
+        marks["executed"] = time.time()
+runner.sandbox.gc.sweep, runner.api.execute = timed_sweep, timed_execute
+def save():
+    marks["atexit"] = time.time()
+    with open(os.environ["PHASES_FILE"], "w") as f:
+        json.dump(marks, f)
+atexit.register(save)
+sys.argv = ["flow-runner", *sys.argv[1:]]
+runner.cli.main()
+"""
+PHASE_NAMES = {
+    "interpreter start": ("spawned", "begin"),
+    "imports (typer, pydantic, docker-py, anyio, runner)": ("begin", "imported"),
+    "CLI parsing and checks, up to the sweep": ("imported", "sweep"),
+    "gc sweep (client, version, list)": ("sweep", "swept"),
+    "profile, invocation, event loop, up to execute": ("swept", "execute"),
+    "execute (the run itself)": ("execute", "executed"),
+    "print, write the report": ("executed", "atexit"),
+    "interpreter finalization": ("atexit", "ended"),
+}
+
+
+def root_frame() -> bytes:
+    """The flow/run request the host sends, with a deadline well in the future."""
+    params = {
+        "protocol": "run/1",
+        "input": INPUT,
+        "settings": {},
+        "attachments": {},
+        "scratch": SCRATCH_PATH,
+        "deadlineUnixMs": int((time.time() + 300) * 1000),
+    }
+    frame = {"jsonrpc": "2.0", "id": "host:1", "method": "flow/run", "params": params}
+    return json.dumps(frame, separators=(",", ":")).encode() + b"\n"
+
+
+def secure_flags(profile: SandboxProfile) -> list[str]:
+    """``docker run`` options equivalent to what DockerSandbox asks the engine for."""
+    flags = [
+        "--network", profile.network,
+        "--user", profile.user,
+        "--memory", str(profile.memory), "--memory-swap", str(profile.memory),
+        "--cpus", str(profile.cpus),
+        "--pids-limit", str(profile.pids),
+        "--ulimit", f"nofile={profile.nofile}:{profile.nofile}",
+        "--tmpfs", f"/tmp:rw,nosuid,nodev,size={profile.tmp_size},mode=1777",
+        "--tmpfs", f"{SCRATCH_PATH}:rw,nosuid,nodev,size={profile.scratch_size},mode=1777",
+        "--log-driver", "none",
+        "--runtime", profile.runtime,
+    ]  # fmt: skip
+    if profile.read_only_root:
+        flags.append("--read-only")
+    flags += [f"--cap-drop={cap}" for cap in profile.cap_drop]
+    flags += [f"--cap-add={cap}" for cap in profile.cap_add]
+    if profile.no_new_privileges:
+        flags += ["--security-opt", "no-new-privileges"]
+    if profile.init:
+        flags.append("--init")
+    return flags
+
+
+def docker_run(image: str, flags: list[str]) -> Timed:
+    """(a)/(a'): one ``docker run --rm -i``, stdin open until the response line."""
+    started = time.perf_counter()
+    proc = subprocess.Popen(
+        ["docker", "run", "--rm", "-i", *flags, image],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(root_frame())
+    proc.stdin.flush()
+    line = proc.stdout.readline()
+    proc.stdin.close()
+    rest = proc.stdout.read()
+    code = proc.wait()
+    elapsed = time.perf_counter() - started
+    if code != 0 or "result" not in json.loads(line or b"{}") or rest:
+        raise RuntimeError(f"docker run failed: exit {code}, {line!r}, {rest[:200]!r}")
+    return elapsed, {}
+
+
+def api_run(image: str, profile_name: str) -> Timed:
+    """(b): ``runner.api.execute`` in this process, event loop included."""
+    profile = load_profile(profile_name)
+
+    async def main() -> dict[str, float]:
+        execution = await execute(
+            DockerSandbox(image, profile),
+            Invocation.within(300, input=INPUT),
+            target=image,
+            backend="docker",
+            graces=Graces(profile.cancel_grace, profile.exit_grace),
+        )
+        if execution.verdict.result is None:
+            raise RuntimeError(f"API run failed: {execution.report}")
+        return execution.report.timings
+
+    started = time.perf_counter()
+    timings = anyio.run(main)
+    return time.perf_counter() - started, timings
+
+
+def api_process_run(image: str, profile: str) -> Timed:
+    """(b'): the API in a fresh process: this script with ``--api-once``."""
+    started = time.perf_counter()
+    done = subprocess.run(
+        [str(PYTHON), __file__, "--api-once", "--image", image, "--profile", profile],
+        capture_output=True,
+        check=True,
+    )
+    return time.perf_counter() - started, json.loads(done.stdout)
+
+
+def cli_run(image: str, profile: str, report: Path) -> Timed:
+    """(c): ``flow-runner exec`` as a subprocess."""
+    command = [str(CLI), "exec", "--input", json.dumps(INPUT), "--profile", profile,
+               "--report", str(report), image]  # fmt: skip
+    started = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, check=False)
+    elapsed = time.perf_counter() - started
+    if done.returncode != 0:
+        raise RuntimeError(f"flow-runner exec failed: {done.returncode} {done.stderr!r}")
+    timings: dict[str, float] = json.loads(report.read_text())["timings"]
+    return elapsed, timings
+
+
+def cli_phases(image: str, profile: str, marks_file: Path) -> dict[str, float]:
+    """The CLI once more, instrumented: seconds spent in each of PHASE_NAMES."""
+    command = [str(PYTHON), "-c", PHASES, "exec", "--input", json.dumps(INPUT),
+               "--profile", profile, image]  # fmt: skip
+    spawned = time.time()
+    subprocess.run(
+        command, capture_output=True, check=True, env={**os.environ, "PHASES_FILE": str(marks_file)}
+    )
+    marks = {**json.loads(marks_file.read_text()), "spawned": spawned, "ended": time.time()}
+    return {name: marks[end] - marks[begin] for name, (begin, end) in PHASE_NAMES.items()}
+
+
+def quartiles(values: list[float]) -> tuple[float, float, float]:
+    if len(values) < 2:
+        return values[0], values[0], values[0]
+    q1, q2, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return q1, q2, q3
+
+
+def paired(values: list[float], baseline: list[float]) -> float:
+    """The median of the per-round ratios ``values[i] / baseline[i]``."""
+    return statistics.median(v / b for v, b in zip(values, baseline, strict=True))
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:.0f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=9, help="rounds")
+    parser.add_argument("--phases", type=int, default=1, help="instrumented CLI runs per round")
+    parser.add_argument("--image", default="flow-runner/fake-component:latest")
+    parser.add_argument("--profile", default="default")
+    parser.add_argument("--api-once", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.api_once:
+        print(json.dumps(api_run(args.image, args.profile)[1]))
+        return
+    flags = secure_flags(load_profile(args.profile))
+    scratch = Path(tempfile.mkdtemp())
+    image, profile = args.image, args.profile
+
+    cases: dict[str, Callable[[], Timed]] = {
+        "(a) `docker run --rm -i --network none`": lambda: docker_run(image, ["--network", "none"]),
+        "(a') `docker run`, the profile's security options": lambda: docker_run(image, flags),
+        "(b) `runner.api.execute`, in process": lambda: api_run(image, profile),
+        "(b') `runner.api.execute`, fresh process": lambda: api_process_run(image, profile),
+        "(c) `flow-runner exec`, subprocess": lambda: cli_run(image, profile, scratch / "r.json"),
+    }
+    walls: dict[str, list[float]] = {name: [] for name in cases}
+    splits: dict[str, list[dict[str, float]]] = {name: [] for name in cases}
+    phases: list[dict[str, float]] = []
+    for run in cases.values():  # warm-up: image and page caches, the in-process client
+        run()
+    for _ in range(args.runs):
+        for name, run in cases.items():
+            wall, timings = run()
+            walls[name].append(wall)
+            splits[name].append(timings)
+        phases += [cli_phases(image, profile, scratch / "m.json") for _ in range(args.phases)]
+
+    names = list(cases)
+    a, a_secure = walls[names[0]], walls[names[1]]
+    print(f"image {image}, profile {profile}, {args.runs} rounds\n")
+    print("| variant | median ms | min ms | q1 – q3 ms | ÷ (a) | ÷ (a') |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name in names:
+        q1, median, q3 = quartiles(walls[name])
+        print(f"| {name} | {ms(median)} | {ms(min(walls[name]))} | {ms(q1)} – {ms(q3)} | "
+              f"{paired(walls[name], a):.2f} | {paired(walls[name], a_secure):.2f} |")  # fmt: skip
+    print("\n÷: the median of the per-round ratios (rounds are interleaved, so a ratio compares")
+    print("runs made moments apart, which a machine shared with other jobs needs).")
+
+    keys = (*SPLIT, "response", "exit")
+    print("\n| time split, median ms | " + " | ".join(keys) + " | outside create..cleanup |")
+    print("|---|" + "---:|" * (len(keys) + 1))
+    for name in names[2:]:
+        cells = [
+            f"{statistics.median(v) * 1000:.1f}" if (v := [t[k] for t in splits[name] if k in t])
+            else ""
+            for k in keys
+        ]  # fmt: skip
+        outside = [w - sum(t.get(k, 0.0) for k in SPLIT) for w, t in
+                   zip(walls[name], splits[name], strict=True)]  # fmt: skip
+        print(f"| {name} | " + " | ".join(cells) + f" | {ms(statistics.median(outside))} |")
+
+    if phases:
+        print(f"\n| where (c) spends its time, median of {len(phases)} instrumented runs | ms |")
+        print("|---|---:|")
+        for phase in PHASE_NAMES:
+            print(f"| {phase} | {ms(statistics.median(p[phase] for p in phases))} |")
+        total = statistics.median(sum(p.values()) for p in phases)
+        print(f"| total | {ms(total)} |")
+
+
+if __name__ == "__main__":
+    main()

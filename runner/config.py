@@ -1,0 +1,174 @@
+"""Host configuration: named flows, their child slots and capability bindings, limits.
+
+A TOML file (``--config FILE``; ``flow-runner.toml`` in the working directory when present)
+validated by pydantic. Nothing is admitted that the file does not name: a flow may run
+only the children listed under its ``children`` table and call only the capabilities
+bound under its ``capabilities`` table. Errors name the file, the key and the problem.
+
+    [limits]
+    max_depth = 8              # nesting depth of child flows
+    max_children = 16          # concurrent children per root run
+
+    [flows.report]
+    image = "flow-runner/examples-research-report:latest"
+    deadline = "2m"            # a cap; a child never gets more than its parent has left
+    children = { research = "research" }          # slot -> flow name
+    capabilities.artifacts = { provider = "artifacts", options = { root = "out" } }
+
+    [flows.research]
+    image = "flow-runner/examples-research:latest"
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from runner import json1
+
+LOCAL_NAME = r"^[a-z0-9]+(?:-[a-z0-9]+)*$"
+LocalName = Annotated[str, Field(pattern=LOCAL_NAME, min_length=1, max_length=64)]
+DEFAULT_FILE = "flow-runner.toml"
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
+
+
+class ConfigError(ValueError):
+    """The host configuration cannot be used; the message names the file and the key."""
+
+
+def parse_duration(text: str) -> float:
+    """``30s``, ``2m``, ``1h``, ``500ms`` or plain seconds, as seconds (> 0)."""
+    match = _DURATION.match(text.strip())
+    if match is None or float(match.group(1)) <= 0:
+        raise ValueError(f"{text!r} is not a duration; use e.g. 30s, 2m, 1h or 500ms")
+    scale = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[match.group(2)]
+    return float(match.group(1)) * scale
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class CapabilityConfig(_Strict):
+    """One capability slot: a provider (entry point name), its options, its contract."""
+
+    provider: str
+    options: dict[str, Any] = Field(default_factory=dict)
+    contract: Path | None = None
+    """A Capability Contract/1 descriptor the provider's answers are held to."""
+
+
+class FlowConfig(_Strict):
+    """A flow the host may run: where its code is and what it may reach."""
+
+    image: str | None = None
+    command: list[str] | None = None
+    """Replaces the image's command; without an image, a local process (no isolation)."""
+    profile: str = "default"
+    settings: dict[str, Any] = Field(default_factory=dict)
+    attachments: dict[LocalName, str] = Field(default_factory=dict)
+    """Attachment name -> ``HOSTPATH[:ro|rw]`` (relative paths: from the config file)."""
+    deadline: str | None = None
+    """The longest this flow may run, e.g. ``2m``; a child also never outlives its parent."""
+    children: dict[LocalName, str] = Field(default_factory=dict)
+    """Child-flow slot -> flow name."""
+    capabilities: dict[LocalName, CapabilityConfig] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _runnable(self) -> FlowConfig:
+        if self.image is None and not self.command:
+            raise ValueError("a flow needs an image (or, for a local process, a command)")
+        if self.deadline is not None:
+            parse_duration(self.deadline)
+        try:
+            json1.dumps(self.settings)
+        except json1.JSON1Error as exc:
+            raise ValueError(f"settings must be FLOW JSON/1 values (no dates): {exc}") from exc
+        return self
+
+    @property
+    def deadline_seconds(self) -> float | None:
+        return parse_duration(self.deadline) if self.deadline is not None else None
+
+
+class Limits(_Strict):
+    """Host budgets that answer RESOURCE_EXHAUSTED when exceeded."""
+
+    max_depth: int = Field(default=8, ge=1, le=64)
+    max_children: int = Field(default=16, ge=1, le=1024)
+    """Children running at once under one root run (the whole tree)."""
+    retained_results: int = Field(default=1024, ge=1)
+    """Settled operations one root run remembers for replay."""
+
+
+class HostConfig(_Strict):
+    """The whole host configuration."""
+
+    limits: Limits = Field(default_factory=Limits)
+    flows: dict[str, FlowConfig] = Field(default_factory=dict)
+    base_dir: Path = Path(".")
+    """Directory relative paths in the file are resolved from (the file's own)."""
+
+    @model_validator(mode="after")
+    def _children_exist(self) -> HostConfig:
+        for name, flow in self.flows.items():
+            for slot, target in flow.children.items():
+                if target not in self.flows:
+                    raise ValueError(
+                        f"flows.{name}.children.{slot} names flow {target!r}, which is not "
+                        f"defined; add a [flows.{target}] table or fix the name"
+                    )
+        return self
+
+    def flow(self, name: str) -> FlowConfig:
+        """The flow called ``name``, or a ConfigError listing the ones there are."""
+        try:
+            return self.flows[name]
+        except KeyError:
+            known = ", ".join(sorted(self.flows)) or "none"
+            raise ConfigError(
+                f"no flow named {name!r} in the configuration (flows: {known})"
+            ) from None
+
+    def resolve(self, path: str | Path) -> Path:
+        """A path from the file, relative to the file's directory."""
+        return (self.base_dir / Path(path)).resolve()
+
+
+def load_config(path: Path) -> HostConfig:
+    """Read and validate a configuration file."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the configuration: {exc.strerror}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    data["base_dir"] = str(path.resolve().parent)
+    try:
+        return HostConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_explain(path, exc)) from exc
+
+
+def find_config(explicit: Path | None) -> HostConfig | None:
+    """``--config FILE``, else ``flow-runner.toml`` here when present, else None."""
+    if explicit is not None:
+        return load_config(explicit)
+    default = Path(DEFAULT_FILE)
+    return load_config(default) if default.is_file() else None
+
+
+def _explain(path: Path, exc: ValidationError) -> str:
+    problems = []
+    for error in exc.errors():
+        key = ".".join(str(part) for part in error["loc"]) or "(top level)"
+        problem: str = error["msg"]
+        kind: Literal["extra_forbidden"] | str = error["type"]
+        if kind == "extra_forbidden":
+            problem = "unknown key; check its spelling against the documented keys"
+        problems.append(f"{key}: {problem}")
+    return f"{path}: invalid configuration: " + "; ".join(problems)

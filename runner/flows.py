@@ -1,0 +1,199 @@
+"""Running configured flows: a root run and its tree of child flows.
+
+A :class:`FlowHost` holds what one run tree shares: the host configuration, the
+capability bindings (providers are built once and reused), and the budget of children
+running at once. Each flow — root or child — gets its own sandbox, profile, scratch and
+configured attachments; nothing is inherited from the parent but the remaining root
+deadline. A child's report nests in its parent's.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from runner.api import Execution, Invocation, execute, new_run_id
+from runner.config import CapabilityConfig, ConfigError, FlowConfig, HostConfig
+from runner.host.broker import CallContext, CapabilitySlot, ChildBudget, FlowBroker, child_failure
+from runner.host.driver import Graces, RunControl
+from runner.json1 import JSONValue
+from runner.report import RunReport
+from runner.sandbox.base import Attachment, LaunchRequest, Sandbox
+
+if TYPE_CHECKING:
+    from runner.host.capabilities import CapabilityBinding
+
+PATH_OPTIONS = frozenset({"root", "path"})
+"""Provider options that name host paths; relative ones start at the config file."""
+BUILTIN_PROVIDERS = frozenset({"artifacts", "kv"})
+
+
+class FlowHost:
+    """Runs named flows from a host configuration."""
+
+    def __init__(
+        self,
+        config: HostConfig,
+        *,
+        stderr_sink: Callable[[bytes], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.stderr_sink = stderr_sink
+        self._bindings: dict[tuple[str, str], CapabilitySlot] = {}
+        self.bound: list[CapabilityBinding] = []
+
+    async def run(
+        self,
+        name: str,
+        input: JSONValue,
+        *,
+        deadline_seconds: float,
+        control: RunControl | None = None,
+        scratch_dir: Path | None = None,
+    ) -> Execution:
+        """Run flow ``name`` as a root run."""
+        flow = self.config.flow(name)
+        cap = flow.deadline_seconds
+        seconds = min(deadline_seconds, cap) if cap is not None else deadline_seconds
+        deadline = int((time.time() + seconds) * 1000)
+        budget = ChildBudget(self.config.limits.max_children)
+        return await self._run(
+            name, input, deadline, budget, depth=0, parent=None, control=control,
+            scratch_dir=scratch_dir,
+        )  # fmt: skip
+
+    async def _run(
+        self,
+        name: str,
+        input: JSONValue,
+        deadline_unix_ms: int,
+        budget: ChildBudget,
+        *,
+        depth: int,
+        parent: str | None,
+        control: RunControl | None = None,
+        scratch_dir: Path | None = None,
+    ) -> Execution:
+        flow = self.config.flow(name)
+        children: list[RunReport] = []
+
+        async def run_child(
+            child: str, child_input: JSONValue, call: CallContext
+        ) -> dict[str, JSONValue]:
+            child_flow = self.config.flow(child)
+            deadline = call.deadline_unix_ms
+            if child_flow.deadline_seconds is not None:
+                deadline = min(deadline, int((time.time() + child_flow.deadline_seconds) * 1000))
+            execution = await self._run(
+                child, child_input, deadline, budget, depth=call.depth + 1, parent=call.run_id
+            )
+            children.append(execution.report)
+            if execution.verdict.result is not None:
+                return execution.verdict.result
+            assert execution.verdict.error is not None
+            raise child_failure(execution.verdict.error, execution.report.dispatches)
+
+        broker = FlowBroker(
+            children=flow.children,
+            capabilities=self._capabilities(name, flow),
+            run_child=run_child,
+            budget=budget,
+            max_depth=self.config.limits.max_depth,
+        )
+        sandbox, graces = self._sandbox(flow)
+        invocation = Invocation(
+            input=input,
+            settings=dict(flow.settings),
+            deadline_unix_ms=deadline_unix_ms,
+            launch=LaunchRequest(
+                self._attachments(flow), scratch_dir, new_run_id(), parent_run_id=parent
+            ),
+        )
+        execution = await execute(
+            sandbox,
+            invocation,
+            target=f"{name} ({flow.image or ' '.join(flow.command or [])})",
+            backend="docker" if flow.image else "process",
+            broker=broker,
+            graces=graces,
+            control=control,
+            stderr_sink=self.stderr_sink,
+            depth=depth,
+        )
+        execution.report.children = children
+        return execution
+
+    def _sandbox(self, flow: FlowConfig) -> tuple[Sandbox, Graces]:
+        if flow.image is None:
+            from runner.sandbox.process import ProcessSandbox
+
+            assert flow.command is not None
+            return ProcessSandbox(flow.command, cwd=self.config.base_dir), Graces()
+        from runner.sandbox.docker import DockerSandbox
+        from runner.sandbox.profiles import load_profile
+
+        profile_path = self.config.base_dir / flow.profile
+        profile = load_profile(profile_path if profile_path.is_file() else flow.profile)
+        graces = Graces(cancel=profile.cancel_grace, exit=profile.exit_grace)
+        return DockerSandbox(flow.image, profile, flow.command), graces
+
+    def _attachments(self, flow: FlowConfig) -> tuple[Attachment, ...]:
+        from runner.sandbox.attachments import parse_attachments
+
+        specs = []
+        for name, spec in flow.attachments.items():
+            path, sep, mode = spec.rpartition(":")
+            if not sep or mode not in ("ro", "rw"):
+                path, mode = spec, "ro"
+            specs.append(f"{name}={self.config.resolve(path)}:{mode}")
+        return parse_attachments(specs)
+
+    def _capabilities(self, name: str, flow: FlowConfig) -> dict[str, CapabilitySlot]:
+        slots: dict[str, CapabilitySlot] = {}
+        for slot, binding in flow.capabilities.items():
+            key = (name, slot)
+            if key not in self._bindings:
+                self._bindings[key] = self._bind(f"flows.{name}.capabilities.{slot}", slot, binding)
+            slots[slot] = self._bindings[key]
+        return slots
+
+    def _bind(self, where: str, slot: str, binding: CapabilityConfig) -> CapabilityBinding:
+        """Build a slot's provider once; its contract must be the provider's own."""
+        from runner.host.capabilities import (
+            CapabilityBinding,
+            ContractError,
+            ProviderConfigError,
+            builtin_contract,
+            load_contract,
+            load_provider,
+        )
+
+        options = {
+            key: str(self.config.resolve(value)) if key in PATH_OPTIONS else value
+            for key, value in binding.options.items()
+        }
+        try:
+            provider = load_provider(binding.provider, options)
+            contract = (
+                load_contract(self.config.resolve(binding.contract)) if binding.contract else None
+            )
+        except (ProviderConfigError, ContractError) as exc:
+            raise ConfigError(f"{self.config.base_dir}: {where}: {exc}") from exc
+        if contract is not None and binding.provider in BUILTIN_PROVIDERS:
+            own = builtin_contract(binding.provider).identity
+            if contract.identity != own:
+                raise ConfigError(
+                    f"{where}: the contract {contract.identity} is not the one provider "
+                    f"{binding.provider!r} implements ({own}); bind the matching descriptor"
+                )
+        bound = CapabilityBinding(slot, provider, contract, provider_name=binding.provider)
+        self.bound.append(bound)
+        return bound
+
+    async def aclose(self) -> None:
+        """Release every provider this host built (database connections and the like)."""
+        for binding in self.bound:
+            await binding.aclose()
+        self.bound.clear()

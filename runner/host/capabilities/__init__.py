@@ -1,0 +1,59 @@
+"""Host capabilities for ``capability/call``: the provider plugin interface, Capability
+Contract/1 descriptors, and the built-in ``artifacts`` and ``kv`` providers.
+
+The broker builds one :class:`CapabilityBinding` per configured slot::
+
+    provider = load_provider("kv", {"path": "state.sqlite3"})  # entry point -> class
+    contract = load_contract(package_dir / "contracts/kv.json")  # from the package's uses
+    binding = CapabilityBinding("state", provider, contract, provider_name="kv")
+    result = await binding.call("get", {"key": "cursor"})  # {"value": ...} or {"error": ...}
+    await binding.aclose()
+
+and answers ``capability/call`` with the result, or with the ``OperationError`` that
+``call`` raised. See :mod:`.provider` for writing a provider, :mod:`.contracts` for
+descriptors and :mod:`.schema1` for the Schema/1 dialect.
+"""
+
+from .binding import CapabilityBinding
+from .contracts import (
+    CapabilityContract,
+    ContractBinding,
+    ContractError,
+    ContractIdentity,
+    builtin_contract,
+    contract_digest,
+    load_contract,
+    parse_contract,
+)
+from .provider import (
+    ENTRY_POINT_GROUP,
+    CapabilityError,
+    InvalidInput,
+    Provider,
+    ProviderConfigError,
+    ProviderLost,
+    UnknownMethod,
+    available_providers,
+    load_provider,
+)
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "CapabilityBinding",
+    "CapabilityContract",
+    "CapabilityError",
+    "ContractBinding",
+    "ContractError",
+    "ContractIdentity",
+    "InvalidInput",
+    "Provider",
+    "ProviderConfigError",
+    "ProviderLost",
+    "UnknownMethod",
+    "available_providers",
+    "builtin_contract",
+    "contract_digest",
+    "load_contract",
+    "load_provider",
+    "parse_contract",
+]

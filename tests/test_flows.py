@@ -1,0 +1,152 @@
+"""Configured flows and child runs, with local-process flows (fast; containers elsewhere)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from runner.api import Execution
+from runner.config import ConfigError, load_config
+from runner.flows import FlowHost
+
+ROOT = Path(__file__).resolve().parents[1]
+RELAY = [sys.executable, str(ROOT / "tests" / "components" / "relay.py")]
+
+
+def write_config(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "flow-runner.toml"
+    path.write_text(text)
+    return path
+
+
+def relay_config(tmp_path: Path, extra: str = "") -> Path:
+    command = ", ".join(f'"{part}"' for part in RELAY)
+    return write_config(
+        tmp_path,
+        f"""
+[limits]
+max_depth = 4
+max_children = 8
+{extra}
+
+[flows.top]
+command = [{command}]
+children = {{ next = "middle", again = "middle" }}
+
+[flows.middle]
+command = [{command}]
+children = {{ next = "bottom" }}
+
+[flows.bottom]
+command = [{command}]
+deadline = "20s"
+""",
+    )
+
+
+def run_flow(config: Path, name: str, plan: Any, seconds: float = 30) -> Execution:
+    os.environ["PYTHONPATH"] = str(ROOT)
+
+    async def main() -> Execution:
+        return await FlowHost(load_config(config)).run(name, plan, deadline_seconds=seconds)
+
+    return anyio.run(main)
+
+
+def test_three_levels_nest_and_children_never_outlive_the_parent(tmp_path: Path) -> None:
+    grandchild = {"calls": []}
+    child = {"calls": [{"op": "g", "slot": "next", "input": grandchild}]}
+    before = time.time() * 1000
+    execution = run_flow(relay_config(tmp_path), "top", {"calls": [{"op": "c", "slot": "next",
+                         "input": child}]}, seconds=30)  # fmt: skip
+    assert execution.verdict.result is not None, execution.report
+    top = execution.verdict.result["output"]
+    middle = top["results"][0]["output"]
+    bottom = middle["results"][0]["output"]
+    assert top["deadline"] <= before + 30_000 + 1000
+    assert middle["deadline"] <= top["deadline"]
+    assert bottom["deadline"] <= middle["deadline"]
+    assert bottom["deadline"] <= before + 20_000 + 1000, "the bottom flow's own cap applies"
+    report = execution.report
+    assert len(report.children) == 1 and len(report.children[0].children) == 1
+    assert report.children[0].children[0].status == "succeeded"
+
+
+def test_unadmitted_slot_is_unavailable_without_a_run(tmp_path: Path) -> None:
+    execution = run_flow(relay_config(tmp_path), "bottom",
+                         {"calls": [{"op": "x", "slot": "next", "input": None}]})  # fmt: skip
+    assert execution.verdict.result is not None
+    assert execution.verdict.result["output"]["results"] == ["UNAVAILABLE"]
+    assert execution.report.children == []
+
+
+def test_depth_limit_answers_resource_exhausted(tmp_path: Path) -> None:
+    deep: Any = {"calls": []}
+    for _ in range(5):
+        deep = {"calls": [{"op": "d", "slot": "next", "input": deep}]}
+    config = (
+        relay_config(tmp_path)
+        .read_text()
+        .replace('children = { next = "bottom" }', 'children = { next = "middle" }')
+    )
+    path = write_config(tmp_path, config.replace("max_depth = 4", "max_depth = 3"))
+    execution = run_flow(path, "top", deep)
+    assert execution.verdict.result is not None
+    level = execution.verdict.result["output"]
+    codes = []
+    while level["results"] and isinstance(level["results"][0], dict):
+        level = level["results"][0]["output"]
+    codes = level["results"]
+    assert codes == ["RESOURCE_EXHAUSTED"]
+
+
+def test_concurrency_budget_answers_resource_exhausted(tmp_path: Path) -> None:
+    path = relay_config(tmp_path, "").read_text().replace("max_children = 8", "max_children = 1")
+    calls = [{"op": f"c{i}", "slot": "next", "input": {"sleep": 1}} for i in range(2)]
+    execution = run_flow(write_config(tmp_path, path), "top",
+                         {"calls": calls, "concurrent": True})  # fmt: skip
+    assert execution.verdict.result is not None
+    results = execution.verdict.result["output"]["results"]
+    assert sorted(r if isinstance(r, str) else "ok" for r in results) == [
+        "RESOURCE_EXHAUSTED",
+        "ok",
+    ]
+
+
+def test_joined_child_calls_run_one_child(tmp_path: Path) -> None:
+    same = {"op": "shared", "slot": "next", "input": {"sleep": 0.5}}
+    execution = run_flow(relay_config(tmp_path), "top", {"calls": [same, same],
+                         "concurrent": True})  # fmt: skip
+    assert execution.verdict.result is not None
+    first, second = execution.verdict.result["output"]["results"]
+    assert first == second and isinstance(first, dict)
+    assert len(execution.report.children) == 1
+    assert execution.report.dispatches == 1
+
+
+def test_child_failure_is_recoverable_by_the_parent(tmp_path: Path) -> None:
+    config = relay_config(tmp_path).read_text() + '\n[flows.broken]\ncommand = ["false"]\n'
+    config = config.replace('again = "middle"', 'again = "broken"')
+    execution = run_flow(write_config(tmp_path, config), "top",
+                         {"calls": [{"op": "b", "slot": "again", "input": None}]})  # fmt: skip
+    assert execution.verdict.result is not None
+    assert execution.verdict.result["output"]["results"] == ["EXECUTION_FAILED"]
+    assert execution.report.children[0].error.code == "EXECUTION_FAILED"  # type: ignore[union-attr]
+
+
+def test_config_errors_name_the_file_and_the_key(tmp_path: Path) -> None:
+    path = write_config(tmp_path, '[flows.a]\nimage = "x"\ncolour = "red"\n')
+    with pytest.raises(ConfigError, match=r"flow-runner.toml.*flows\.a\.colour.*unknown key"):
+        load_config(path)
+    path = write_config(tmp_path, '[flows.a]\nimage = "x"\nchildren = { s = "nope" }\n')
+    with pytest.raises(ConfigError, match=r"flows\.a\.children\.s names flow 'nope'"):
+        load_config(path)
+    path = write_config(tmp_path, '[flows.a]\ndeadline = "soon"\nimage = "x"\n')
+    with pytest.raises(ConfigError, match="not a duration"):
+        load_config(path)
