@@ -636,6 +636,23 @@ def test_survey_and_violation_agree(value: object) -> None:
     assert (json1._survey(value, foreign=True) is None) == (json1._violation(value) is not None)
 
 
+# Over 32 values the survey goes level by level instead of in one plain walk.
+large_odd_values = st.recursive(
+    scalars | odd_scalars,
+    lambda inner: (
+        st.lists(inner, min_size=2, max_size=12)
+        | st.dictionaries(keys, inner, min_size=2, max_size=12)
+    ),
+    max_leaves=120,
+)
+
+
+@FAST_ENOUGH
+@given(large_odd_values)
+def test_survey_and_violation_agree_on_large_trees(value: object) -> None:
+    assert (json1._survey(value, foreign=True) is None) == (json1._violation(value) is not None)
+
+
 def test_imports_with_the_standard_library_alone() -> None:
     script = (
         "import sys; sys.modules['orjson'] = None\n"

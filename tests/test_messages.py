@@ -922,6 +922,10 @@ INTERESTING: list[Any] = [
 mutation_values = st.sampled_from(INTERESTING) | json_values | wire_ids | local_names
 
 
+# Drawn values are deep-copied before a frame takes them: the sampled ones are shared
+# objects, and a later mutation of the frame must not change what the next draw sees.
+
+
 def _nodes(value: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[tuple[Any, ...], Any]]:
     yield path, value
     if isinstance(value, dict):
@@ -949,18 +953,18 @@ def mutated_frames(draw: st.DrawFn) -> Any:
             if objects:
                 target = _at(frame, draw(st.sampled_from(objects)))
                 name = draw(st.sampled_from(MEMBER_NAMES) | st.text(max_size=3))
-                target[name] = draw(mutation_values)
+                target[name] = copy.deepcopy(draw(mutation_values))
             continue
         inner = [path for path, _ in nodes if path]
         if not inner:
-            frame = draw(mutation_values)
+            frame = copy.deepcopy(draw(mutation_values))
             continue
         path = draw(st.sampled_from(inner))
         parent = _at(frame, path[:-1])
         if op == "drop":
             del parent[path[-1]]
         else:
-            parent[path[-1]] = draw(mutation_values)
+            parent[path[-1]] = copy.deepcopy(draw(mutation_values))
     return frame
 
 
