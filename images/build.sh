@@ -28,6 +28,7 @@ build_dir() { # image-name context-dir
   local name=$1 dir=$2 recipe
   # Derived images follow the base: its recipe is part of theirs.
   recipe=$({ recipe_of "$dir" runner/json1.py runner/component tests/fake_component.py \
+               tests/components/relay.py \
                runner/host/capabilities/contracts
              current_recipe "$BASE"; } | sha256sum | cut -c1-16)
   [ "$(current_recipe "$name")" = "$recipe" ] && return 0

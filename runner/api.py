@@ -10,13 +10,19 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from runner.host.broker import Broker, UnavailableBroker
 from runner.host.driver import Graces, RunControl, RunOutcome, drive
 from runner.json1 import JSONValue
+from runner.package.checks import check_attachments, check_settings, input_failure, result_failure
+from runner.protocol.codes import OperationError
 from runner.protocol.completion import Verdict
 from runner.report import ReportedError, RunReport
 from runner.sandbox.base import LaunchRequest, Sandbox
+
+if TYPE_CHECKING:
+    from runner.package.reader import Package
 
 
 @dataclass
@@ -63,12 +69,25 @@ async def execute(
     """Launch the component, drive Run/1 to the end and judge it.
 
     ``depth`` is 0 for a root run and grows by one for each level of child flows.
+
+    When the sandbox's image carries a FLOW package, the run is held to it: settings and
+    attachments are checked first (:class:`~runner.package.InvocationRefused`), then the
+    input (an ``INVALID_INPUT`` Run failure with no container created), and after the
+    run the outcome and ``result.schema.json`` (``INVALID_RESULT``). A broken package
+    raises :class:`~runner.package.PackageError` before anything runs.
     """
     request = invocation.launch
     if not request.run_id:
         request = LaunchRequest(
             request.attachments, request.scratch_dir, new_run_id(), request.parent_run_id
         )
+    package = await _package_of(sandbox)
+    if package is not None:
+        check_settings(package, invocation.settings)
+        check_attachments(package, request.attachments)
+        refused = input_failure(package, invocation.input)
+        if refused is not None:
+            return _refused(refused, request.run_id, target, backend)
     async with sandbox.launch(request) as component:
         params: dict[str, JSONValue] = {
             "protocol": "run/1",
@@ -92,14 +111,48 @@ async def execute(
             stderr_sink=stderr_sink,
         )
     facts = component.facts
-    report = _report(outcome, request.run_id, target, backend)
+    verdict = outcome.verdict
+    if package is not None and verdict.result is not None:
+        failure = result_failure(package, verdict.result)
+        if failure is not None:
+            verdict = Verdict(None, failure, (*verdict.reasons, "result refused by the package"))
+    report = _report(outcome, verdict, request.run_id, target, backend)
     report.timings.update(facts.timings)
     report.oom_killed = report.oom_killed or facts.oom_killed
-    return Execution(outcome.verdict, report)
+    return Execution(verdict, report)
 
 
-def _report(outcome: RunOutcome, run_id: str, target: str, backend: str) -> RunReport:
-    verdict, session, ending = outcome.verdict, outcome.session, outcome.ending
+async def _package_of(sandbox: Sandbox) -> Package | None:
+    """The package of the sandbox's image, if its backend has one (Docker) and it carries one.
+
+    Images without a FLOW.md (test images, a bare command) run unchecked, as before.
+    """
+    read = getattr(sandbox, "package", None)
+    if read is None:
+        return None
+    package: Package | None = await read()
+    return package
+
+
+def _refused(error: OperationError, run_id: str, target: str, backend: str) -> Execution:
+    """A Run that failed its package's checks before any container was created."""
+    reason = "refused by the package before launch; no container was created"
+    verdict = Verdict(None, error, (reason,))
+    report = RunReport(
+        run_id=run_id,
+        target=target,
+        backend="docker" if backend == "docker" else "process",
+        status="failed",
+        error=ReportedError(code=error.code, message=error.message, details=error.details),
+        reasons=[reason],
+    )
+    return Execution(verdict, report)
+
+
+def _report(
+    outcome: RunOutcome, verdict: Verdict, run_id: str, target: str, backend: str
+) -> RunReport:
+    session, ending = outcome.session, outcome.ending
     error = verdict.error
     return RunReport(
         run_id=run_id,

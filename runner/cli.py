@@ -159,10 +159,12 @@ class ExecRequest:
     def _flow_starter(self, host_config: HostConfig, value: JSONValue, seconds: float) -> Starter:
         from runner.flows import FlowHost
 
-        if len(self.target) > 1 or self.attach or self.settings_text != "{}":
+        extra = self.attach or self.settings_text != "{}" or self.profile != "default"
+        if len(self.target) > 1 or extra:
             raise UsageError(
-                f"{self.target[0]!r} is a configured flow: its command, settings and "
-                "attachments come from the configuration; drop the extra arguments"
+                f"{self.target[0]!r} is a configured flow: its command, settings, "
+                "attachments and profile come from the configuration; drop the extra "
+                "arguments"
             )
         _sweep()
         name, scratch = self.target[0], self._scratch_dir()
@@ -264,16 +266,18 @@ def _run(start: Starter, quiet: bool) -> Execution:
 
     from runner.config import ConfigError
     from runner.host.driver import RunControl
+    from runner.package.errors import InvocationRefused, PackageError
     from runner.sandbox.errors import DockerSandboxError
 
+    refusals = (DockerSandboxError, ConfigError, InvocationRefused, PackageError)
     control = RunControl()
 
     def echo(chunk: bytes) -> None:
         sys.stderr.buffer.write(chunk)
         sys.stderr.buffer.flush()
 
-    async def main() -> Execution | DockerSandboxError | ConfigError:
-        outcome: Execution | DockerSandboxError | ConfigError
+    async def main() -> Execution | Exception:
+        outcome: Execution | Exception
         async with anyio.create_task_group() as tg:
 
             async def signals() -> None:
@@ -288,15 +292,16 @@ def _run(start: Starter, quiet: bool) -> Execution:
             tg.start_soon(signals)
             try:
                 outcome = await start(control, None if quiet else echo)
-            except (DockerSandboxError, ConfigError) as exc:  # not into an ExceptionGroup
+            except refusals as exc:  # not into an ExceptionGroup
                 outcome = exc
             tg.cancel_scope.cancel()
         return outcome
 
     outcome = anyio.run(main)
-    if isinstance(outcome, DockerSandboxError | ConfigError):
+    if isinstance(outcome, Exception):
         # Preparation failed before anything ran (engine down, image missing, runtime
-        # missing, a provider that cannot start): the message names the fix.
+        # missing, a provider that cannot start, a broken package, settings or
+        # attachments the package refuses): the message names the fix.
         raise UsageError(str(outcome))
     return outcome
 
@@ -357,6 +362,37 @@ def parse_duration(text: str) -> float:
         return parse(text)
     except ValueError as exc:
         raise UsageError(f"--deadline {exc}") from exc
+
+
+@app.command("inspect")
+def inspect_(
+    image: Annotated[str, typer.Argument(help="IMAGE[:TAG] carrying a FLOW package.")],
+    json_: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+) -> None:
+    """Read an image's FLOW package without running it and summarise what it declares."""
+    import docker.errors
+
+    from runner import json1
+    from runner.package.errors import PackageError
+    from runner.package.reader import read_image_package, summary
+    from runner.sandbox.docker import default_client
+    from runner.sandbox.errors import DockerSandboxError
+
+    try:
+        package = read_image_package(default_client(), image)
+    except (PackageError, DockerSandboxError) as exc:
+        _fail_usage(str(exc))
+    except docker.errors.ImageNotFound:
+        _fail_usage(f"image {image!r} is not on this Docker engine; build it (`make images`)")
+    if package is None:
+        _fail_usage(f"image {image!r} carries no FLOW package (no FLOW.md in its package dir)")
+    info = summary(package)
+    if json_:
+        typer.echo(json1.dumps(info).decode())
+        return
+    for key, value in info.items():
+        text = value if isinstance(value, str) else json1.dumps(value).decode()
+        typer.echo(f"{key + ':':13} {text}")
 
 
 @app.command()

@@ -19,6 +19,8 @@ from runner.config import CapabilityConfig, ConfigError, FlowConfig, HostConfig
 from runner.host.broker import CallContext, CapabilitySlot, ChildBudget, FlowBroker, child_failure
 from runner.host.driver import Graces, RunControl
 from runner.json1 import JSONValue
+from runner.package.errors import InvocationRefused, PackageError
+from runner.protocol.codes import OperationError
 from runner.report import RunReport
 from runner.sandbox.base import Attachment, LaunchRequest, Sandbox
 
@@ -86,15 +88,25 @@ class FlowHost:
             deadline = call.deadline_unix_ms
             if child_flow.deadline_seconds is not None:
                 deadline = min(deadline, int((time.time() + child_flow.deadline_seconds) * 1000))
-            execution = await self._run(
-                child, child_input, deadline, budget, depth=call.depth + 1, parent=call.run_id
-            )
+            try:
+                execution = await self._run(
+                    child, child_input, deadline, budget, depth=call.depth + 1, parent=call.run_id
+                )
+            except (InvocationRefused, PackageError) as exc:
+                # The child's package refuses how the host configured it: nothing ran, and
+                # the parent cannot fix it, so it fails the call like a child that could
+                # not start.
+                raise OperationError(
+                    "EXECUTION_FAILED", f"child flow {child!r} was not started: {exc}"
+                ) from exc
             children.append(execution.report)
             if execution.verdict.result is not None:
                 return execution.verdict.result
             assert execution.verdict.error is not None
             raise child_failure(execution.verdict.error, execution.report.dispatches)
 
+        sandbox, graces = self._sandbox(flow)
+        await self._check_package(name, flow, sandbox)
         broker = FlowBroker(
             children=flow.children,
             capabilities=self._capabilities(name, flow),
@@ -102,7 +114,6 @@ class FlowHost:
             budget=budget,
             max_depth=self.config.limits.max_depth,
         )
-        sandbox, graces = self._sandbox(flow)
         invocation = Invocation(
             input=input,
             settings=dict(flow.settings),
@@ -124,6 +135,27 @@ class FlowHost:
         )
         execution.report.children = children
         return execution
+
+    async def _check_package(self, name: str, flow: FlowConfig, sandbox: Sandbox) -> None:
+        """Refuse capability slots the flow's package does not declare in ``uses``.
+
+        Before any provider is built or container created: a component may call only
+        the slots its FLOW.md names, so a configured extra slot is a configuration error.
+        """
+        read = getattr(sandbox, "package", None)
+        if read is None or not flow.capabilities:
+            return
+        from runner.package.checks import check_capability_slots
+        from runner.package.errors import InvocationRefused
+
+        package = await read()
+        if package is None:
+            return
+        try:
+            where = f"{self.config.base_dir}: flows.{name}.capabilities"
+            check_capability_slots(package, flow.capabilities, where=where)
+        except InvocationRefused as exc:
+            raise ConfigError(exc.message) from exc
 
     def _sandbox(self, flow: FlowConfig) -> tuple[Sandbox, Graces]:
         if flow.image is None:

@@ -131,6 +131,9 @@ def test_exec_a_configured_flow_by_name(tmp_path: Path) -> None:
     results = json.loads(ran.stdout)["output"]["results"]
     assert results[0]["outcome"] == "done"
     assert results[1] == "UNAVAILABLE"
+    # A configured flow's profile is the configuration's: --profile is refused, not ignored.
+    strict = flow_runner("exec", "parent", "--config", str(config), "--profile", "strict")
+    assert strict.returncode == 2 and "profile come from the configuration" in strict.stderr
     bad = flow_runner("exec", "parent", "--config", str(tmp_path / "missing.toml"))
     assert bad.returncode == 2
     assert "missing.toml" in bad.stderr

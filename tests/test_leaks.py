@@ -40,7 +40,7 @@ from execkit import (
     start,
     wait_running,
 )
-from runner.sandbox.docker import LABEL_CREATED, LABEL_OWNER
+from runner.sandbox.docker import LABEL_CREATED, LABEL_OWNER, LABEL_RUN_ID
 from runner.sandbox.gc import is_abandoned, sweep
 
 PARALLEL = 6
@@ -230,7 +230,9 @@ class RacingApi:
         self.labels = labels
         self.removed: list[str] = []
 
-    def containers(self, **filters: Any) -> list[dict[str, Any]]:
+    def containers(self, **options: Any) -> list[dict[str, Any]]:
+        if options["filters"]["label"] != LABEL_RUN_ID:
+            return []  # the sweep also lists package-reading containers: none here
         return [{"Id": "a" * 64, "Labels": self.labels}, {"Id": "b" * 64, "Labels": self.labels}]
 
     def remove_container(self, container_id: str, **options: Any) -> None:

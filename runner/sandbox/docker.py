@@ -35,7 +35,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import docker
@@ -55,12 +55,16 @@ from runner.sandbox.errors import (
 )
 from runner.sandbox.profiles import SandboxProfile
 
+if TYPE_CHECKING:
+    from runner.package.reader import Package
+
 T = TypeVar("T")
 
 LABEL_RUN_ID = "flow-runner.run-id"
 LABEL_PARENT_RUN_ID = "flow-runner.parent-run-id"
 LABEL_OWNER = "flow-runner.owner"
 LABEL_CREATED = "flow-runner.created"
+LABEL_INSPECT = "flow-runner.inspect"
 SCRATCH_PATH = "/flow/scratch"
 ATTACHMENTS_DIR = "/flow/attachments"
 
@@ -376,6 +380,22 @@ class DockerSandbox:
         self.command = command
         self._client = client
 
+    async def package(self) -> Package | None:
+        """The image's FLOW package, read inertly (cached per image id), or ``None``."""
+        from runner.package.reader import read_image_package
+
+        client = self._client
+        if client is None:
+            client = await anyio.to_thread.run_sync(default_client)
+        engine = _engine_for(client)
+        try:
+            return await engine.call(read_image_package, client, self.image)
+        except docker.errors.ImageNotFound as exc:
+            raise ImageMissing(
+                f"image {self.image!r} is not on this Docker engine and flow-runner never "
+                f"pulls; {_BUILD_HINT}, or build and tag it yourself"
+            ) from exc
+
     def launch(self, request: LaunchRequest) -> AbstractAsyncContextManager[RunningComponent]:
         """Create, attach and start a container; on exit, kill if needed and remove it."""
         return self._launch(request)
@@ -449,7 +469,7 @@ class DockerSandbox:
             stdin_open=True,  # with attach (not detach) this also sets StdinOnce
             tty=False,
             user=self.profile.user,
-            labels=_labels(run_id, request.parent_run_id),
+            labels=run_labels(run_id, request.parent_run_id),
             host_config=host_config,
         )
         try:
@@ -477,15 +497,24 @@ def _scratch_attachment(request: LaunchRequest) -> Attachment | None:
     return Attachment("scratch", Path(request.scratch_dir).resolve(), "read-write")
 
 
-def _labels(run_id: str, parent_run_id: str | None) -> dict[str, str]:
-    labels = {
-        LABEL_RUN_ID: run_id,
-        LABEL_OWNER: f"{socket.gethostname()}:{os.getpid()}",
-        LABEL_CREATED: str(time.time_ns() // 1_000_000),
-    }
+def run_labels(run_id: str, parent_run_id: str | None = None) -> dict[str, str]:
+    """Labels that let ``flow-runner gc`` find and judge a run's container."""
+    labels = {LABEL_RUN_ID: run_id, **_owner_labels()}
     if parent_run_id:
         labels[LABEL_PARENT_RUN_ID] = parent_run_id
     return labels
+
+
+def inspect_labels() -> dict[str, str]:
+    """Labels of a never-started container that only reads an image's package."""
+    return {LABEL_INSPECT: "1", **_owner_labels()}
+
+
+def _owner_labels() -> dict[str, str]:
+    return {
+        LABEL_OWNER: f"{socket.gethostname()}:{os.getpid()}",
+        LABEL_CREATED: str(time.time_ns() // 1_000_000),
+    }
 
 
 def _host_config(

@@ -27,6 +27,7 @@ import requests.exceptions
 
 from runner.sandbox.docker import (
     LABEL_CREATED,
+    LABEL_INSPECT,
     LABEL_OWNER,
     LABEL_RUN_ID,
     default_client,
@@ -45,7 +46,11 @@ def sweep(client: docker.DockerClient | None = None) -> list[str]:
     host = socket.gethostname()
     removed: list[str] = []
     try:
-        summaries = api.containers(all=True, filters={"label": LABEL_RUN_ID})
+        summaries = [
+            summary
+            for label in (LABEL_RUN_ID, LABEL_INSPECT)
+            for summary in api.containers(all=True, filters={"label": label})
+        ]
     except (docker.errors.DockerException, requests.exceptions.ConnectionError) as exc:
         raise engine_unavailable(exc) from exc
     for summary in summaries:

@@ -1,9 +1,13 @@
 """A component for child-flow tests: runs the child calls its input lists.
 
-Input: ``{"calls": [{"op": ID, "slot": SLOT, "input": ANY}, ...], "concurrent": bool,
-"sleep": SECONDS}``. Output: ``{"deadline": its deadlineUnixMs, "depth": input.depth,
-"results": [child result, or the error code, per call]}``. A child given the same shape
-of input relays further, so one image serves every level of a tree.
+Input: ``{"calls": [CALL or [CALL, ...], ...], "concurrent": bool, "sleep": SECONDS}``.
+A CALL is ``{"op": ID, "slot": SLOT, "input": ANY}`` (a child flow) or, with a
+``"method"``, a capability call. Calls run one after another (all at once with
+``concurrent``); a list of calls in the list runs at once and its results form a list.
+Output: ``{"deadline": its deadlineUnixMs, "results": [per call: the child's
+``{outcome, output}``, a capability's ``{"value": v}`` or ``{"error": name, "data": d}``,
+or the error code], "messages": {op: message of each error code}}``. A child given the
+same shape of input relays further, so one image serves every level of a tree.
 """
 
 from __future__ import annotations
@@ -11,15 +15,28 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from runner.component import OperationError, RunContext, RunResult, handle
+from runner.component import CapabilityError, OperationError, RunContext, RunResult, handle
 
 
-async def one(ctx: RunContext, call: dict[str, Any]) -> Any:
+async def one(ctx: RunContext, call: Any, messages: dict[str, str]) -> Any:
+    if isinstance(call, list):
+        return list(await asyncio.gather(*(one(ctx, each, messages) for each in call)))
     try:
+        if "method" in call:
+            value = await ctx.call_capability(
+                operation_id=call["op"],
+                slot=call["slot"],
+                method=call["method"],
+                input=call.get("input"),
+            )
+            return {"value": value}
         result = await ctx.run_child_flow(
             operation_id=call["op"], slot=call["slot"], input=call.get("input")
         )
+    except CapabilityError as error:
+        return {"error": error.error_name, "data": error.data}
     except OperationError as error:
+        messages[call["op"]] = error.message
         return error.code
     return {"outcome": result.outcome, "output": result.output}
 
@@ -27,13 +44,15 @@ async def one(ctx: RunContext, call: dict[str, Any]) -> Any:
 async def main(ctx: RunContext) -> RunResult:
     plan: dict[str, Any] = ctx.input if isinstance(ctx.input, dict) else {}
     calls = plan.get("calls", [])
+    messages: dict[str, str] = {}
     if plan.get("concurrent"):
-        results = list(await asyncio.gather(*(one(ctx, call) for call in calls)))
+        results = await one(ctx, calls, messages)
     else:
-        results = [await one(ctx, call) for call in calls]
+        results = [await one(ctx, call, messages) for call in calls]
     if plan.get("sleep"):
         await asyncio.sleep(plan["sleep"])
-    return RunResult("done", {"deadline": ctx.deadline_unix_ms, "results": results})
+    output = {"deadline": ctx.deadline_unix_ms, "results": results, "messages": messages}
+    return RunResult("done", output)
 
 
 if __name__ == "__main__":

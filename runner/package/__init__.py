@@ -1,0 +1,10 @@
+"""FLOW Package/1: what a component image declares, and holding its runs to it.
+
+``frontmatter`` parses ``FLOW.md`` (the strict YAML subset and the closed Metadata/1
+vocabulary), ``reader`` reads a package out of an image without running it and compiles
+its schemas, and ``checks`` holds an invocation to the package before and after it runs.
+"""
+
+from runner.package.errors import InvocationRefused, PackageError
+
+__all__ = ["InvocationRefused", "PackageError"]

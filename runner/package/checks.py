@@ -1,0 +1,127 @@
+"""Holding one invocation to its package (PROTOCOL.md §4 host-side checks, §14).
+
+Before any container exists: settings against ``settings.schema.json`` (without one only
+``{}`` is valid), the supplied attachments against the declared ones, and the configured
+capability slots against ``uses``; these are the caller's mistakes and raise
+:class:`InvocationRefused`. Input against ``input.schema.json`` is a Run failure
+(``INVALID_INPUT``) that also happens before the container is created. After the run, the
+outcome must be ``done`` or declared, and ``{outcome, output}`` must fit
+``result.schema.json`` before success is reported (``INVALID_RESULT``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from runner.json1 import JSONValue
+from runner.package.errors import InvocationRefused
+from runner.protocol.codes import OperationError
+from runner.sandbox.base import Attachment
+
+if TYPE_CHECKING:
+    from runner.package.reader import Package
+
+
+def check_settings(package: Package, settings: dict[str, JSONValue]) -> None:
+    """Refuse settings the package does not accept."""
+    validator = package.schemas.get("settings")
+    if validator is None:
+        if settings:
+            raise InvocationRefused(
+                "INVALID_SETTINGS",
+                f"package {package.name!r} has no settings.schema.json, so it takes no "
+                f"settings; drop {', '.join(sorted(settings))} (only {{}} is valid)",
+            )
+        return
+    violation = validator.first_error(settings)
+    if violation is not None:
+        raise InvocationRefused(
+            "INVALID_SETTINGS",
+            f"settings rejected by {package.name!r}'s settings.schema.json at "
+            f"{violation.instance_pointer or 'the root'}: {violation.message} (schema "
+            f"{violation.schema_pointer or '/'}); fix the settings",
+        )
+
+
+def check_attachments(package: Package, attachments: Iterable[Attachment]) -> None:
+    """Every declared attachment supplied, none extra, none wider than declared."""
+    supplied = {att.name: att.access for att in attachments}
+    missing = sorted(set(package.attachments) - set(supplied))
+    extra = sorted(set(supplied) - set(package.attachments))
+    wider = sorted(
+        name
+        for name, access in supplied.items()
+        if access == "read-write" and package.attachments.get(name) == "read"
+    )
+    problems = []
+    if missing:
+        problems.append(f"missing {', '.join(missing)} (supply with --attach NAME=PATH)")
+    if extra:
+        problems.append(f"not declared: {', '.join(extra)} (remove them)")
+    if wider:
+        problems.append(f"declared read but supplied read-write: {', '.join(wider)} (use :ro)")
+    if problems:
+        declared = ", ".join(f"{n}:{a}" for n, a in sorted(package.attachments.items()))
+        raise InvocationRefused(
+            "INVALID_ATTACHMENTS",
+            f"package {package.name!r} declares attachments [{declared}]; " + "; ".join(problems),
+        )
+
+
+def check_capability_slots(package: Package, slots: Iterable[str], *, where: str) -> None:
+    """Every configured capability slot must be one the package ``uses``."""
+    unknown = sorted(set(slots) - set(package.uses))
+    if unknown:
+        declared = ", ".join(sorted(package.uses)) or "none"
+        raise InvocationRefused(
+            "INVALID_CAPABILITIES",
+            f"{where}: capability slot(s) {', '.join(unknown)} are not in package "
+            f"{package.name!r}'s `uses` (it declares: {declared}); remove them from the "
+            "configuration or declare them in FLOW.md",
+        )
+
+
+def input_failure(package: Package, value: JSONValue) -> OperationError | None:
+    """``INVALID_INPUT`` when the input does not fit ``input.schema.json``."""
+    validator = package.schemas.get("input")
+    violation = validator.first_error(value) if validator is not None else None
+    if violation is None:
+        return None
+    return OperationError(
+        "INVALID_INPUT",
+        f"input rejected by {package.name!r}'s input.schema.json at "
+        f"{violation.instance_pointer or 'the root'}: {violation.message}",
+        {
+            "instancePointer": violation.instance_pointer,
+            "schemaPointer": violation.schema_pointer,
+            "keyword": violation.keyword,
+        },
+    )
+
+
+def result_failure(package: Package, result: dict[str, JSONValue]) -> OperationError | None:
+    """``INVALID_RESULT`` for an undeclared outcome or a result outside its schema."""
+    outcome = result.get("outcome")
+    if outcome != "done" and outcome not in package.outcomes:
+        declared = ", ".join(["done", *sorted(package.outcomes)])
+        return OperationError(
+            "INVALID_RESULT",
+            f"outcome {outcome!r} is neither done nor declared in {package.name!r}'s FLOW.md "
+            f"(declared: {declared})",
+            {"outcome": outcome},
+        )
+    validator = package.schemas.get("result")
+    violation = validator.first_error(result) if validator is not None else None
+    if violation is None:
+        return None
+    return OperationError(
+        "INVALID_RESULT",
+        f"result rejected by {package.name!r}'s result.schema.json at "
+        f"{violation.instance_pointer or 'the root'}: {violation.message}",
+        {
+            "instancePointer": violation.instance_pointer,
+            "schemaPointer": violation.schema_pointer,
+            "keyword": violation.keyword,
+        },
+    )

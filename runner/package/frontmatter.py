@@ -1,0 +1,401 @@
+"""``FLOW.md``: the frontmatter split, the strict YAML subset, and Metadata/1.
+
+PROTOCOL.md §14. The frontmatter is YAML 1.2 restricted to the JSON-schema subset with
+string keys. It is parsed here with PyYAML's *event* parser only, never its constructors:
+PyYAML resolves scalars as YAML 1.1 (``yes`` is true, ``0o7`` is 7) and its loaders keep
+the last of two duplicate keys silently. Building the value from events instead lets this
+module apply exactly the subset's rules: a plain ``null``/``true``/``false`` or JSON number
+becomes that JSON value, every other scalar a string, and any tag, anchor, alias, merge
+key (``<<``), non-string key or duplicate key is refused with the place it was found.
+(A hand-written parser would have to re-implement quoting, folding and flow collections;
+the event stream already tells us which syntax each scalar used.)
+
+Every refusal is a :class:`PackageError` naming ``FLOW.md``, the dotted key and the rule.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Final, Literal
+
+import yaml  # type: ignore[import-untyped,unused-ignore]
+
+from runner import json1
+from runner.host.capabilities.schema1 import SchemaError, compile_schema1
+from runner.json1 import JSONValue
+from runner.package.errors import PackageError
+
+FLOW_MD: Final = "FLOW.md"
+MAX_FRONTMATTER_BYTES: Final = 262_144
+MAX_DEPTH: Final = 16
+MAX_NODES: Final = 4_096
+MAX_ENTRIES: Final = 256
+MAX_DESCRIPTION_SCALARS: Final = 16_384
+RESERVED_OUTCOMES: Final = frozenset({"done", "failed", "cancelled", "error"})
+METADATA_KEYS: Final = frozenset(
+    {"name", "description", "uses", "outcomes", "attachments", "channels"}
+)
+PORT_KEYS: Final = frozenset({"direction", "required", "schema", "contract", "delivery", "start"})
+
+_LOCAL_NAME: Final = re.compile(r"\A[a-z0-9]+(?:-[a-z0-9]+)*\Z")
+_JSON_NUMBER: Final = re.compile(r"\A-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?\Z")
+_BOM: Final = b"\xef\xbb\xbf"
+
+Access = Literal["read", "read-write"]
+
+
+@dataclass(frozen=True)
+class Port:
+    """A channel port declaration (PROTOCOL.md §15.2); a requirement, not a grant."""
+
+    direction: Literal["send", "receive"]
+    required: bool = True
+    schema: JSONValue = None
+    """The inline Schema/1 item schema, or ``None`` for a generic port."""
+    contract: str | None = None
+    """The package-local ``./`` reference to a Channel Contract/1 descriptor."""
+    delivery: Literal["direct", "broadcast"] | None = None
+    start: Literal["beginning", "suffix"] | None = None
+
+
+@dataclass(frozen=True)
+class Metadata:
+    """FLOW.md's validated frontmatter and its byte-exact Markdown body."""
+
+    name: str
+    description: str
+    uses: dict[str, str | None] = field(default_factory=dict)
+    """Capability slot → ``./`` contract reference, or ``None`` for ``{local: true}``."""
+    outcomes: dict[str, str] = field(default_factory=dict)
+    attachments: dict[str, Access] = field(default_factory=dict)
+    channels: dict[str, Port] = field(default_factory=dict)
+    extensions: dict[str, JSONValue] = field(default_factory=dict)
+    body: bytes = b""
+
+
+def parse_flow_md(data: bytes, *, file: str = FLOW_MD) -> Metadata:
+    """Parse and validate the bytes of ``FLOW.md``; raise :class:`PackageError`."""
+    text, body = split_frontmatter(data, file=file)
+    return parse_metadata(load_frontmatter(text, file=file), body, file=file)
+
+
+def split_frontmatter(data: bytes, *, file: str = FLOW_MD) -> tuple[str, bytes]:
+    """The frontmatter text between the exact ``---`` lines, and the body after them."""
+    if data.startswith(_BOM):
+        raise PackageError(file, "", "starts with a byte order mark; save it as UTF-8 without BOM")
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PackageError(
+            file, "", f"is not UTF-8 (bad byte at offset {exc.start}); save it as UTF-8"
+        ) from None
+    first = _line_end(data, 0)
+    opener = b"" if first is None else data[:first].removesuffix(b"\n").removesuffix(b"\r")
+    if first is None or opener != b"---":
+        raise PackageError(
+            file, "", "must start with a line that is exactly `---` (the frontmatter opener)"
+        )
+    pos = first
+    while pos < len(data):
+        end = _line_end(data, pos)
+        stop = len(data) if end is None else end
+        if stop > MAX_FRONTMATTER_BYTES:
+            break
+        line = data[pos:stop].removesuffix(b"\n").removesuffix(b"\r")
+        if line == b"---" and (end is not None or stop == len(data)):
+            return data[first:pos].decode("utf-8"), data[stop:]
+        pos = stop
+    if pos >= len(data):
+        raise PackageError(
+            file, "", "the frontmatter has no closing line that is exactly `---`; add one"
+        )
+    raise PackageError(
+        file,
+        "",
+        f"the frontmatter (through its closing `---`) exceeds {MAX_FRONTMATTER_BYTES:,} bytes; "
+        "move long text into the Markdown body",
+    )
+
+
+def _line_end(data: bytes, pos: int) -> int | None:
+    """The offset just after the LF that ends the line at ``pos``, if there is one."""
+    index = data.find(b"\n", pos)
+    return None if index < 0 else index + 1
+
+
+def load_frontmatter(text: str, *, file: str = FLOW_MD) -> JSONValue:
+    """The frontmatter's JSON/1 value under the strict YAML subset."""
+    try:
+        events = _Events(list(yaml.parse(text, Loader=yaml.SafeLoader)))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at frontmatter line {mark.line + 2}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise PackageError(
+            file, "", f"the frontmatter is not valid YAML: {problem}{where}"
+        ) from None
+    builder = _Builder(file)
+    event = next(events)  # StreamStartEvent
+    event = next(events)
+    if isinstance(event, yaml.StreamEndEvent):
+        raise PackageError(
+            file, "", "the frontmatter is empty; `name` and `description` are required"
+        )
+    if isinstance(event, yaml.DocumentStartEvent) and (
+        event.explicit or event.tags or event.version
+    ):
+        raise PackageError(file, "", "the frontmatter may not carry YAML directives or `---`")
+    value = builder.node(events, [], 1)
+    event = next(events)  # DocumentEndEvent
+    if not isinstance(next(events), yaml.StreamEndEvent):
+        raise PackageError(file, "", "the frontmatter holds more than one YAML document")
+    try:
+        json1.dumps(value)
+    except json1.JSON1Error as exc:
+        raise PackageError(
+            file, exc.pointer or "", f"the frontmatter is not JSON/1: {exc.reason}"
+        ) from None
+    return value
+
+
+class _Events:
+    """The parsed events with one event of lookahead."""
+
+    def __init__(self, events: list[yaml.Event]) -> None:
+        self._events = events
+        self._next = 0
+
+    def __next__(self) -> yaml.Event:
+        event = self._events[self._next]
+        self._next += 1
+        return event
+
+    def peek(self) -> yaml.Event:
+        return self._events[self._next]
+
+
+class _Builder:
+    """Turns PyYAML events into a JSON/1 value, refusing what the subset excludes."""
+
+    def __init__(self, file: str) -> None:
+        self.file = file
+        self.nodes = 0
+
+    def fail(self, path: list[str], rule: str) -> PackageError:
+        return PackageError(self.file, _dotted(path), rule)
+
+    def node(self, events: _Events, path: list[str], depth: int) -> JSONValue:
+        event = next(events)
+        self.nodes += 1
+        if self.nodes > MAX_NODES:
+            raise self.fail(path, f"the frontmatter has more than {MAX_NODES:,} nodes")
+        if isinstance(event, yaml.AliasEvent):
+            raise self.fail(
+                path, f"YAML aliases (*{event.anchor}) are not allowed; write the value out"
+            )
+        anchor = getattr(event, "anchor", None)
+        if anchor is not None:
+            raise self.fail(path, f"YAML anchors (&{anchor}) are not allowed; remove it")
+        tag = getattr(event, "tag", None)
+        if tag is not None:
+            raise self.fail(path, f"YAML tags ({tag}) are not allowed; remove it")
+        if isinstance(event, yaml.ScalarEvent):
+            return _scalar(event)
+        if depth > MAX_DEPTH:
+            raise self.fail(path, f"the frontmatter nests deeper than {MAX_DEPTH} levels")
+        if isinstance(event, yaml.SequenceStartEvent):
+            items: list[JSONValue] = []
+            while not isinstance(events.peek(), yaml.SequenceEndEvent):
+                if len(items) == MAX_ENTRIES:
+                    raise self.fail(path, f"a sequence may hold at most {MAX_ENTRIES} items")
+                items.append(self.node(events, [*path, str(len(items))], depth + 1))
+            next(events)
+            return items
+        assert isinstance(event, yaml.MappingStartEvent)
+        members: dict[str, JSONValue] = {}
+        while not isinstance(events.peek(), yaml.MappingEndEvent):
+            key_event = next(events)
+            key = self.key(key_event, path)
+            if key in members:
+                raise self.fail([*path, key], "duplicate key; each key may appear once")
+            if len(members) == MAX_ENTRIES:
+                raise self.fail(path, f"a mapping may hold at most {MAX_ENTRIES} entries")
+            members[key] = self.node(events, [*path, key], depth + 1)
+        next(events)
+        return members
+
+    def key(self, event: yaml.Event, path: list[str]) -> str:
+        if not isinstance(event, yaml.ScalarEvent):
+            raise self.fail(path, "mapping keys must be strings, not collections or aliases")
+        if event.anchor is not None or event.tag is not None:
+            raise self.fail(path, "mapping keys may carry no anchor or tag")
+        key = _scalar(event)
+        if not isinstance(key, str):
+            raise self.fail(
+                [*path, event.value], "mapping keys must be strings; quote it to use it as text"
+            )
+        if key == "<<" and event.style is None:
+            raise self.fail([*path, key], "YAML merge keys (<<) are not allowed")
+        return key
+
+
+def _scalar(event: yaml.ScalarEvent) -> JSONValue:
+    """A scalar by the JSON-schema subset: only plain scalars may be non-strings."""
+    value: str = event.value
+    if event.style is not None:
+        return value
+    if value == "null":
+        return None
+    if value in ("true", "false"):
+        return value == "true"
+    if _JSON_NUMBER.match(value):
+        return json1.loads(value.encode())
+    return value
+
+
+def _dotted(path: list[str]) -> str:
+    return ".".join(path)
+
+
+# ----- Metadata/1 -----------------------------------------------------------------------
+
+
+def parse_metadata(value: JSONValue, body: bytes = b"", *, file: str = FLOW_MD) -> Metadata:
+    """Hold the frontmatter value to the closed Metadata/1 vocabulary."""
+    if not isinstance(value, dict):
+        raise PackageError(file, "", "the frontmatter must be a mapping of keys to values")
+    extensions: dict[str, JSONValue] = {}
+    for key in value:
+        if key.startswith("x-") and _is_local_name(key[2:]):
+            extensions[key] = value[key]
+        elif key not in METADATA_KEYS:
+            raise PackageError(
+                file,
+                key,
+                "unknown key; Metadata/1 allows name, description, uses, outcomes, "
+                "attachments, channels and x-<name> extensions",
+            )
+    name = value.get("name")
+    if "name" not in value:
+        raise PackageError(file, "name", "required; give the package a LocalName label")
+    if not _is_local_name(name):
+        raise PackageError(
+            file, "name", f"{name!r} is not a LocalName (a-z, 0-9, single dashes, ≤64)"
+        )
+    description = value.get("description")
+    if not isinstance(description, str):
+        raise PackageError(file, "description", "required: a text of 1 to 16,384 characters")
+    if not 1 <= len(description) <= MAX_DESCRIPTION_SCALARS:
+        raise PackageError(
+            file,
+            "description",
+            f"must be 1 to {MAX_DESCRIPTION_SCALARS:,} characters, not {len(description):,}",
+        )
+    uses: dict[str, str | None] = {}
+    for slot, spec in _local_map(value, "uses", file).items():
+        key = f"uses.{slot}"
+        if spec == {"local": True}:
+            uses[slot] = None
+        elif isinstance(spec, dict) and set(spec) == {"contract"}:
+            uses[slot] = check_reference(spec["contract"], file=file, key=f"{key}.contract")
+        else:
+            raise PackageError(
+                file, key, 'must be exactly {contract: "./path.json"} or {local: true}'
+            )
+    outcomes: dict[str, str] = {}
+    for outcome, text in _local_map(value, "outcomes", file).items():
+        if outcome in RESERVED_OUTCOMES:
+            raise PackageError(
+                file,
+                f"outcomes.{outcome}",
+                "reserved outcome (done, failed, cancelled, error); choose another name",
+            )
+        if not isinstance(text, str) or not text:
+            raise PackageError(file, f"outcomes.{outcome}", "must be a nonempty description")
+        outcomes[outcome] = text
+    attachments: dict[str, Access] = {}
+    for att, access in _local_map(value, "attachments", file).items():
+        if access == "read":
+            attachments[att] = "read"
+        elif access == "read-write":
+            attachments[att] = "read-write"
+        else:
+            raise PackageError(file, f"attachments.{att}", "must be `read` or `read-write`")
+    channels = {
+        port: _port(spec, f"channels.{port}", file)
+        for port, spec in _local_map(value, "channels", file).items()
+    }
+    return Metadata(name, description, uses, outcomes, attachments, channels, extensions, body)  # type: ignore[arg-type]
+
+
+def _local_map(value: dict[str, JSONValue], key: str, file: str) -> dict[str, JSONValue]:
+    members = value.get(key, {})
+    if not isinstance(members, dict):
+        raise PackageError(file, key, "must be a mapping of LocalNames")
+    for name in members:
+        if not _is_local_name(name):
+            raise PackageError(
+                file, f"{key}.{name}", "not a LocalName (a-z, 0-9, single dashes, ≤64 characters)"
+            )
+    return members
+
+
+def _port(spec: JSONValue, key: str, file: str) -> Port:
+    if not isinstance(spec, dict):
+        raise PackageError(file, key, "a port declaration is a mapping with at least `direction`")
+    for member in spec:
+        if member not in PORT_KEYS:
+            raise PackageError(
+                file,
+                f"{key}.{member}",
+                "unknown key; a port has direction, required, schema, contract, delivery, start",
+            )
+    direction = spec.get("direction")
+    if direction not in ("send", "receive"):
+        raise PackageError(file, f"{key}.direction", "required: `send` or `receive`")
+    required = spec.get("required", True)
+    if not isinstance(required, bool):
+        raise PackageError(file, f"{key}.required", "must be true or false")
+    if "schema" in spec and "contract" in spec:
+        raise PackageError(file, key, "`schema` and `contract` exclude each other; keep one")
+    schema = spec.get("schema")
+    if "schema" in spec:
+        try:
+            compile_schema1(schema, defs={})
+        except SchemaError as exc:
+            raise PackageError(
+                file, f"{key}.schema{exc.pointer}", f"{exc.code}: {exc.message}"
+            ) from None
+    contract = spec.get("contract")
+    if contract is not None:
+        contract = check_reference(contract, file=file, key=f"{key}.contract")
+    delivery = spec.get("delivery")
+    if delivery is not None and delivery not in ("direct", "broadcast"):
+        raise PackageError(file, f"{key}.delivery", "must be `direct` or `broadcast`")
+    start = spec.get("start")
+    if start is not None:
+        if direction != "receive":
+            raise PackageError(file, f"{key}.start", "only a receive port has a start")
+        if start not in ("beginning", "suffix"):
+            raise PackageError(file, f"{key}.start", "must be `beginning` or `suffix`")
+    return Port(direction, required, schema, contract, delivery, start)  # type: ignore[arg-type]
+
+
+def check_reference(ref: JSONValue, *, file: str, key: str) -> str:
+    """An author reference ``./a/b.json`` confined to the package; return it unchanged."""
+    rule = None
+    if not isinstance(ref, str) or not ref.startswith("./"):
+        rule = "must be a package-local reference starting with `./`"
+    elif "\\" in ref or "%" in ref or "\0" in ref:
+        rule = "may not contain backslashes, percent-encoding or NUL"
+    elif any(segment in ("", ".", "..") for segment in ref[2:].split("/")):
+        rule = "must name a file inside the package: no empty, `.` or `..` segments"
+    if rule is not None:
+        raise PackageError(file, key, f"{ref!r} {rule}")
+    assert isinstance(ref, str)
+    return ref
+
+
+def _is_local_name(value: object) -> bool:
+    return isinstance(value, str) and len(value) <= 64 and _LOCAL_NAME.match(value) is not None

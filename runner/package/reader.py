@@ -1,0 +1,292 @@
+"""Reading a FLOW package out of an image without running any of its code.
+
+The package directory is named by the image label ``flow.package`` (``/flow/package``
+when the label is absent). Its files come out through the engine's archive endpoint of a
+container that is created (network none) but never started, then removed: no component
+code runs before the host has validated the metadata and compiled every schema
+(PROTOCOL.md §14, §15.3 "inert inspection").
+
+An image whose package directory is missing, or holds no ``FLOW.md``, carries no
+package: it runs as before, unchecked (the test images, and a bare command image).
+
+Results are cached per image id in this process, so a run tree that starts the same image
+a hundred times reads its package once; a retag that changes the image changes the id.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import struct
+import tarfile
+import threading
+import unicodedata
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from runner import json1
+from runner.host.capabilities.contracts import CapabilityContract, ContractError, parse_contract
+from runner.host.capabilities.schema1 import Schema1Validator, SchemaError, compile_schema1_file
+from runner.json1 import JSONValue
+from runner.package.errors import PackageError
+from runner.package.frontmatter import FLOW_MD, Access, Port, parse_flow_md
+
+PACKAGE_LABEL: Final = "flow.package"
+DEFAULT_PACKAGE_DIR: Final = "/flow/package"
+SCHEMA_FILES: Final = ("input", "settings", "result")
+MAX_ARCHIVE_BYTES: Final = 256 * 1024 * 1024
+"""flow-runner's bound on a package read into memory (Package/1 allows 4 GiB)."""
+MAX_FILES: Final = 65_536
+MAX_PATH_BYTES: Final = 1_024
+MAX_SEGMENTS: Final = 64
+DIGEST_DOMAIN: Final = b"FLOW-Package/1\0"
+
+
+@dataclass(frozen=True)
+class Package:
+    """A validated package: its metadata, compiled schemas, contracts and digest."""
+
+    image_id: str
+    root: str
+    """The package directory inside the image."""
+    name: str
+    description: str
+    outcomes: dict[str, str]
+    uses: dict[str, CapabilityContract | None]
+    """Capability slot → its contract, or ``None`` for a ``{local: true}`` slot."""
+    attachments: dict[str, Access]
+    channels: dict[str, Port]
+    schemas: dict[str, Schema1Validator] = field(repr=False)
+    """``input`` / ``settings`` / ``result`` → validator, for the files present."""
+    schema_documents: dict[str, JSONValue] = field(repr=False)
+    digest: str
+    file_count: int
+
+
+_cache: dict[str, Package | None] = {}
+_cache_lock = threading.Lock()
+
+
+def forget_packages() -> None:
+    """Empty the per-process cache (tests; a long-lived host after images were rebuilt)."""
+    with _cache_lock:
+        _cache.clear()
+
+
+def read_image_package(client: Any, image: str) -> Package | None:
+    """The package of ``image`` (a name or id), or ``None`` when it carries none.
+
+    Blocking: call it from a worker thread. Raises :class:`PackageError` for a broken
+    package and ``docker.errors.ImageNotFound`` for a missing image.
+    """
+    info = client.api.inspect_image(image)
+    image_id: str = info["Id"]
+    with _cache_lock:
+        if image_id in _cache:
+            return _cache[image_id]
+    labels = (info.get("Config") or {}).get("Labels") or {}
+    root = labels.get(PACKAGE_LABEL) or DEFAULT_PACKAGE_DIR
+    files = _archive_files(client, image_id, root)
+    package = (
+        None if files is None or FLOW_MD not in files else package_from_files(files, image_id, root)
+    )
+    with _cache_lock:
+        _cache[image_id] = package
+    return package
+
+
+def _archive_files(client: Any, image_id: str, root: str) -> dict[str, bytes] | None:
+    """The regular files under ``root`` in the image, by package path; ``None`` if absent."""
+    import docker.errors
+
+    from runner.sandbox.docker import inspect_labels
+
+    api = client.api
+    created = api.create_container(
+        image_id,
+        ["true"],
+        network_disabled=True,
+        # Owned like a run's container, so `flow-runner gc` sweeps it if we die here.
+        labels=inspect_labels(),
+        host_config=api.create_host_config(network_mode="none"),
+    )
+    try:
+        try:
+            stream, _stat = api.get_archive(created["Id"], root)
+        except docker.errors.NotFound:
+            return None
+        buffer = bytearray()
+        for chunk in stream:
+            buffer += chunk
+            if len(buffer) > MAX_ARCHIVE_BYTES:
+                raise PackageError(
+                    root, "", f"the package exceeds flow-runner's {MAX_ARCHIVE_BYTES:,}-byte bound"
+                )
+    finally:
+        api.remove_container(created["Id"], force=True)
+    return files_from_tar(bytes(buffer), root)
+
+
+def files_from_tar(data: bytes, root: str) -> dict[str, bytes]:
+    """Package path → bytes of every regular file in a ``get_archive`` tar of ``root``."""
+    files: dict[str, bytes] = {}
+    folded: dict[str, str] = {}
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+        for member in tar:
+            _, _, path = member.name.partition("/")
+            if member.isdir():
+                continue
+            if not member.isfile():
+                raise PackageError(
+                    path or member.name,
+                    "",
+                    "symlinks, hard links and special files are not allowed in a package; "
+                    "copy the file in instead",
+                )
+            _check_path(path)
+            fold = unicodedata.normalize("NFC", path).casefold()
+            if fold in folded:
+                raise PackageError(path, "", f"collides with {folded[fold]!r} (case or NFC)")
+            folded[fold] = path
+            if len(files) == MAX_FILES:
+                raise PackageError(root, "", f"a package holds at most {MAX_FILES:,} files")
+            extracted = tar.extractfile(member)
+            assert extracted is not None
+            files[path] = extracted.read()
+    return files
+
+
+def _check_path(path: str) -> None:
+    encoded = path.encode("utf-8", "surrogateescape")
+    segments = path.split("/")
+    if (
+        len(encoded) > MAX_PATH_BYTES
+        or len(segments) > MAX_SEGMENTS
+        or any(s in ("", ".", "..") or len(s.encode()) > 255 for s in segments)
+        or "\\" in path
+        or "\0" in path
+        or unicodedata.normalize("NFC", path) != path
+    ):
+        raise PackageError(
+            path, "", "not a valid Package/1 path (NFC, `/`, ≤64 segments, ≤1,024 bytes)"
+        )
+
+
+def package_digest(files: dict[str, bytes]) -> str:
+    """``sha256:<hex>`` of the file tree by the Package/1 digest rule (§14)."""
+    digest = hashlib.sha256(DIGEST_DOMAIN + struct.pack(">Q", len(files)))
+    for path in sorted(files, key=lambda p: p.encode()):
+        name, content = path.encode(), files[path]
+        digest.update(b"\x01" + struct.pack(">I", len(name)) + name)
+        digest.update(struct.pack(">Q", len(content)) + content)
+    return "sha256:" + digest.hexdigest()
+
+
+def package_from_files(files: dict[str, bytes], image_id: str = "", root: str = "") -> Package:
+    """Validate a package's files: FLOW.md, its references and the root schemas."""
+    if FLOW_MD not in files:
+        raise PackageError(FLOW_MD, "", "missing: every package has a root FLOW.md")
+    meta = parse_flow_md(files[FLOW_MD])
+    uses: dict[str, CapabilityContract | None] = {}
+    for slot, ref in meta.uses.items():
+        if ref is None:
+            uses[slot] = None
+            continue
+        data = _referenced(files, ref, f"uses.{slot}.contract")
+        try:
+            uses[slot] = parse_contract(data, source=ref[2:])
+        except ContractError as exc:
+            raise PackageError(ref[2:], exc.pointer, f"{exc.code}: {exc.message}") from None
+    for port, decl in meta.channels.items():
+        if decl.contract is not None:
+            _referenced(files, decl.contract, f"channels.{port}.contract")
+    schemas: dict[str, Schema1Validator] = {}
+    documents: dict[str, JSONValue] = {}
+    for kind in SCHEMA_FILES:
+        name = f"{kind}.schema.json"
+        if name in files:
+            try:
+                schemas[kind] = compile_schema1_file(files[name])
+            except SchemaError as exc:
+                raise PackageError(name, exc.pointer or "/", f"{exc.code}: {exc.message}") from None
+            documents[kind] = json1.loads(files[name])
+    return Package(
+        image_id=image_id,
+        root=root,
+        name=meta.name,
+        description=meta.description,
+        outcomes=meta.outcomes,
+        uses=uses,
+        attachments=meta.attachments,
+        channels=meta.channels,
+        schemas=schemas,
+        schema_documents=documents,
+        digest=package_digest(files),
+        file_count=len(files),
+    )
+
+
+def _referenced(files: dict[str, bytes], ref: str, key: str) -> bytes:
+    data = files.get(ref[2:])
+    if data is None:
+        raise PackageError(
+            FLOW_MD, key, f"{ref!r} names no regular file in the package (exact case)"
+        )
+    return data
+
+
+def summary(package: Package) -> dict[str, JSONValue]:
+    """What ``flow-runner inspect`` shows: declarations, contract identities, schemas."""
+    uses: dict[str, JSONValue] = {}
+    for slot, contract in package.uses.items():
+        uses[slot] = (
+            {"local": True}
+            if contract is None
+            else {
+                "contract": contract.identity.id,
+                "version": contract.identity.version,
+                "digest": contract.identity.digest,
+            }
+        )
+    channels: dict[str, JSONValue] = {
+        name: {
+            key: value
+            for key, value in {
+                "direction": port.direction,
+                "required": port.required,
+                "contract": port.contract,
+                "delivery": port.delivery,
+                "start": port.start,
+                "schema": _schema_summary(port.schema) if port.schema is not None else None,
+            }.items()
+            if value is not None
+        }
+        for name, port in package.channels.items()
+    }
+    return {
+        "image": package.image_id,
+        "name": package.name,
+        "description": package.description,
+        "outcomes": dict(package.outcomes),
+        "uses": uses,
+        "attachments": dict(package.attachments),
+        "channels": channels,
+        "schemas": {
+            kind: _schema_summary(document) for kind, document in package.schema_documents.items()
+        },
+        "digest": package.digest,
+        "files": package.file_count,
+    }
+
+
+def _schema_summary(document: JSONValue) -> JSONValue:
+    """A schema's top level: type, required and property names."""
+    if not isinstance(document, dict):
+        return document
+    out: dict[str, JSONValue] = {}
+    for key in ("type", "required", "properties", "additionalProperties"):
+        if key in document:
+            value = document[key]
+            names: list[JSONValue] = list(sorted(value)) if isinstance(value, dict) else []
+            out[key] = names if key == "properties" else value
+    return out
