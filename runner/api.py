@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import anyio
+
 from runner.host.broker import Broker, UnavailableBroker
 from runner.host.driver import Graces, RunControl, RunOutcome, drive
 from runner.json1 import JSONValue
@@ -65,10 +67,14 @@ async def execute(
     control: RunControl | None = None,
     stderr_sink: Callable[[bytes], None] | None = None,
     depth: int = 0,
+    on_stopped: Callable[[Execution], None] | None = None,
 ) -> Execution:
     """Launch the component, drive Run/1 to the end and judge it.
 
-    ``depth`` is 0 for a root run and grows by one for each level of child flows.
+    ``depth`` is 0 for a root run and grows by one for each level of child flows. If the
+    task running this is cancelled, the run is stopped (root cancel, grace, kill, cleanup)
+    and, before the cancellation goes on, ``on_stopped`` gets its judged execution: a
+    parent's report keeps the children its cancellation stopped.
 
     When the sandbox's image carries a FLOW package, the run is held to it: settings and
     attachments are checked first (:class:`~runner.package.InvocationRefused`), then the
@@ -88,6 +94,33 @@ async def execute(
         refused = input_failure(package, invocation.input)
         if refused is not None:
             return _refused(refused, request.run_id, target, backend)
+    control = control or RunControl()
+    try:
+        return await _launch_and_drive(
+            sandbox, invocation, request, package, target, backend, broker, graces, control,
+            stderr_sink, depth,
+        )  # fmt: skip
+    except anyio.get_cancelled_exc_class():
+        stopped = control.stopped
+        if on_stopped is not None and stopped is not None:
+            report = _report(stopped, stopped.verdict, request.run_id, target, backend)
+            on_stopped(Execution(stopped.verdict, report))
+        raise
+
+
+async def _launch_and_drive(
+    sandbox: Sandbox,
+    invocation: Invocation,
+    request: LaunchRequest,
+    package: Package | None,
+    target: str,
+    backend: str,
+    broker: Broker | None,
+    graces: Graces | None,
+    control: RunControl,
+    stderr_sink: Callable[[bytes], None] | None,
+    depth: int,
+) -> Execution:
     async with sandbox.launch(request) as component:
         params: dict[str, JSONValue] = {
             "protocol": "run/1",

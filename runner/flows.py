@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -77,6 +78,7 @@ class FlowHost:
         parent: str | None,
         control: RunControl | None = None,
         scratch_dir: Path | None = None,
+        on_stopped: Callable[[Execution], None] | None = None,
     ) -> Execution:
         flow = self.config.flow(name)
         children: list[RunReport] = []
@@ -90,8 +92,9 @@ class FlowHost:
                 deadline = min(deadline, int((time.time() + child_flow.deadline_seconds) * 1000))
             try:
                 execution = await self._run(
-                    child, child_input, deadline, budget, depth=call.depth + 1, parent=call.run_id
-                )
+                    child, child_input, deadline, budget, depth=call.depth + 1,
+                    parent=call.run_id, on_stopped=lambda stopped: children.append(stopped.report),
+                )  # fmt: skip
             except (InvocationRefused, PackageError) as exc:
                 # The child's package refuses how the host configured it: nothing ran, and
                 # the parent cannot fix it, so it fails the call like a child that could
@@ -132,6 +135,7 @@ class FlowHost:
             control=control,
             stderr_sink=self.stderr_sink,
             depth=depth,
+            on_stopped=None if on_stopped is None else partial(_nest, children, on_stopped),
         )
         execution.report.children = children
         return execution
@@ -229,3 +233,11 @@ class FlowHost:
         for binding in self.bound:
             await binding.aclose()
         self.bound.clear()
+
+
+def _nest(
+    children: list[RunReport], report_to: Callable[[Execution], None], stopped: Execution
+) -> None:
+    """Hand on a stopped run's execution with the children it had stopped in turn."""
+    stopped.report.children = children
+    report_to(stopped)

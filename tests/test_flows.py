@@ -150,3 +150,34 @@ def test_config_errors_name_the_file_and_the_key(tmp_path: Path) -> None:
     path = write_config(tmp_path, '[flows.a]\ndeadline = "soon"\nimage = "x"\n')
     with pytest.raises(ConfigError, match="not a duration"):
         load_config(path)
+
+
+def test_children_stopped_by_a_root_cancel_stay_in_the_report(tmp_path: Path) -> None:
+    from runner.host.driver import RunControl
+
+    os.environ["PYTHONPATH"] = str(ROOT)
+    config = relay_config(tmp_path)
+    grandchild = {"sleep": 30}
+    plan = {"calls": [{"op": "c", "slot": "next", "input": {
+        "calls": [{"op": "g", "slot": "next", "input": grandchild}]}}]}  # fmt: skip
+
+    async def main() -> Execution:
+        control = RunControl()
+        async with anyio.create_task_group() as tg:
+
+            async def cancel_soon() -> None:
+                await anyio.sleep(2)
+                control.cancel()
+
+            tg.start_soon(cancel_soon)
+            host = FlowHost(load_config(config))
+            return await host.run("top", plan, deadline_seconds=30, control=control)
+
+    execution = anyio.run(main)
+    assert execution.verdict.error is not None
+    assert execution.verdict.error.code == "CANCELLED"
+    (middle,) = execution.report.children
+    (bottom,) = middle.children
+    assert middle.status == bottom.status == "failed"
+    assert middle.error is not None and middle.error.code == "CANCELLED"
+    assert bottom.error is not None and bottom.error.code == "CANCELLED"

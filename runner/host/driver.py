@@ -69,6 +69,8 @@ class RunControl:
     def __init__(self) -> None:
         self.cancel_requested = anyio.Event()
         self.kill_requested = anyio.Event()
+        self.stopped: RunOutcome | None = None
+        """The judged outcome, when the task driving the run was cancelled instead."""
 
     def cancel(self) -> None:
         """Record cancellation, send request/cancel for the root, kill after the grace."""
@@ -137,6 +139,7 @@ async def drive(
     except anyio.get_cancelled_exc_class():
         with anyio.CancelScope(shield=True):
             await run.stop_after_cancellation()
+        run.control.stopped = run.outcome()
         raise
     return run.outcome()
 
@@ -178,6 +181,7 @@ class _Run:
         self.stdin_closing = False
         self.ledger = OperationLedger()
         self.task_group: TaskGroup | None = None
+        self.stopping = False  # the driving task was cancelled: no new work starts
 
     # ----- the supervisor -------------------------------------------------------------
 
@@ -226,17 +230,29 @@ class _Run:
             await self._kill("cancel")
 
     async def stop_after_cancellation(self) -> None:
-        """The caller's task was cancelled: cancel the root, then kill after the grace."""
+        """The caller's task was cancelled: cancel the root, then kill after the grace.
+
+        The component's answer is still read during the grace, so a component that
+        stops cooperatively is judged by its answer (``CANCELLED``), not as a lost channel.
+        """
         if self.exited.is_set():
             return
+        self.stopping = True
         if self.session.cancel_root("CANCELLED"):
             data = self.session.data_to_send()
             with suppress(Exception), anyio.move_on_after(self.graces.cancel):
                 await self.component.stdin.send(data)
         with anyio.move_on_after(self.graces.cancel):
-            await self.component.wait()
+            async with anyio.create_task_group() as tg:
+                if not self.stdout_done.is_set():
+                    tg.start_soon(self._read_stdout)
+                self.exit_code = await self.component.wait()
+                with anyio.move_on_after(DRAIN_AFTER_EXIT):
+                    await self.stdout_done.wait()
+                tg.cancel_scope.cancel()
             return
         await self._kill("cancel")
+        self.exit_code = await self.component.wait()
 
     async def _kill(self, why: HostKill) -> None:
         if self.host_kill is None:
@@ -339,6 +355,11 @@ class _Run:
         stops the call at the first point where it waits.
         """
         rid = event.request_id
+        if self.stopping:  # only settlement can still arrive; nothing serves it any more
+            self.session.respond_error(
+                rid, OperationError("OWNER_CLOSED", "the run is being stopped")
+            )
+            return
         scope = anyio.CancelScope()
         ticket = None
         if event.method in OPERATION_METHODS:
