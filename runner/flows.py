@@ -26,7 +26,7 @@ from runner.report import RunReport
 from runner.sandbox.base import Attachment, LaunchRequest, Sandbox
 
 if TYPE_CHECKING:
-    from runner.host.capabilities import CapabilityBinding
+    from runner.host.capabilities import CapabilityBinding, ContractIdentity
 
 PATH_OPTIONS = frozenset({"root", "path"})
 """Provider options that name host paths; relative ones start at the config file."""
@@ -155,11 +155,36 @@ class FlowHost:
         package = await read()
         if package is None:
             return
+        where = f"{self.config.base_dir}: flows.{name}.capabilities"
         try:
-            where = f"{self.config.base_dir}: flows.{name}.capabilities"
             check_capability_slots(package, flow.capabilities, where=where)
         except InvocationRefused as exc:
             raise ConfigError(exc.message) from exc
+        for slot, binding in flow.capabilities.items():
+            declared = package.uses[slot]
+            if declared is None:
+                continue  # `local: true`: a nonportable seam, any provider may serve it
+            served = self._served_identity(binding)
+            if served != declared.identity:
+                raise ConfigError(
+                    f"{where}.{slot}: package {package.name!r} uses contract "
+                    f"{declared.identity} but provider {binding.provider!r} is bound to "
+                    f"{served or 'no contract'}; bind a provider for exactly that contract "
+                    "(give `contract` the package's descriptor)"
+                )
+
+    def _served_identity(self, binding: CapabilityConfig) -> ContractIdentity | None:
+        """The contract a binding answers to: configured, else a built-in provider's own."""
+        from runner.host.capabilities import ContractError, builtin_contract, load_contract
+
+        try:
+            if binding.contract is not None:
+                return load_contract(self.config.resolve(binding.contract)).identity
+        except ContractError as exc:
+            raise ConfigError(f"{self.config.base_dir}: {exc}") from exc
+        if binding.provider in BUILTIN_PROVIDERS:
+            return builtin_contract(binding.provider).identity
+        return None
 
     def _sandbox(self, flow: FlowConfig) -> tuple[Sandbox, Graces]:
         if flow.image is None:

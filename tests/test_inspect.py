@@ -188,6 +188,21 @@ provider = "kv"
         anyio.run(main)
 
 
+def test_a_provider_for_another_contract_is_refused(tmp_path: Path) -> None:
+    config = tmp_path / "flow-runner.toml"
+    config.write_text(
+        '[flows.report]\nimage = "flow-runner/examples-research-report:latest"\n'
+        f'[flows.report.capabilities.artifacts]\nprovider = "kv"\n'
+        f'options = {{ path = "{tmp_path / "kv.sqlite3"}" }}\n'
+    )
+
+    async def main() -> Execution:
+        return await FlowHost(load_config(config)).run("report", {}, deadline_seconds=30)
+
+    with pytest.raises(ConfigError, match=r"uses contract .*artifacts.* bound to .*kv"):
+        anyio.run(main)
+
+
 def test_cli_inspect_prints_the_package() -> None:
     ran = flow_runner("inspect", "--json", "flow-runner/examples-research-report:latest")
     assert ran.returncode == 0, ran.stderr
