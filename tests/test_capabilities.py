@@ -50,10 +50,8 @@ from runner.host.capabilities.schema1 import (
 )
 from runner.json1 import JSONValue
 from runner.protocol.codes import OperationError
+from sharedkit import shared_path
 
-SHARED = Path(
-    os.environ.get("FLOW_SHARED_DIR") or Path(__file__).resolve().parents[1].parent / "shared"
-)
 SHIPPED = Path(schema1.__file__).parent / "schemas"
 CONTRACT_SCHEMA = "https://flow.jig.md/schemas/capability-contract-1.schema.json"
 
@@ -312,9 +310,7 @@ def test_builtin_contracts_are_pinned() -> None:
 
 @pytest.mark.parametrize("name", ["capability-contract-1.schema.json", "schema-1.json"])
 def test_shipped_schemas_equal_the_spec(name: str) -> None:
-    spec = SHARED / "spec" / name
-    if not spec.is_file():
-        raise RuntimeError(f"{spec} is missing: point FLOW_SHARED_DIR at the shared/ checkout")
+    spec = shared_path(f"spec/{name}")
     assert (SHIPPED / name).read_bytes() == spec.read_bytes()
 
 

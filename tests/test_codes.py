@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import os
-from pathlib import Path
-from typing import Any
-
 import pytest
 
 from runner.json1 import JSONValue
@@ -18,17 +13,9 @@ from runner.protocol.codes import (
     OperationError,
     ProtocolViolation,
 )
+from sharedkit import load_shared
 
-SHARED = Path(
-    os.environ.get("FLOW_SHARED_DIR") or Path(__file__).resolve().parents[1].parent / "shared"
-)
-
-
-def _load(relative: str) -> Any:
-    path = SHARED / relative
-    if not path.is_file():
-        raise RuntimeError(f"{path} is missing: point FLOW_SHARED_DIR at the shared/ checkout")
-    return json.loads(path.read_text(encoding="utf-8"))
+_load = load_shared
 
 
 def test_registry_matches_shared_spec() -> None:

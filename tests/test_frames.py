@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import json
-import os
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,17 +12,9 @@ from hypothesis import strategies as st
 from runner.protocol import messages
 from runner.protocol.codes import LocalProtocolError, ProtocolViolation
 from runner.protocol.frames import MAX_PAYLOAD_BYTES, FrameDecoder, decode_payload, encode_frame
+from sharedkit import load_shared
 
-SHARED = Path(
-    os.environ.get("FLOW_SHARED_DIR") or Path(__file__).resolve().parents[1].parent / "shared"
-)
-
-
-def _load(relative: str) -> Any:
-    path = SHARED / relative
-    if not path.is_file():
-        raise RuntimeError(f"{path} is missing: point FLOW_SHARED_DIR at the shared/ checkout")
-    return json.loads(path.read_text(encoding="utf-8"))
+_load = load_shared
 
 
 FRAMING = _load("conformance/fixtures/framing.json")

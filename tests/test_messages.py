@@ -17,10 +17,7 @@ differences are taken out of the comparison:
 from __future__ import annotations
 
 import copy
-import json
-import os
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -46,17 +43,9 @@ from runner.protocol.messages import (
     validate_result,
     validate_run_result,
 )
+from sharedkit import load_shared
 
-SHARED = Path(
-    os.environ.get("FLOW_SHARED_DIR") or Path(__file__).resolve().parents[1].parent / "shared"
-)
-
-
-def _load(relative: str) -> Any:
-    path = SHARED / relative
-    if not path.is_file():
-        raise RuntimeError(f"{path} is missing: point FLOW_SHARED_DIR at the shared/ checkout")
-    return json.loads(path.read_text(encoding="utf-8"))
+_load = load_shared
 
 
 SCHEMA = _load("spec/run-1.schema.json")
