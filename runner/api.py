@@ -68,6 +68,7 @@ async def execute(
     stderr_sink: Callable[[bytes], None] | None = None,
     depth: int = 0,
     on_stopped: Callable[[Execution], None] | None = None,
+    retained_operations: int = 65_536,
 ) -> Execution:
     """Launch the component, drive Run/1 to the end and judge it.
 
@@ -98,7 +99,7 @@ async def execute(
     try:
         return await _launch_and_drive(
             sandbox, invocation, request, package, target, backend, broker, graces, control,
-            stderr_sink, depth,
+            stderr_sink, depth, retained_operations,
         )  # fmt: skip
     except anyio.get_cancelled_exc_class():
         stopped = control.stopped
@@ -120,6 +121,7 @@ async def _launch_and_drive(
     control: RunControl,
     stderr_sink: Callable[[bytes], None] | None,
     depth: int,
+    retained_operations: int,
 ) -> Execution:
     async with sandbox.launch(request) as component:
         params: dict[str, JSONValue] = {
@@ -142,6 +144,7 @@ async def _launch_and_drive(
             graces=graces or Graces(),
             control=control,
             stderr_sink=stderr_sink,
+            retained_operations=retained_operations,
         )
     facts = component.facts
     verdict = outcome.verdict

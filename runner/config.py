@@ -101,8 +101,9 @@ class Limits(_Strict):
     max_depth: int = Field(default=8, ge=1, le=64)
     max_children: int = Field(default=16, ge=1, le=1024)
     """Children running at once under one root run (the whole tree)."""
-    retained_results: int = Field(default=1024, ge=1)
-    """Settled operations one root run remembers for replay."""
+    retained_results: int = Field(default=1024, ge=1, le=65_536)
+    """Operations (child runs, capability calls) one run keeps for replay; a new
+    operationId beyond them is RESOURCE_EXHAUSTED."""
 
 
 class HostConfig(_Strict):

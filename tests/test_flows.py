@@ -181,3 +181,18 @@ def test_children_stopped_by_a_root_cancel_stay_in_the_report(tmp_path: Path) ->
     assert middle.status == bottom.status == "failed"
     assert middle.error is not None and middle.error.code == "CANCELLED"
     assert bottom.error is not None and bottom.error.code == "CANCELLED"
+
+
+def test_retained_results_budget_from_the_configuration(tmp_path: Path) -> None:
+    config = (
+        relay_config(tmp_path)
+        .read_text()
+        .replace("max_children = 8", "max_children = 8\nretained_results = 1")
+    )
+    calls = [{"op": op, "slot": "next", "input": {}} for op in ("a", "b", "a")]
+    execution = run_flow(write_config(tmp_path, config), "top", {"calls": calls})
+    assert execution.verdict.result is not None
+    first, second, replay = execution.verdict.result["output"]["results"]
+    assert second == "RESOURCE_EXHAUSTED"
+    assert replay == first and first["outcome"] == "done"
+    assert len(execution.report.children) == 1

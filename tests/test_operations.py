@@ -119,3 +119,21 @@ def test_work_abandoned_by_every_waiter_is_cancelled_and_uncertain() -> None:
         assert ledger.dispatches == 1
 
     anyio.run(main)
+
+
+def test_retained_operation_budget_refuses_new_ids_but_still_replays() -> None:
+    async def main() -> None:
+        ledger = OperationLedger(limit=2)
+
+        async def work() -> JSONValue:
+            return "done"
+
+        assert await ledger.run("c:1", CALL, params(operationId="a"), work) == "done"
+        assert await ledger.run("c:2", CALL, params(operationId="b"), work) == "done"
+        with pytest.raises(OperationError) as refused:
+            await ledger.run("c:3", CALL, params(operationId="c"), work)
+        assert refused.value.code == "RESOURCE_EXHAUSTED"
+        assert await ledger.run("c:4", CALL, params(operationId="a"), work) == "done"
+        assert ledger.dispatches == 2
+
+    anyio.run(main)

@@ -130,9 +130,15 @@ async def drive(
     graces: Graces = Graces(),
     control: RunControl | None = None,
     stderr_sink: Callable[[bytes], None] | None = None,
+    retained_operations: int = 65_536,
 ) -> RunOutcome:
-    """Run the Run/1 exchange with ``component`` to its judged end."""
+    """Run the Run/1 exchange with ``component`` to its judged end.
+
+    ``retained_operations`` bounds the operations kept for replay (new ones beyond it
+    are ``RESOURCE_EXHAUSTED``).
+    """
     run = _Run(component, HostSession(params), broker, run_id, depth, graces, control)
+    run.ledger.limit = retained_operations
     run.stderr_sink = stderr_sink
     try:
         await run.run()

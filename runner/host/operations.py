@@ -80,9 +80,15 @@ class Ticket:
 
 
 class OperationLedger:
-    """The operations of one root Run, keyed by ``operationId``."""
+    """The operations of one root Run, keyed by ``operationId``.
 
-    def __init__(self) -> None:
+    Every operation is kept for replay until the Run ends, so their number is bounded:
+    past ``limit`` a new ``operationId`` is refused ``RESOURCE_EXHAUSTED`` (a host's
+    retained-result budget, PROTOCOL.md §5); joins and replays of known ones still work.
+    """
+
+    def __init__(self, limit: int = 65_536) -> None:
+        self.limit = limit
         self._operations: dict[str, _Operation] = {}
         self._by_request: dict[str, _Operation] = {}
         self.dispatches = 0
@@ -116,6 +122,12 @@ class OperationLedger:
         key = self.identity(method, params)
         operation = self._operations.get(operation_id)
         if operation is None:
+            if len(self._operations) >= self.limit:
+                raise OperationError(
+                    "RESOURCE_EXHAUSTED",
+                    f"this run already holds {self.limit} operations for replay; "
+                    "no new operationId is admitted",
+                )
             operation = _Operation(key, request_id, scope or anyio.CancelScope(), scope is None)
             self._operations[operation_id] = operation
             self._by_request[request_id] = operation
