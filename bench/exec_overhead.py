@@ -52,9 +52,9 @@ Timed = tuple[float, dict[str, float]]
 # It imports what ``exec`` imports, then wraps the sweep and ``execute``, which the CLI
 # imports inside its functions and so picks up wrapped.
 PHASES = r"""
-import atexit, json, os, sys, time
+import json, os, sys, time
 marks = {"begin": time.time()}
-import runner.cli, runner.api, runner.sandbox.gc, runner.sandbox.docker, typer._adapters
+import runner.cli, runner.api, runner.sandbox.gc, runner.sandbox.docker
 marks["imported"] = time.time()
 sweep, execute = runner.sandbox.gc.sweep, runner.api.execute
 def timed_sweep(*args, **kwargs):
@@ -70,11 +70,13 @@ async def timed_execute(*args, **kwargs):
     finally:
         marks["executed"] = time.time()
 runner.sandbox.gc.sweep, runner.api.execute = timed_sweep, timed_execute
-def save():
-    marks["atexit"] = time.time()
+exit_now = os._exit
+def save_then_exit(code):  # the CLI ends with os._exit once its output is flushed
+    marks["exit"] = time.time()
     with open(os.environ["PHASES_FILE"], "w") as f:
         json.dump(marks, f)
-atexit.register(save)
+    exit_now(code)
+os._exit = save_then_exit
 sys.argv = ["flow-runner", *sys.argv[1:]]
 runner.cli.main()
 """
@@ -85,8 +87,8 @@ PHASE_NAMES = {
     "gc sweep (client, version, list)": ("sweep", "swept"),
     "profile, invocation, event loop, up to execute": ("swept", "execute"),
     "execute (the run itself)": ("execute", "executed"),
-    "print, write the report": ("executed", "atexit"),
-    "interpreter finalization": ("atexit", "ended"),
+    "print, write the report": ("executed", "exit"),
+    "process exit (os._exit after flushing)": ("exit", "ended"),
 }
 
 

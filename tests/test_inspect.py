@@ -99,8 +99,9 @@ def test_an_image_without_flow_md_carries_no_package(docker_client: Any) -> None
 
 
 def test_inspecting_the_same_image_twice_reads_it_once(
-    docker_client: Any, monkeypatch: pytest.MonkeyPatch
+    docker_client: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # an empty disk cache
     archives = Counting(monkeypatch, docker_client.api, "get_archive")
     creates = Counting(monkeypatch, docker_client.api, "create_container")
     first = read_image_package(docker_client, HELLO)
@@ -109,6 +110,11 @@ def test_inspecting_the_same_image_twice_reads_it_once(
     assert (len(archives.calls), len(creates.calls)) == (1, 1)
     # The inspection container was created (never started) and is gone again.
     assert docker_client.containers.list(all=True, filters={"label": "flow-runner.inspect"}) == []
+    # A new process (here: a forgotten in-process cache) reads the disk cache, not the image.
+    forget_packages()
+    third = read_image_package(docker_client, HELLO)
+    assert third is not None and third.digest == first.digest
+    assert (len(archives.calls), len(creates.calls)) == (1, 1)
 
 
 def test_bad_input_is_refused_before_any_container(

@@ -15,21 +15,29 @@ a hundred times reads its package once; a retag that changes the image changes t
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import io
+import json
+import os
 import struct
 import tarfile
 import threading
 import unicodedata
 from dataclasses import dataclass, field
-from typing import Any, Final
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
 
 from runner import json1
-from runner.host.capabilities.contracts import CapabilityContract, ContractError, parse_contract
-from runner.host.capabilities.schema1 import Schema1Validator, SchemaError, compile_schema1_file
 from runner.json1 import JSONValue
 from runner.package.errors import PackageError
-from runner.package.frontmatter import FLOW_MD, Access, Port, parse_flow_md
+
+if TYPE_CHECKING:
+    from runner.host.capabilities.contracts import CapabilityContract
+    from runner.host.capabilities.schema1 import Schema1Validator
+    from runner.package.frontmatter import Access, Port
+
+FLOW_MD: Final = "FLOW.md"
 
 PACKAGE_LABEL: Final = "flow.package"
 DEFAULT_PACKAGE_DIR: Final = "/flow/package"
@@ -86,13 +94,47 @@ def read_image_package(client: Any, image: str) -> Package | None:
             return _cache[image_id]
     labels = (info.get("Config") or {}).get("Labels") or {}
     root = labels.get(PACKAGE_LABEL) or DEFAULT_PACKAGE_DIR
-    files = _archive_files(client, image_id, root)
+    files = _stored_files(client, image_id, root)
     package = (
         None if files is None or FLOW_MD not in files else package_from_files(files, image_id, root)
     )
     with _cache_lock:
         _cache[image_id] = package
     return package
+
+
+def cache_dir() -> Path:
+    """Where package files read from images are kept (``$XDG_CACHE_HOME/flow-runner``)."""
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "flow-runner" / "packages"
+
+
+def _stored_files(client: Any, image_id: str, root: str) -> dict[str, bytes] | None:
+    """The package files of an image, from the disk cache or else from the image.
+
+    An image id is the digest of the image's content, so an entry never goes stale; the
+    cache saves each new process the create/get_archive/remove round trip (about 60 ms).
+    Entries are re-validated like a fresh read; an unreadable entry is simply read again.
+    """
+    key = hashlib.sha256(f"{image_id}\0{root}".encode()).hexdigest()
+    path = cache_dir() / f"{key}.json"
+    try:
+        stored = json.loads(path.read_bytes())
+        if stored is None:
+            return None
+        return {name: base64.b64decode(data) for name, data in stored.items()}
+    except (OSError, ValueError, AttributeError, TypeError):
+        pass
+    files = _archive_files(client, image_id, root)
+    encoded = None if files is None else {n: base64.b64encode(d).decode() for n, d in files.items()}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_text(json.dumps(encoded))
+        os.replace(partial, path)
+    except OSError:
+        pass  # a read-only or full cache only costs the next process a re-read
+    return files
 
 
 def _archive_files(client: Any, image_id: str, root: str) -> dict[str, bytes] | None:
@@ -183,7 +225,15 @@ def package_digest(files: dict[str, bytes]) -> str:
 
 
 def package_from_files(files: dict[str, bytes], image_id: str = "", root: str = "") -> Package:
-    """Validate a package's files: FLOW.md, its references and the root schemas."""
+    """Validate a package's files: FLOW.md, its references and the root schemas.
+
+    The YAML, contract and Schema/1 machinery is imported here, not with the module: a
+    run of an image without a package (or with a cached absence) never pays for it.
+    """
+    from runner.host.capabilities.contracts import ContractError, parse_contract
+    from runner.host.capabilities.schema1 import SchemaError, compile_schema1_file
+    from runner.package.frontmatter import parse_flow_md
+
     if FLOW_MD not in files:
         raise PackageError(FLOW_MD, "", "missing: every package has a root FLOW.md")
     meta = parse_flow_md(files[FLOW_MD])
