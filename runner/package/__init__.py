@@ -5,6 +5,11 @@ vocabulary), ``reader`` reads a package out of an image without running it and c
 its schemas, and ``checks`` holds an invocation to the package before and after it runs.
 """
 
+from typing import Final
+
 from runner.package.errors import InvocationRefused, PackageError
 
-__all__ = ["InvocationRefused", "PackageError"]
+FLOW_MD: Final = "FLOW.md"
+"""The one required file of a package, at its root, in exact case."""
+
+__all__ = ["FLOW_MD", "InvocationRefused", "PackageError"]

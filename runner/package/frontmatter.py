@@ -24,9 +24,9 @@ import yaml  # type: ignore[import-untyped,unused-ignore]
 from runner import json1
 from runner.host.capabilities.schema1 import SchemaError, compile_schema1
 from runner.json1 import JSONValue
+from runner.package import FLOW_MD
 from runner.package.errors import PackageError
 
-FLOW_MD: Final = "FLOW.md"
 MAX_FRONTMATTER_BYTES: Final = 262_144
 MAX_DEPTH: Final = 16
 MAX_NODES: Final = 4_096

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from runner import json1
 from runner.json1 import JSONValue
+from runner.package import FLOW_MD
 from runner.package.errors import PackageError
 
 if TYPE_CHECKING:
@@ -37,7 +38,6 @@ if TYPE_CHECKING:
     from runner.host.capabilities.schema1 import Schema1Validator
     from runner.package.frontmatter import Access, Port
 
-FLOW_MD: Final = "FLOW.md"
 
 PACKAGE_LABEL: Final = "flow.package"
 DEFAULT_PACKAGE_DIR: Final = "/flow/package"

@@ -51,7 +51,7 @@ from .provider import (
     ProviderConfigError,
     UnknownMethod,
     input_object,
-    integer_member,
+    list_request,
     string_member,
 )
 
@@ -59,8 +59,6 @@ MAX_ARTIFACT_BYTES: Final = 6 * 1024 * 1024
 MAX_PATH_BYTES: Final = 1_024
 MAX_SEGMENTS: Final = 64
 MAX_SEGMENT_BYTES: Final = 255
-DEFAULT_LIST_LIMIT: Final = 1_000
-MAX_LIST_LIMIT: Final = 10_000
 TEMPORARY_PREFIX: Final = ".flow-runner-tmp-"
 """Names of in-progress writes; paths may not use it, and listings skip it."""
 
@@ -97,12 +95,7 @@ class ArtifactsProvider:
             path = string_member(input_object(input, required={"path"}), "path")
             work = partial(self._read, path, _segments(path))
         elif method == "list":
-            fields = input_object(input, optional={"prefix", "limit"})
-            prefix = string_member(fields, "prefix", "")
-            limit = integer_member(
-                fields, "limit", default=DEFAULT_LIST_LIMIT, low=1, high=MAX_LIST_LIMIT
-            )
-            work = partial(self._list, prefix, limit)
+            work = partial(self._list, *list_request(input))
         else:
             raise UnknownMethod(method, self.methods)
         return await anyio.to_thread.run_sync(work)

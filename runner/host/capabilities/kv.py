@@ -47,13 +47,11 @@ from .provider import (
     ProviderConfigError,
     UnknownMethod,
     input_object,
-    integer_member,
+    list_request,
     string_member,
 )
 
 MAX_KEY_BYTES: Final = 1_024
-DEFAULT_LIST_LIMIT: Final = 1_000
-MAX_LIST_LIMIT: Final = 10_000
 
 _SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS entries (
@@ -113,12 +111,7 @@ class KeyValueProvider:
             fields = input_object(input, required={"key", "value"})
             work = partial(self._put, _key(fields), json1.canonical(fields["value"]).decode())
         elif method == "list":
-            fields = input_object(input, optional={"prefix", "limit"})
-            prefix = string_member(fields, "prefix", "")
-            limit = integer_member(
-                fields, "limit", default=DEFAULT_LIST_LIMIT, low=1, high=MAX_LIST_LIMIT
-            )
-            work = partial(self._list, prefix, limit)
+            work = partial(self._list, *list_request(input))
         else:
             raise UnknownMethod(method, self.methods)
         return await anyio.to_thread.run_sync(work)

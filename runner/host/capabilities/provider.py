@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
 from importlib.metadata import EntryPoint, entry_points
-from typing import Protocol
+from typing import Final, Protocol
 
 from runner import json1
 from runner.json1 import JSONValue
@@ -211,3 +211,15 @@ def integer_member(
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise InvalidInput(f"member {name!r} must be an integer from {low:,} to {high:,}")
     return value
+
+
+DEFAULT_LIST_LIMIT: Final = 1_000
+MAX_LIST_LIMIT: Final = 10_000
+
+
+def list_request(input: JSONValue) -> tuple[str, int]:
+    """``{prefix?, limit?}`` of a ``list`` method: the prefix and a bounded limit."""
+    fields = input_object(input, optional={"prefix", "limit"})
+    prefix = string_member(fields, "prefix", "")
+    limit = integer_member(fields, "limit", default=DEFAULT_LIST_LIMIT, low=1, high=MAX_LIST_LIMIT)
+    return prefix, limit
