@@ -2,7 +2,7 @@
 # Build, locally and without any registry, every image the tests and examples need:
 #   flow-runner/base:bookworm     Debian bookworm + python3, from mmdebstrap + docker import
 #   images/*/Dockerfile           built on the base with --network none
-#   examples/*/Dockerfile         the example flows
+#   examples/*/Dockerfile         the example flows (examples/*/*/Dockerfile: one per flow)
 # Each image carries the label flow-runner.recipe = hash of its inputs; an image whose label
 # already matches is not rebuilt, so a second run takes a second or two.
 set -euo pipefail
@@ -24,11 +24,11 @@ build_base() {
   images/base.sh "$BASE" "$recipe"
 }
 
-build_dir() { # image-name context-dir
+build_dir() { # image-name dockerfile-dir [recipe-dir: what the image copies, default the first]
   local name=$1 dir=$2 recipe
   # Derived images follow the base: its recipe is part of theirs.
-  recipe=$({ recipe_of "$dir" runner/json1.py runner/component tests/fake_component.py \
-               tests/components/relay.py \
+  recipe=$({ recipe_of "${3:-$dir}" runner/json1.py runner/component tests/fake_component.py \
+               tests/components/relay.py tests/components/channel_plan.py \
                runner/host/capabilities/contracts
              current_recipe "$BASE"; } | sha256sum | cut -c1-16)
   [ "$(current_recipe "$name")" = "$recipe" ] && return 0
@@ -48,6 +48,11 @@ for df in images/*/Dockerfile; do
 done
 for df in examples/*/Dockerfile; do
   d=$(dirname "$df"); build_dir "flow-runner/examples-$(basename "$d"):latest" "$d"
+done
+# An example made of several flows keeps one directory per flow: examples/NAME/PART.
+for df in examples/*/*/Dockerfile; do
+  d=$(dirname "$df"); p=$(dirname "$d")
+  build_dir "flow-runner/examples-$(basename "$p")-$(basename "$d"):latest" "$d" "$p"
 done
 # A rebuilt image leaves its predecessor untagged; remove those (only ours, by label).
 docker image prune --force --filter label=flow-runner.recipe >/dev/null

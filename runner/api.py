@@ -15,9 +15,18 @@ from typing import TYPE_CHECKING
 import anyio
 
 from runner.host.broker import Broker, UnavailableBroker
+from runner.host.channels import ChannelHub, ChannelOffer, ChannelParty, required_ports
 from runner.host.driver import Graces, RunControl, RunOutcome, drive
 from runner.json1 import JSONValue
-from runner.package.checks import check_attachments, check_settings, input_failure, result_failure
+from runner.package.checks import (
+    channel_contract_resolver,
+    channel_ports,
+    check_attachments,
+    check_settings,
+    input_failure,
+    result_failure,
+)
+from runner.package.errors import InvocationRefused
 from runner.protocol.codes import OperationError
 from runner.protocol.completion import Verdict
 from runner.report import ReportedError, RunReport
@@ -35,6 +44,9 @@ class Invocation:
     settings: dict[str, JSONValue] = field(default_factory=dict)
     deadline_unix_ms: int = 0
     launch: LaunchRequest = field(default_factory=LaunchRequest)
+    channels: ChannelOffer | None = None
+    """The invocation's channel table and the rights its caller maps to it; a root run
+    gets a table of its own in a fresh hub."""
 
     @classmethod
     def within(cls, seconds: float, **kwargs: object) -> Invocation:
@@ -89,17 +101,30 @@ async def execute(
             request.attachments, request.scratch_dir, new_run_id(), request.parent_run_id
         )
     package = await _package_of(sandbox)
+    offer = invocation.channels or ChannelOffer(ChannelHub().party(request.run_id))
+    ports = None
     if package is not None:
         check_settings(package, invocation.settings)
         check_attachments(package, request.attachments)
+        ports = channel_ports(package)
+        if offer.giver is None and required_ports(ports):
+            raise InvocationRefused(
+                "INVALID_CHANNELS",
+                f"package {package.name!r} needs channel port(s) "
+                f"{', '.join(required_ports(ports))} connected; only a parent flow can wire "
+                "them (run it as a child flow with a channels map)",
+            )
+        offer.party.resolve_contract = channel_contract_resolver(package)
         refused = input_failure(package, invocation.input)
         if refused is not None:
+            offer.party.conclude(refused)
             return _refused(refused, request.run_id, target, backend)
+    grants = offer.admit(ports)  # the last check: after it, rights have moved
     control = control or RunControl()
     try:
         return await _launch_and_drive(
             sandbox, invocation, request, package, target, backend, broker, graces, control,
-            stderr_sink, depth, retained_operations,
+            stderr_sink, depth, retained_operations, offer.party, grants,
         )  # fmt: skip
     except anyio.get_cancelled_exc_class():
         stopped = control.stopped
@@ -107,6 +132,8 @@ async def execute(
             report = _report(stopped, stopped.verdict, request.run_id, target, backend)
             on_stopped(Execution(stopped.verdict, report))
         raise
+    finally:
+        offer.party.conclude(OperationError("CANCELLED", "the invocation was stopped"))
 
 
 async def _launch_and_drive(
@@ -122,6 +149,8 @@ async def _launch_and_drive(
     stderr_sink: Callable[[bytes], None] | None,
     depth: int,
     retained_operations: int,
+    channels: ChannelParty,
+    grants: dict[str, JSONValue],
 ) -> Execution:
     async with sandbox.launch(request) as component:
         params: dict[str, JSONValue] = {
@@ -135,6 +164,8 @@ async def _launch_and_drive(
             "scratch": component.scratch_path,
             "deadlineUnixMs": invocation.deadline_unix_ms,
         }
+        if grants:
+            params["channels"] = grants
         outcome = await drive(
             component,
             params,
@@ -145,6 +176,7 @@ async def _launch_and_drive(
             control=control,
             stderr_sink=stderr_sink,
             retained_operations=retained_operations,
+            channels=channels,
         )
     facts = component.facts
     verdict = outcome.verdict
@@ -152,10 +184,28 @@ async def _launch_and_drive(
         failure = result_failure(package, verdict.result)
         if failure is not None:
             verdict = Verdict(None, failure, (*verdict.reasons, "result refused by the package"))
+    verdict = _settle_channels(channels, verdict)
     report = _report(outcome, verdict, request.run_id, target, backend)
     report.timings.update(facts.timings)
     report.oom_killed = report.oom_killed or facts.oom_killed
     return Execution(verdict, report)
+
+
+def _settle_channels(channels: ChannelParty, verdict: Verdict) -> Verdict:
+    """End the invocation's channels (PROTOCOL.md §7.6) and say whether it still succeeds.
+
+    A receiver it read from and left before end, failure or release is abandoned work:
+    the run fails. Only then are held writers sealed (success) or aborted (failure).
+    """
+    if verdict.result is not None and (left := channels.unfinished()):
+        error = OperationError(
+            "EXECUTION_FAILED",
+            f"{len(left)} channel receiver(s) were read from and left unfinished "
+            "(neither at end, failed nor released)",
+        )
+        verdict = Verdict(None, error, (*verdict.reasons, "abandoned channel receivers"))
+    channels.conclude(verdict.error)
+    return verdict
 
 
 async def _package_of(sandbox: Sandbox) -> Package | None:

@@ -9,6 +9,9 @@ bound under its ``capabilities`` table. Errors name the file, the key and the pr
     max_depth = 8              # nesting depth of child flows
     max_children = 16          # concurrent children per root run
 
+    [limits.channels]          # channel bounds (runner.host.channels.ChannelLimits)
+    queue_items = 64           # unread items per receiver before sends wait / readers lag
+
     [flows.report]
     image = "flow-runner/examples-research-report:latest"
     deadline = "2m"            # a cap; a child never gets more than its parent has left
@@ -29,6 +32,9 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from runner import json1
+from runner.host.channels import ChannelLimits
+
+_CHANNELS = ChannelLimits()
 
 LOCAL_NAME = r"^[a-z0-9]+(?:-[a-z0-9]+)*$"
 LocalName = Annotated[str, Field(pattern=LOCAL_NAME, min_length=1, max_length=64)]
@@ -95,6 +101,20 @@ class FlowConfig(_Strict):
         return parse_duration(self.deadline) if self.deadline is not None else None
 
 
+class ChannelBounds(_Strict):
+    """Channel bounds; exceeding one is RESOURCE_EXHAUSTED (or LAGGED for a slow reader)."""
+
+    queue_items: int = Field(default=_CHANNELS.queue_items, ge=1, le=65_536)
+    queue_bytes: int = Field(default=_CHANNELS.queue_bytes, ge=1)
+    item_bytes: int = Field(default=_CHANNELS.item_bytes, ge=1, le=_CHANNELS.item_bytes)
+    source_bytes: int = Field(default=_CHANNELS.source_bytes, ge=1)
+    pending_sends: int = Field(default=_CHANNELS.pending_sends, ge=1, le=64)
+    allocations: int = Field(default=_CHANNELS.allocations, ge=2, le=65_536)
+
+    def limits(self) -> ChannelLimits:
+        return ChannelLimits(**self.model_dump())
+
+
 class Limits(_Strict):
     """Host budgets that answer RESOURCE_EXHAUSTED when exceeded."""
 
@@ -104,6 +124,7 @@ class Limits(_Strict):
     retained_results: int = Field(default=1024, ge=1, le=65_536)
     """Operations (child runs, capability calls) one run keeps for replay; a new
     operationId beyond them is RESOURCE_EXHAUSTED."""
+    channels: ChannelBounds = Field(default_factory=ChannelBounds)
 
 
 class HostConfig(_Strict):

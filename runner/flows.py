@@ -10,7 +10,7 @@ deadline. A child's report nests in its parent's.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from runner.api import Execution, Invocation, execute, new_run_id
 from runner.config import CapabilityConfig, ConfigError, FlowConfig, HostConfig
 from runner.host.broker import CallContext, CapabilitySlot, ChildBudget, FlowBroker, child_failure
+from runner.host.channels import ChannelHub, ChannelOffer, ChannelParty
 from runner.host.driver import Graces, RunControl
 from runner.json1 import JSONValue
 from runner.package.errors import InvocationRefused, PackageError
@@ -62,8 +63,9 @@ class FlowHost:
         seconds = min(deadline_seconds, cap) if cap is not None else deadline_seconds
         deadline = int((time.time() + seconds) * 1000)
         budget = ChildBudget(self.config.limits.max_children)
+        hub = ChannelHub(self.config.limits.channels.limits())
         return await self._run(
-            name, input, deadline, budget, depth=0, parent=None, control=control,
+            name, input, deadline, budget, hub, depth=0, parent=None, control=control,
             scratch_dir=scratch_dir,
         )  # fmt: skip
 
@@ -73,18 +75,23 @@ class FlowHost:
         input: JSONValue,
         deadline_unix_ms: int,
         budget: ChildBudget,
+        hub: ChannelHub,
         *,
         depth: int,
         parent: str | None,
         control: RunControl | None = None,
         scratch_dir: Path | None = None,
         on_stopped: Callable[[Execution], None] | None = None,
+        giver: ChannelParty | None = None,
+        mapping: Mapping[str, str] | None = None,
     ) -> Execution:
         flow = self.config.flow(name)
         children: list[RunReport] = []
+        run_id = new_run_id()
+        party = hub.party(run_id)
 
         async def run_child(
-            child: str, child_input: JSONValue, call: CallContext
+            child: str, child_input: JSONValue, call: CallContext, channels: Mapping[str, str]
         ) -> dict[str, JSONValue]:
             child_flow = self.config.flow(child)
             deadline = call.deadline_unix_ms
@@ -92,8 +99,9 @@ class FlowHost:
                 deadline = min(deadline, int((time.time() + child_flow.deadline_seconds) * 1000))
             try:
                 execution = await self._run(
-                    child, child_input, deadline, budget, depth=call.depth + 1,
+                    child, child_input, deadline, budget, hub, depth=call.depth + 1,
                     parent=call.run_id, on_stopped=lambda stopped: children.append(stopped.report),
+                    giver=party, mapping=channels,
                 )  # fmt: skip
             except (InvocationRefused, PackageError) as exc:
                 # The child's package refuses how the host configured it: nothing ran, and
@@ -116,14 +124,16 @@ class FlowHost:
             run_child=run_child,
             budget=budget,
             max_depth=self.config.limits.max_depth,
+            channels=party,
         )
         invocation = Invocation(
             input=input,
             settings=dict(flow.settings),
             deadline_unix_ms=deadline_unix_ms,
             launch=LaunchRequest(
-                self._attachments(flow), scratch_dir, new_run_id(), parent_run_id=parent
+                self._attachments(flow), scratch_dir, run_id, parent_run_id=parent
             ),
+            channels=ChannelOffer(party, giver, mapping or {}),
         )
         execution = await execute(
             sandbox,

@@ -9,26 +9,56 @@ A component is a process that serves exactly one ``flow/run`` over stdin/stdout:
 
     handle(run)
 
+Channels (Run/1's extension) are objects: ``await ctx.channel()`` creates a direct
+pair, ``ctx.sender(port)`` / ``ctx.receiver(port)`` wrap the grants the host sent::
+
+    async with ctx.receiver("events") as events:
+        async for value in events:
+            ...
+
 It imports only the standard library and ``runner.json1``, so an image needs nothing
 but ``runner/__init__.py``, ``runner/json1.py`` and this package. Nothing here exposes
 envelopes, request ids or pending tables: the wire belongs to the SDK.
 """
 
+from runner.component.channels import (
+    BroadcastSource,
+    ChannelEndpoint,
+    ChannelPair,
+    ChannelReceiver,
+    ChannelSender,
+)
 from runner.component.context import RunContext
 from runner.component.errors import CapabilityError, OperationError, OperationErrorCode, WireCode
-from runner.component.model import Attachment, AttachmentAccess, JSONObject, RunResult
+from runner.component.model import (
+    Attachment,
+    AttachmentAccess,
+    ChannelContractIdentity,
+    Delivery,
+    JSONObject,
+    ReleaseStatus,
+    RunResult,
+)
 from runner.component.runtime import Handler, handle
 from runner.json1 import JSONValue
 
 __all__ = [
     "Attachment",
     "AttachmentAccess",
+    "BroadcastSource",
     "CapabilityError",
+    "ChannelContractIdentity",
+    "ChannelEndpoint",
+    "ChannelPair",
+    "ChannelReceiver",
+    "ChannelSender",
+    "Delivery",
     "Handler",
     "JSONObject",
     "JSONValue",
     "OperationError",
     "OperationErrorCode",
+    "ReleaseStatus",
     "RunContext",
     "RunResult",
     "WireCode",

@@ -10,14 +10,30 @@ response: when a caller stops waiting, a queued call is simply dropped, while a 
 on the wire gets one ``request/cancel`` and stays in the table as a *tombstone* until
 its response arrives. :meth:`CallTable.quiesce` waits for the last tombstone; the
 root response is never written before that.
+
+Channels add a *reserve* (PROTOCOL.md §1, §13): every endpoint the Run holds may
+need one settlement request (``channel/close`` or ``channel/release``) at any time,
+even with the window full and the budget nearly spent. So, once channels are in use,
+
+- ordinary calls may fill at most ``window - 1`` wire slots; settlements go first and
+  may take the last one;
+- every granted endpoint *holds* one lifetime id, and a call that allocates endpoints
+  holds theirs from admission (returned if it fails); ordinary calls never spend held
+  ids, a settlement spends one. Each endpoint is settled at most once, so the holds
+  always cover the settlements still to come.
+
+A settlement is never withdrawn: Run/1 keeps it alive when its waiter goes (§7.5), so
+:meth:`CallTable.cancel_all` passes over settlements and ``channels.py`` awaits them
+through a shield.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from runner.component.errors import ChannelFault, OperationError, OperationErrorCode, protocol_error
 from runner.component.messages import (
@@ -27,10 +43,38 @@ from runner.component.messages import (
     cancel_frame,
     parse_operation_error,
 )
+from runner.component.model import JSONObject
 from runner.json1 import JSONValue
 
 Parser = Callable[[JSONValue], object]
-"""Turns a call's ``result`` into what the caller receives (a value or an exception)."""
+"""Turns a call's ``result`` into what the caller receives (a value or an exception).
+
+It runs when the response arrives, whether or not anyone still waits, so it is also
+where state that a late reply must update (a channel's sequence, late grants) changes.
+"""
+
+ReplyHook = Callable[[object], None]
+"""Told once that a call is over: its reply (parsed result or ``OperationError``), or
+``None`` when no reply will come (refused locally, dropped unsent, or the channel died)."""
+
+
+class Invoke(Protocol):
+    """Sends one request (method, params) and returns the parsed reply.
+
+    ``settlement`` marks a ``channel/close``/``channel/release``; ``hold`` is the number
+    of endpoints a successful reply will grant (their settlement ids are held from now).
+    """
+
+    def __call__(
+        self,
+        method: str,
+        params: JSONObject,
+        parse: Parser,
+        *,
+        settlement: bool = False,
+        hold: int = 0,
+        on_reply: ReplyHook | None = None,
+    ) -> Awaitable[object]: ...
 
 
 @dataclass(eq=False, slots=True)
@@ -39,6 +83,9 @@ class Call:
 
     request: PreparedRequest
     parse: Parser
+    settlement: bool
+    hold: int
+    on_reply: ReplyHook | None
     waiter: asyncio.Future[object] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
@@ -55,20 +102,47 @@ class CallTable:
         self._window = window
         self._lifetime = lifetime
         self._sent = 0
-        self._queue: deque[Call] = deque()
+        self._held = 0  # lifetime ids kept for settlements still to come
+        self._channels = False  # once channels are in use, one wire slot is kept too
+        self._ordinary: deque[Call] = deque()
+        self._settlements: deque[Call] = deque()
         self._queued = 0
         self._wire: dict[str, Call] = {}
+        self._ordinary_on_wire = 0
         self._quiet = asyncio.Event()
         self._quiet.set()
 
-    def admit(self, request: PreparedRequest, parse: Parser) -> Call:
+    @property
+    def idle(self) -> bool:
+        """Nothing is queued and no wire request awaits its response."""
+        return self._quiet.is_set()
+
+    def hold(self, count: int) -> None:
+        """Hold settlement ids for ``count`` endpoints the host granted with ``flow/run``.
+
+        Unchecked: the grants arrive before any call, and 256 of them fit any real budget.
+        """
+        self._held += count
+        self._channels = True
+
+    def admit(
+        self,
+        request: PreparedRequest,
+        parse: Parser,
+        *,
+        settlement: bool = False,
+        hold: int = 0,
+        on_reply: ReplyHook | None = None,
+    ) -> Call:
         """Queue a call and send what the window allows; refuse past the lifetime budget."""
-        if self._sent + self._queued >= self._lifetime:
-            raise OperationError(
-                "RESOURCE_EXHAUSTED", f"this Run has used all {self._lifetime} of its request ids"
-            )
-        call = Call(request, parse)
-        self._queue.append(call)
+        if settlement and self._held:
+            self._held -= 1
+        else:
+            self._check_budget(1 + hold)
+            self._held += hold
+        self._channels = self._channels or settlement or hold > 0
+        call = Call(request, parse, settlement, hold, on_reply)
+        (self._settlements if settlement else self._ordinary).append(call)
         self._queued += 1
         self._quiet.clear()
         self._pump()
@@ -80,6 +154,7 @@ class CallTable:
             if not call.dropped:
                 call.dropped = True
                 self._queued -= 1
+                self._leave(call, None, granted=False)
                 self._update_quiet()
         elif call.wire_id in self._wire and not call.cancel_sent:
             call.cancel_sent = True
@@ -90,21 +165,25 @@ class CallTable:
         call = self._wire.pop(response.id, None)
         if call is None:
             raise protocol_error(f"a response to {response.id!r}, which is not awaiting one")
-        if response.member == "error":
-            reply: object = parse_operation_error(response.value)
-        else:
-            reply = call.parse(response.value)
+        if not call.settlement:
+            self._ordinary_on_wire -= 1
+        granted = response.member == "result"
+        reply = call.parse(response.value) if granted else parse_operation_error(response.value)
+        self._leave(call, reply, granted=granted)
         if not call.waiter.done():
             call.waiter.set_result(reply)
         self._pump()
 
     def cancel_all(self, code: OperationErrorCode) -> bool:
-        """Withdraw every outstanding call, failing waits still live with ``code``.
+        """Withdraw every outstanding ordinary call, failing waits still live with ``code``.
 
-        Returns whether any wait was still live, i.e. whether work was abandoned.
+        Settlements stay: they are cleanup, not owned work. Returns whether any wait was
+        still live, i.e. whether work was abandoned.
         """
         live = False
-        for call in [*self._queue, *self._wire.values()]:
+        for call in [*self._ordinary, *self._wire.values()]:
+            if call.settlement:
+                continue
             if not call.waiter.done() and not call.dropped:
                 live = True
                 call.waiter.set_result(OperationError(code, "the call's owner has finished"))
@@ -113,11 +192,15 @@ class CallTable:
 
     def fail_all(self, fault: ChannelFault) -> None:
         """The channel is gone: every outstanding wait fails with its classification."""
-        for call in [*self._queue, *self._wire.values()]:
+        for call in [*self._ordinary, *self._settlements, *self._wire.values()]:
+            if call.dropped:
+                continue
             call.dropped = True
+            self._leave(call, None, granted=False)
             if not call.waiter.done():
                 call.waiter.set_result(OperationError(fault.code, fault.reason))
-        self._queue.clear()
+        self._ordinary.clear()
+        self._settlements.clear()
         self._wire.clear()
         self._queued = 0
         self._quiet.set()
@@ -126,17 +209,40 @@ class CallTable:
         """Wait until no call is queued and every wire request has been answered."""
         await self._quiet.wait()
 
+    def _check_budget(self, ids: int) -> None:
+        if self._sent + self._queued + self._held + ids > self._lifetime:
+            raise OperationError(
+                "RESOURCE_EXHAUSTED", f"this Run has used all {self._lifetime} of its request ids"
+            )
+
+    def _leave(self, call: Call, reply: object, *, granted: bool) -> None:
+        """A call is over: a failed allocation gives its held ids back; tell its hook."""
+        if not granted:
+            self._held -= call.hold
+        if call.on_reply is not None:
+            call.on_reply(reply)
+
     def _pump(self) -> None:
-        while self._queue and len(self._wire) < self._window:
-            call = self._queue.popleft()
-            if call.dropped:
-                continue
+        while len(self._wire) < self._window and (call := self._next_to_send()) is not None:
             self._queued -= 1
             self._sent += 1
             call.wire_id = f"{COMPONENT_ID_PREFIX}{self._sent}"
             self._wire[call.wire_id] = call
+            if not call.settlement:
+                self._ordinary_on_wire += 1
             self._write(call.request.frame(call.wire_id))
         self._update_quiet()
+
+    def _next_to_send(self) -> Call | None:
+        """Settlements first; an ordinary call only while it leaves the reserved slot free."""
+        if self._settlements:
+            return self._settlements.popleft()
+        while self._ordinary and self._ordinary[0].dropped:
+            self._ordinary.popleft()
+        ordinary_window = self._window - 1 if self._channels else self._window
+        if self._ordinary and self._ordinary_on_wire < ordinary_window:
+            return self._ordinary.popleft()
+        return None
 
     def _update_quiet(self) -> None:
         if not self._wire and not self._queued:

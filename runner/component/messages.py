@@ -1,7 +1,7 @@
 """Run/1 messages from the component's side: classify what arrives, build what leaves.
 
 Everything here is pure: JSON/1 values in, typed records or frame bytes out. The
-rules are the closed shapes of PROTOCOL.md §1.2, §4–§6 and §9–§10 as a *receiver of
+rules are the closed shapes of PROTOCOL.md §1.2, §4–§7 and §9–§10 as a *receiver of
 ``flow/run``* and *originator of calls* applies them:
 
 - an envelope that is not a JSON-RPC 2.0 request, notification or response is fatal,
@@ -9,6 +9,12 @@ rules are the closed shapes of PROTOCOL.md §1.2, §4–§6 and §9–§10 as a 
 - a malformed response, a standard JSON-RPC error, or an unknown ``-32000`` code in
   reply to one of our calls is fatal without a reply (the peers disagree on Run/1);
 - invalid ``flow/run`` params are *not* fatal: they earn a ``-32602`` and end the Run.
+
+Endpoint grants arrive both in ``flow/run`` params and in channel results, so one
+checker (:func:`parse_grant`) serves both and raises a plain ``ValueError``; each
+caller decides whether that means ``-32602`` or a fatal host violation. The channel
+result parsers check shapes only; what depends on a receiver's history (contiguous
+sequences, a consistent end) is checked in ``channels.py``.
 
 Outbound calls are encoded once, at admission (:class:`PreparedRequest`): that both
 snapshots the caller's values and proves the whole frame is JSON/1 before anything is
@@ -18,7 +24,7 @@ queued, so a bad argument fails in the caller and never reaches the wire.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Set
 from dataclasses import dataclass
 from typing import Final, Literal, cast
 
@@ -36,7 +42,10 @@ from runner.component.model import (
     MAX_MESSAGE_SCALARS,
     Attachment,
     AttachmentAccess,
+    ChannelContractIdentity,
+    Delivery,
     JSONObject,
+    ReleaseStatus,
     RunResult,
     is_local_name,
     is_safe_integer,
@@ -96,8 +105,19 @@ class Response:
 
 
 @dataclass(frozen=True, slots=True)
+class Grant:
+    """One endpoint grant (§7.1); ``start_sequence`` is set for receivers and only for them."""
+
+    endpoint: str
+    direction: Literal["send", "receive"]
+    delivery: Delivery
+    contract: ChannelContractIdentity | None
+    start_sequence: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class Root:
-    """The validated params of the one ``flow/run``."""
+    """The validated params of the one ``flow/run``; ``grants`` is ``channels`` checked."""
 
     input: JSONValue
     settings: JSONObject
@@ -105,6 +125,22 @@ class Root:
     scratch: str
     deadline_unix_ms: int
     channels: JSONObject
+    grants: dict[str, Grant]
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    """A ``channel/next`` item."""
+
+    sequence: int
+    value: JSONValue
+
+
+@dataclass(frozen=True, slots=True)
+class End:
+    """A ``channel/next`` clean end."""
+
+    last_sequence: int
 
 
 # --- inbound ---------------------------------------------------------------------------
@@ -192,13 +228,15 @@ def parse_root(params: JSONValue) -> Root:
     deadline = params["deadlineUnixMs"]
     if not is_safe_integer(deadline):
         raise InvalidParams("deadlineUnixMs must be an integer in 0…2^53−1")
+    channels = _local_name_map(params.get("channels", {}), "channels")
     return Root(
         input=params["input"],
         settings=settings,
         attachments=_parse_attachments(params["attachments"]),
         scratch=scratch,
         deadline_unix_ms=int(cast(float, deadline)),
-        channels=_parse_grants(params.get("channels", {})),
+        channels=channels,
+        grants=_parse_grants(channels),
     )
 
 
@@ -218,49 +256,60 @@ def _parse_attachments(value: JSONValue) -> dict[str, Attachment]:
     return attachments
 
 
-def _parse_grants(value: JSONValue) -> JSONObject:
-    grants = _local_name_map(value, "channels")
-    endpoints = [_grant_endpoint(name, grant) for name, grant in grants.items()]
-    if len(set(endpoints)) != len(endpoints):
+def _parse_grants(channels: JSONObject) -> dict[str, Grant]:
+    try:
+        grants = {
+            name: parse_grant(grant, f"channel grant {name!r}") for name, grant in channels.items()
+        }
+    except ValueError as error:
+        raise InvalidParams(str(error)) from None
+    if len({grant.endpoint for grant in grants.values()}) != len(grants):
         raise InvalidParams("two channel grants share one endpoint reference")
     return grants
 
 
-def _grant_endpoint(name: str, grant: JSONValue) -> str:
-    """Check one endpoint grant (§7.1) and return its endpoint reference."""
-    where = f"channel grant {name!r}"
-    if not isinstance(grant, dict):
-        raise InvalidParams(f"{where} must be an object")
-    required = {"endpoint", "direction", "delivery"}
-    if grant.get("direction") == "receive":
-        required.add("startSequence")
-    elif grant.get("direction") != "send":
-        raise InvalidParams(f'{where} direction must be "send" or "receive"')
-    _require_members(grant, required, required | {"contract"}, where)
-    endpoint, delivery = grant["endpoint"], grant["delivery"]
-    if not is_wire_id(endpoint):
-        raise InvalidParams(f"{where} endpoint is not a Run/1 reference")
-    if delivery != "direct" and delivery != "broadcast":
-        raise InvalidParams(f'{where} delivery must be "direct" or "broadcast"')
-    if "startSequence" in grant:
-        start = grant["startSequence"]
-        if not is_safe_integer(start, minimum=1) or (delivery == "direct" and start != 1):
-            raise InvalidParams(f"{where} startSequence is out of range")
-    if "contract" in grant:
-        _check_contract_identity(grant["contract"], where)
-    return endpoint
-
-
-def _check_contract_identity(value: JSONValue, where: str) -> None:
+def parse_grant(value: JSONValue, where: str) -> Grant:
+    """Check one endpoint grant (§7.1); ``ValueError`` says what is wrong with it."""
     if not isinstance(value, dict):
-        raise InvalidParams(f"{where} contract must be an object")
+        raise ValueError(f"{where} must be an object")
+    direction = value.get("direction")
+    if direction != "send" and direction != "receive":
+        raise ValueError(f'{where} direction must be "send" or "receive"')
+    required = {"endpoint", "direction", "delivery"}
+    if direction == "receive":
+        required.add("startSequence")
+    _require_members(value, required, required | {"contract"}, where)
+    endpoint, delivery = value["endpoint"], value["delivery"]
+    if not is_wire_id(endpoint):
+        raise ValueError(f"{where} endpoint is not a Run/1 reference")
+    if delivery != "direct" and delivery != "broadcast":
+        raise ValueError(f'{where} delivery must be "direct" or "broadcast"')
+    start = value.get("startSequence")
+    if direction == "receive" and (
+        not is_safe_integer(start, minimum=1) or (delivery == "direct" and start != 1)
+    ):
+        raise ValueError(f"{where} startSequence is out of range")
+    contract = _contract_identity(value["contract"], where) if "contract" in value else None
+    return Grant(
+        endpoint,
+        cast(Literal["send", "receive"], direction),
+        cast(Delivery, delivery),
+        contract,
+        None if start is None else int(cast(float, start)),
+    )
+
+
+def _contract_identity(value: JSONValue, where: str) -> ChannelContractIdentity:
+    if not isinstance(value, dict):
+        raise ValueError(f"{where} contract must be an object")
     members = {"id", "version", "digest"}
     _require_members(value, members, members, f"{where} contract")
     checks = ((_CONTRACT_ID, "id"), (_SEMVER, "version"), (_DIGEST, "digest"))
     for pattern, member in checks:
         text = value[member]
         if not isinstance(text, str) or pattern.fullmatch(text) is None:
-            raise InvalidParams(f"{where} contract {member} is malformed")
+            raise ValueError(f"{where} contract {member} is malformed")
+    return ChannelContractIdentity(*(cast(str, value[member]) for _, member in checks))
 
 
 def _local_name_map(value: JSONValue, what: str) -> JSONObject:
@@ -325,6 +374,97 @@ def parse_capability_result(result: JSONValue) -> JSONValue | CapabilityError:
     if not is_local_name(name):
         raise protocol_error("a capability error name is not a LocalName")
     return CapabilityError(name, error["data"])
+
+
+def parse_null(result: JSONValue) -> None:
+    """``channel/send`` and ``channel/close`` answer exactly ``null``."""
+    if result is not None:
+        raise protocol_error("a channel/send or channel/close result is not null")
+
+
+def parse_pair(result: JSONValue) -> tuple[Grant, Grant]:
+    """A direct ``channel/create`` result: a writer and its one reader, told apart (§7.2)."""
+    members = _exact_members(result, {"send", "receive"}, "a direct channel/create result")
+    send = _host_grant(members["send"], "the created writer", "send", "direct")
+    receive = _host_grant(members["receive"], "the created reader", "receive", "direct")
+    if send.endpoint == receive.endpoint:
+        raise protocol_error("a created writer and reader share one endpoint reference")
+    if send.contract != receive.contract:
+        raise protocol_error("a created writer and reader carry different contracts")
+    return send, receive
+
+
+def parse_broadcast(result: JSONValue) -> tuple[Grant, str]:
+    """A broadcast ``channel/create`` result: the writer and the opaque source reference."""
+    members = _exact_members(result, {"send", "source"}, "a broadcast channel/create result")
+    send = _host_grant(members["send"], "the created writer", "send", "broadcast")
+    source = members["source"]
+    if not is_wire_id(source):
+        raise protocol_error("a created source reference is not a Run/1 reference")
+    return send, source
+
+
+def parse_subscription(result: JSONValue) -> Grant:
+    """A ``channel/subscribe`` result: one broadcast receiver grant."""
+    return _host_grant(result, "a subscription", "receive", "broadcast")
+
+
+def parse_next(result: JSONValue) -> Item | End:
+    """A ``channel/next`` result: exactly an ``item`` or an ``end`` (§7.2).
+
+    Whether the sequence fits the receiver's history is the receiver's check.
+    """
+    if isinstance(result, dict) and result.keys() == {"item"}:
+        item = _exact_members(result["item"], {"sequence", "value"}, "a channel item")
+        return Item(_sequence(item["sequence"], 1), item["value"])
+    end = _exact_members(result, {"end"}, "a channel/next result")
+    last = _exact_members(end["end"], {"lastSequence"}, "a channel end")["lastSequence"]
+    return End(_sequence(last, 0))
+
+
+def parse_release(result: JSONValue) -> ReleaseStatus:
+    """A ``channel/release`` result: ``released``, ``ended`` with a sequence, or ``failed``."""
+    status = result.get("status") if isinstance(result, dict) else None
+    if status == "released":
+        _exact_members(result, {"status"}, "a released status")
+        return ReleaseStatus("released")
+    if status == "ended":
+        ended = _exact_members(result, {"status", "lastSequence"}, "an ended status")
+        return ReleaseStatus("ended", last_sequence=_sequence(ended["lastSequence"], 0))
+    if status == "failed":
+        failed = _exact_members(result, {"status", "code"}, "a failed status", {"details"})
+        code = failed["code"]
+        if not isinstance(code, str) or code not in WIRE_CODES:
+            raise protocol_error(f"a failed release carries the unknown code {code!r}")
+        return ReleaseStatus("failed", code=cast(WireCode, code), details=failed.get("details"))
+    raise protocol_error("a channel/release result has no known status")
+
+
+def _host_grant(
+    value: JSONValue, where: str, direction: Literal["send", "receive"], delivery: Delivery
+) -> Grant:
+    """A grant the host minted in a result; a malformed or unexpected one is fatal."""
+    try:
+        grant = parse_grant(value, where)
+    except ValueError as error:
+        raise protocol_error(str(error)) from None
+    if grant.direction != direction or grant.delivery != delivery:
+        raise protocol_error(f"{where} is not a {delivery} {direction} grant")
+    return grant
+
+
+def _exact_members(
+    value: JSONValue, required: set[str], where: str, optional: Set[str] = frozenset()
+) -> JSONObject:
+    if not isinstance(value, dict) or not required <= value.keys() <= required | optional:
+        raise protocol_error(f"{where} does not have exactly the members {sorted(required)}")
+    return value
+
+
+def _sequence(value: JSONValue, minimum: int) -> int:
+    if not is_safe_integer(value, minimum):
+        raise protocol_error(f"a channel sequence is not an integer in {minimum}…2^53−1")
+    return int(cast(float, value))
 
 
 # --- outbound --------------------------------------------------------------------------

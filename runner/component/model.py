@@ -1,4 +1,4 @@
-"""The values a component sees: Run results, attachments, JSON types and Run/1 names.
+"""The values a component sees: Run results, attachments, channel facts, JSON types, names.
 
 These are plain immutable records so that handler code can build, compare and log
 them without touching the wire. The name grammars are the ones Run/1 fixes for
@@ -12,15 +12,20 @@ import re
 from dataclasses import dataclass
 from typing import Final, Literal, TypeAlias, TypeGuard
 
+from runner.component.errors import WireCode
 from runner.json1 import MAX_DOCUMENT_BYTES, MAX_SAFE_INTEGER, JSONValue
 
 JSONObject: TypeAlias = dict[str, JSONValue]
 AttachmentAccess: TypeAlias = Literal["read", "read-write"]
+Delivery: TypeAlias = Literal["direct", "broadcast"]
+ReleaseOutcome: TypeAlias = Literal["released", "ended", "failed"]
 
 MAX_FRAME_BYTES: Final = MAX_DOCUMENT_BYTES  # a frame's payload is one JSON/1 document
 MAX_MESSAGE_SCALARS: Final = 1_024
 MAX_INTENT_SCALARS: Final = 16_384
 MAX_MAP_ENTRIES: Final = 256
+MAX_ENDPOINTS: Final = 512  # per Run, root grants included: the reference SDK's local cap
+MAX_SOURCES: Final = 512  # broadcast sources per Run, likewise
 
 _WIRE_ID: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}")
 _LOCAL_NAME: Final = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
@@ -40,6 +45,34 @@ class Attachment:
 
     path: str
     access: AttachmentAccess
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelContractIdentity:
+    """The exact Channel Contract/1 a source was named with at creation (PROTOCOL.md §15.2).
+
+    Readers and writers match on all three members; there are no version ranges.
+    """
+
+    id: str
+    version: str
+    digest: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseStatus:
+    """What the host reported when a receiver was disposed of (``channel/release``).
+
+    ``released``: disposed before the source ended or failed (deliberately incomplete
+    delivery, not a failure); ``ended``: the source had ended cleanly after
+    ``last_sequence``; ``failed``: the receiver's sticky failure ``code`` (e.g.
+    ``LAGGED``) with optional ``details``.
+    """
+
+    status: ReleaseOutcome
+    last_sequence: int | None = None
+    code: WireCode | None = None
+    details: JSONValue = None
 
 
 def is_wire_id(value: object) -> TypeGuard[str]:

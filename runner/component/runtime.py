@@ -14,9 +14,13 @@ The root's life (PROTOCOL.md §10, §11, §13):
 3. The handler runs as a task. ``request/cancel`` for the root cancels that task and
    withdraws every call; the root then ends ``CANCELLED``.
 4. When the handler settles, admission closes and remaining calls are withdrawn (live
-   ones mean abandoned work: ``EXECUTION_FAILED``). The decided response is written
-   only after every wire request has been answered; a root cancellation recorded
-   before that write still wins.
+   ones, or a receiver read from but left unfinished, mean abandoned work:
+   ``EXECUTION_FAILED``). Wholly unused direct pairs are released; no writer is ever
+   sealed implicitly (the host does that). The decided response is written only after
+   every settlement has finished and every wire request has been answered; a root
+   cancellation recorded before that write still wins. Settlements (``channel/close``,
+   ``channel/release``) stay admitted after the handler and under cancellation: they
+   are cleanup, not new work.
 5. After the root response the process exits 0 at once. A fatal channel condition
    (``PROTOCOL_ERROR`` / ``CHANNEL_LOST``) exits :data:`EXIT_FATAL` with no response.
 """
@@ -34,7 +38,8 @@ from dataclasses import dataclass
 from typing import Final
 
 from runner import json1
-from runner.component.calls import CallTable, Parser
+from runner.component.calls import CallTable, Parser, ReplyHook
+from runner.component.channels import Channels
 from runner.component.context import RunContext
 from runner.component.errors import ChannelFault, OperationError, OperationErrorCode, protocol_error
 from runner.component.messages import (
@@ -198,9 +203,12 @@ class _Runtime:
     # --- the root -----------------------------------------------------------------------
 
     def _start(self, root: Root) -> None:
-        context = RunContext(root, self._invoke)
+        if root.grants:
+            self._calls.hold(len(root.grants))
+        channels = Channels(self._invoke, root.grants)
+        context = RunContext(root, self._invoke, channels)
         self._handler_task = asyncio.ensure_future(self._call_handler(context))
-        self._root_task = asyncio.ensure_future(self._complete_root(self._handler_task))
+        self._root_task = asyncio.ensure_future(self._complete_root(self._handler_task, channels))
 
     async def _call_handler(self, context: RunContext) -> object:
         returned = self._handler(context)
@@ -216,18 +224,31 @@ class _Runtime:
             self._handler_task.cancel()
             self._calls.cancel_all("CANCELLED")
 
-    async def _complete_root(self, handler_task: asyncio.Task[object]) -> None:
+    async def _complete_root(self, handler_task: asyncio.Task[object], channels: Channels) -> None:
         await asyncio.wait([handler_task])
         if self._finished:  # the channel failed under the handler
             return
         if self._refusal is None:
             self._refusal = "OWNER_CLOSED"
-        abandoned = self._calls.cancel_all(self._refusal)
+        abandoned = channels.abandoned()  # before withdrawn reads can settle any receiver
+        abandoned = self._calls.cancel_all(self._refusal) or abandoned
         response = self._decide(handler_task, abandoned)
-        await self._calls.quiesce()
+        channels.release_unused()
+        await self._drain(channels)
         if self._cancelled:
             response = self._error_frame("CANCELLED", "the Run was cancelled")
         self._publish(response)
+
+    async def _drain(self, channels: Channels) -> None:
+        """Wait until no settlement runs and no request is outstanding, both at once.
+
+        A settlement task may admit its request only after the calls went quiet, and a
+        late reply may start one; so loop until both are idle in the same step, which
+        is then followed by the (synchronous) publication.
+        """
+        while not (channels.idle and self._calls.idle):
+            await channels.settle()
+            await self._calls.quiesce()
 
     def _decide(self, handler_task: asyncio.Task[object], abandoned: bool) -> bytes:
         """The root response the handler's settlement earns (before any later cancellation)."""
@@ -241,7 +262,8 @@ class _Runtime:
                 return self._error_frame("INVALID_RESULT", f"invalid handler result: {invalid}")
             if abandoned:
                 return self._error_frame(
-                    "EXECUTION_FAILED", "the handler returned while calls were still pending"
+                    "EXECUTION_FAILED",
+                    "the handler returned with calls pending or a channel receiver unfinished",
                 )
             return response
         if isinstance(error, OperationError):
@@ -262,11 +284,27 @@ class _Runtime:
 
     # --- outbound -----------------------------------------------------------------------
 
-    async def _invoke(self, method: str, params: JSONObject, parse: Parser) -> object:
-        request = PreparedRequest(method, params)
-        if self._refusal is not None:
-            raise OperationError(self._refusal, f"{method} refused: the Run no longer admits calls")
-        call = self._calls.admit(request, parse)
+    async def _invoke(
+        self,
+        method: str,
+        params: JSONObject,
+        parse: Parser,
+        *,
+        settlement: bool = False,
+        hold: int = 0,
+        on_reply: ReplyHook | None = None,
+    ) -> object:
+        """Admit one request and await its reply; ``on_reply`` hears of a refusal too."""
+        try:
+            request = PreparedRequest(method, params)
+            self._check_admission(method, settlement)
+            call = self._calls.admit(
+                request, parse, settlement=settlement, hold=hold, on_reply=on_reply
+            )
+        except BaseException:
+            if on_reply is not None:
+                on_reply(None)
+            raise
         try:
             reply = await call.waiter
         except asyncio.CancelledError:
@@ -275,6 +313,11 @@ class _Runtime:
         if isinstance(reply, Exception):
             raise reply
         return reply
+
+    def _check_admission(self, method: str, settlement: bool) -> None:
+        """New work stops with the handler; settlements only with the channel itself."""
+        if self._refusal is not None and (self._finished or not settlement):
+            raise OperationError(self._refusal, f"{method} refused: the Run no longer admits calls")
 
     def _write(self, frame: bytes) -> None:
         if self._finished:

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
+from runner.host.channels import ChannelParty, HostEndpoint, PortSpec
 from runner.json1 import JSONValue
 from runner.protocol.codes import LOCAL_CODES, OperationError, WireCode
 
@@ -40,13 +41,22 @@ class Broker(Protocol):
 class CapabilitySlot(Protocol):
     """A bound capability: answers with the capability/call result shape."""
 
-    async def call(self, method: str, input: JSONValue) -> JSONValue:
+    async def call(
+        self, method: str, input: JSONValue, channels: Mapping[str, HostEndpoint] | None = None
+    ) -> JSONValue:
         """``{"value": ...}`` or ``{"error": {"name", "data"}}``, or raise OperationError."""
         ...
 
+    def channel_ports(self, method: str) -> dict[str, PortSpec] | None:
+        """The method's declared ports (``None``: undeclared); raise if it takes none."""
+        ...
 
-RunChild = Callable[[str, JSONValue, CallContext], Awaitable[dict[str, JSONValue]]]
-"""Run the named flow as a child with this input; its Run result, or OperationError."""
+
+RunChild = Callable[
+    [str, JSONValue, CallContext, Mapping[str, str]], Awaitable[dict[str, JSONValue]]
+]
+"""Run the named flow as a child with this input and these channel rights (port → the
+caller's endpoint token); its Run result, or OperationError."""
 
 
 class UnavailableBroker:
@@ -88,12 +98,15 @@ class FlowBroker:
         run_child: RunChild,
         budget: ChildBudget,
         max_depth: int,
+        channels: ChannelParty | None = None,
     ) -> None:
         self.children = children
         self.capabilities = capabilities
         self.run_child = run_child
         self.budget = budget
         self.max_depth = max_depth
+        self.channels = channels
+        """The calling invocation's channel table: where mapped rights move from."""
 
     async def handle(
         self, method: str, params: dict[str, JSONValue], call: CallContext
@@ -106,11 +119,33 @@ class FlowBroker:
                     f"child flows may nest {self.max_depth} deep; slot {slot!r} would go deeper",
                 )
             with self.budget:
-                return await self.run_child(self.children[slot], params["input"], call)
+                return await self.run_child(
+                    self.children[slot], params["input"], call, _mapping(params)
+                )
         if method == "capability/call" and isinstance(slot, str) and slot in self.capabilities:
             name = params["method"]
             assert isinstance(name, str)
-            return await self.capabilities[slot].call(name, params["input"])
+            mapping = _mapping(params)
+            binding = self.capabilities[slot]
+            if not mapping:
+                return await binding.call(name, params["input"])
+            if self.channels is None:
+                raise OperationError("UNAVAILABLE", "channels are not enabled for this run")
+            callee = self.channels.hub.party(f"{call.run_id}/{slot}")
+            grants = self.channels.transfer(mapping, binding.channel_ports(name), callee)
+            ends = {port: HostEndpoint(callee, grant) for port, grant in grants.items()}  # type: ignore[arg-type]
+            try:
+                result = await binding.call(name, params["input"], ends)
+            except BaseException:
+                callee.conclude(OperationError("EXECUTION_FAILED", f"capability {slot!r} failed"))
+                raise
+            failed = isinstance(result, dict) and "error" in result
+            callee.conclude(
+                OperationError("EXECUTION_FAILED", f"capability {slot!r} answered an error")
+                if failed
+                else None
+            )
+            return result
         raise _unavailable(method, params, "the host configuration does not admit it")
 
 
@@ -128,10 +163,18 @@ def child_failure(error: OperationError, dispatched: int) -> OperationError:
     return OperationError(code, f"the child flow failed: {error.message}", details)
 
 
+def _mapping(params: Mapping[str, JSONValue]) -> dict[str, str]:
+    """The call's ``channels`` map (port → endpoint token), shape-checked by the session."""
+    channels = params.get("channels")
+    if not isinstance(channels, dict):
+        return {}
+    return {port: token for port, token in channels.items() if isinstance(token, str)}
+
+
 def _unavailable(method: str, params: dict[str, JSONValue], why: str) -> OperationError:
     slot = params.get("slot")
     what = {
         "flow/run-child": f"no child flow is admitted for slot {slot!r}",
         "capability/call": f"no capability is bound to slot {slot!r}",
-    }.get(method, "the channels extension is not enabled on this host")
+    }.get(method, f"{method!r} is not brokered")
     return OperationError("UNAVAILABLE", f"{what}: {why}")

@@ -29,6 +29,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from runner.host.broker import Broker, CallContext
+from runner.host.channels import CHANNEL_METHODS, ChannelParty
 from runner.host.operations import OperationLedger, Ticket
 from runner.json1 import JSONValue
 from runner.protocol import messages
@@ -131,13 +132,16 @@ async def drive(
     control: RunControl | None = None,
     stderr_sink: Callable[[bytes], None] | None = None,
     retained_operations: int = 65_536,
+    channels: ChannelParty | None = None,
 ) -> RunOutcome:
     """Run the Run/1 exchange with ``component`` to its judged end.
 
     ``retained_operations`` bounds the operations kept for replay (new ones beyond it
-    are ``RESOURCE_EXHAUSTED``).
+    are ``RESOURCE_EXHAUSTED``). ``channels`` serves the invocation's ``channel/*``
+    requests; without it they are ``UNAVAILABLE``.
     """
     run = _Run(component, HostSession(params), broker, run_id, depth, graces, control)
+    run.channels = channels
     run.ledger.limit = retained_operations
     run.stderr_sink = stderr_sink
     try:
@@ -188,6 +192,7 @@ class _Run:
         self.ledger = OperationLedger()
         self.task_group: TaskGroup | None = None
         self.stopping = False  # the driving task was cancelled: no new work starts
+        self.channels: ChannelParty | None = None
 
     # ----- the supervisor -------------------------------------------------------------
 
@@ -435,6 +440,10 @@ class _Run:
 
     async def _dispatch(self, event: CallRequested, ticket: Ticket | None) -> JSONValue:
         method = event.method
+        if method in CHANNEL_METHODS:
+            if self.channels is None:
+                raise OperationError("UNAVAILABLE", "channels are not enabled for this run")
+            return await self.channels.handle(method, event.params)
         work = partial(self.broker.handle, method, event.params, self.context)
         if ticket is None:
             return await work()

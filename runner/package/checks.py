@@ -11,7 +11,7 @@ outcome must be ``done`` or declared, and ``{outcome, output}`` must fit
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from runner.json1 import JSONValue
@@ -20,6 +20,8 @@ from runner.protocol.codes import OperationError
 from runner.sandbox.base import Attachment
 
 if TYPE_CHECKING:
+    from runner.host.capabilities.channel_contracts import ChannelContract
+    from runner.host.channels import ItemSchema, PortSpec, SourceType
     from runner.package.reader import Package
 
 
@@ -125,3 +127,54 @@ def result_failure(package: Package, result: dict[str, JSONValue]) -> OperationE
             "keyword": violation.keyword,
         },
     )
+
+
+def channel_ports(package: Package) -> dict[str, PortSpec]:
+    """The package's declared channel ports, resolved for matching against grants."""
+    from runner.host.channels import ItemSchema, PortSpec
+
+    ports: dict[str, PortSpec] = {}
+    for name, port in package.channels.items():
+        schema = None if port.schema is None else ItemSchema.compile(port.schema)
+        identity: tuple[str, str, str] | None = None
+        if port.contract is not None:
+            contract = package.channel_contracts[port.contract]
+            identity = contract.identity
+            schema = _contract_schema(contract)
+        ports[name] = PortSpec(
+            port.direction, port.required, schema, identity, port.delivery, port.start
+        )
+    return ports
+
+
+def channel_contract_resolver(package: Package) -> Callable[[str], SourceType]:
+    """Resolve ``channel/create``'s ``contract`` path inside this package, or refuse it."""
+    from runner.host.capabilities.channel_contracts import parse_channel_contract
+    from runner.host.capabilities.contracts import ContractError
+    from runner.host.channels import SourceType
+
+    def resolve(path: str) -> SourceType:
+        contract = package.channel_contracts.get(path)
+        if contract is None:
+            data = package.json_files.get(path[2:])
+            if data is None:
+                raise OperationError(
+                    "INVALID_INPUT",
+                    f"contract {path!r} names no descriptor in package {package.name!r}",
+                )
+            try:
+                contract = parse_channel_contract(data, source=path[2:])
+            except ContractError as exc:
+                raise OperationError("INVALID_INPUT", f"contract {path!r}: {exc}") from None
+            package.channel_contracts[path] = contract
+        return SourceType(_contract_schema(contract), contract.identity)
+
+    return resolve
+
+
+def _contract_schema(contract: ChannelContract) -> ItemSchema | None:
+    from runner.host.channels import ItemSchema
+
+    if contract.item is True:
+        return None
+    return ItemSchema(contract.item, contract.validator.first_error)

@@ -34,6 +34,7 @@ from runner.package import FLOW_MD
 from runner.package.errors import PackageError
 
 if TYPE_CHECKING:
+    from runner.host.capabilities.channel_contracts import ChannelContract
     from runner.host.capabilities.contracts import CapabilityContract
     from runner.host.capabilities.schema1 import Schema1Validator
     from runner.package.frontmatter import Access, Port
@@ -69,6 +70,11 @@ class Package:
     schema_documents: dict[str, JSONValue] = field(repr=False)
     digest: str
     file_count: int
+    channel_contracts: dict[str, ChannelContract] = field(default_factory=dict, repr=False)
+    """``./`` reference → Channel Contract/1 descriptor, for every port that names one."""
+    json_files: dict[str, bytes] = field(default_factory=dict, repr=False)
+    """Package path → bytes of each small ``.json`` file: what ``channel/create``'s
+    ``contract`` may name at run time (it resolves only inside the invoking package)."""
 
 
 _cache: dict[str, Package | None] = {}
@@ -230,7 +236,12 @@ def package_from_files(files: dict[str, bytes], image_id: str = "", root: str = 
     The YAML, contract and Schema/1 machinery is imported here, not with the module: a
     run of an image without a package (or with a cached absence) never pays for it.
     """
-    from runner.host.capabilities.contracts import ContractError, parse_contract
+    from runner.host.capabilities.channel_contracts import parse_channel_contract
+    from runner.host.capabilities.contracts import (
+        MAX_CONTRACT_BYTES,
+        ContractError,
+        parse_contract,
+    )
     from runner.host.capabilities.schema1 import SchemaError, compile_schema1_file
     from runner.package.frontmatter import parse_flow_md
 
@@ -247,9 +258,18 @@ def package_from_files(files: dict[str, bytes], image_id: str = "", root: str = 
             uses[slot] = parse_contract(data, source=ref[2:])
         except ContractError as exc:
             raise PackageError(ref[2:], exc.pointer, f"{exc.code}: {exc.message}") from None
+    channel_contracts: dict[str, ChannelContract] = {}
     for port, decl in meta.channels.items():
         if decl.contract is not None:
-            _referenced(files, decl.contract, f"channels.{port}.contract")
+            data = _referenced(files, decl.contract, f"channels.{port}.contract")
+            try:
+                channel_contracts[decl.contract] = parse_channel_contract(
+                    data, source=decl.contract[2:]
+                )
+            except ContractError as exc:
+                raise PackageError(
+                    decl.contract[2:], exc.pointer, f"{exc.code}: {exc.message}"
+                ) from None
     schemas: dict[str, Schema1Validator] = {}
     documents: dict[str, JSONValue] = {}
     for kind in SCHEMA_FILES:
@@ -273,6 +293,12 @@ def package_from_files(files: dict[str, bytes], image_id: str = "", root: str = 
         schema_documents=documents,
         digest=package_digest(files),
         file_count=len(files),
+        channel_contracts=channel_contracts,
+        json_files={
+            path: data
+            for path, data in files.items()
+            if path.endswith(".json") and len(data) <= MAX_CONTRACT_BYTES
+        },
     )
 
 

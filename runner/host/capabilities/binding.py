@@ -19,12 +19,13 @@ result must still be a well-formed ``capability/call`` result.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Final
 
 import anyio.to_thread
 
 from runner import json1
+from runner.host.channels import HostEndpoint, PortSpec, ports_of
 from runner.json1 import JSONValue
 from runner.protocol.codes import OperationError
 from runner.protocol.messages import is_local_name
@@ -55,13 +56,18 @@ class CapabilityBinding:
         self.provider_name = provider_name or type(provider).__name__
         self._checks = ContractBinding(contract) if contract is not None else None
 
-    async def call(self, method: str, input: JSONValue) -> JSONValue:
-        """``{"value": v}`` or ``{"error": {"name": n, "data": d}}``, or OperationError."""
+    async def call(
+        self, method: str, input: JSONValue, channels: Mapping[str, HostEndpoint] | None = None
+    ) -> JSONValue:
+        """``{"value": v}`` or ``{"error": {"name": n, "data": d}}``, or OperationError.
+
+        ``channels`` (port → endpoint) reach the provider as its ``channels`` keyword.
+        """
         try:
             if self._checks is not None:
                 size = len(json1.dumps(input))
                 await _held(self._checks.check_input, method, input, size)
-            outcome = await self._dispatch(method, input)
+            outcome = await self._dispatch(method, input, channels)
             size = self._check_shape(method, outcome)
             if self._checks is not None:
                 await _held(self._checks.check_outcome, method, outcome, size)
@@ -81,10 +87,33 @@ class CapabilityBinding:
     def _where(self) -> str:
         return f"capability slot {self.slot!r} (provider {self.provider_name})"
 
-    async def _dispatch(self, method: str, input: JSONValue) -> dict[str, JSONValue]:
+    def channel_ports(self, method: str) -> dict[str, PortSpec] | None:
+        """The method's declared channel ports, or ``None`` when there is no contract.
+
+        Raises ``INVALID_INPUT`` when the provider cannot take channels at all: nothing
+        has moved yet, so the component keeps its endpoints.
+        """
+        if "channels" not in inspect.signature(self.provider.call).parameters:
+            raise operation_error(
+                "INVALID_INPUT",
+                f"{self._where} takes no channels; no endpoint was moved",
+            )
+        if self.contract is None:
+            return None
+        declared = self.contract.methods.get(method)
+        ports = declared.get("channels", {}) if isinstance(declared, dict) else {}
+        assert isinstance(ports, dict)
+        return ports_of(ports)
+
+    async def _dispatch(
+        self, method: str, input: JSONValue, channels: Mapping[str, HostEndpoint] | None
+    ) -> dict[str, JSONValue]:
         """Await the provider and translate how it ended (see the module docstring)."""
         try:
-            value = await self.provider.call(method, input)
+            if channels:
+                value = await self.provider.call(method, input, channels=channels)  # type: ignore[call-arg]
+            else:
+                value = await self.provider.call(method, input)
         except CapabilityError as exc:
             return {"error": {"name": exc.name, "data": exc.data}}
         except UnknownMethod as exc:

@@ -449,6 +449,7 @@ def _meta_schemas() -> tuple[type[Validator], Registry[Any]]:
     documents = [
         _shipped_schema("schema-1.json"),
         _shipped_schema("capability-contract-1.schema.json"),
+        _shipped_schema("channel-contract-1.schema.json"),
     ]
     registry: Registry[Any] = Registry().with_resources(
         (str(document["$id"]), DRAFT202012.create_resource(_without_dialect(document)))
