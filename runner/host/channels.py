@@ -158,6 +158,9 @@ class _Source:
         self.sealed = False
         self.failure: OperationError | None = None
         self.accepted_bytes = 0
+        self.pending_bytes = 0
+        """Bytes of sends waiting for room: they count against the budget already."""
+        self.writer: _Endpoint | None = None
         self.readers: list[_Receiver] = []
         self.pending: deque[_PendingSend] = deque()
         self.receiver_gone = False
@@ -300,7 +303,7 @@ class ChannelParty:
         source = _Source(self.hub, delivery, kind)
         self.hub.sources.add(source)
         self.owned.append(source)
-        writer = _Endpoint(source)
+        writer = source.writer = _Endpoint(source)
         send = self._mint(writer)
         if delivery == "direct":
             receiver = _Receiver(source, 1)
@@ -383,11 +386,13 @@ class ChannelParty:
             )
         pending = _PendingSend(value, size)
         source.pending.append(pending)
+        source.pending_bytes += size
         try:
             await pending.done.wait()
         finally:
             if not pending.done.is_set():  # cancelled: withdraw the value, never half-send
                 source.pending.remove(pending)
+                source.pending_bytes -= size
         if pending.error is not None:
             raise _again(pending.error)
 
@@ -469,6 +474,13 @@ class ChannelParty:
             staged.append((port, *self._stage(port, token, spec, ports)))
         if len({id(endpoint) for _, endpoint, _ in staged}) != len(staged):
             raise OperationError("INVALID_INPUT", "one endpoint is mapped to two ports")
+        for port, endpoint, constraint in staged:  # ports of one call bound to one source
+            for other, peer, theirs in staged:
+                if peer.source is endpoint.source and not compatible(constraint, theirs):
+                    raise OperationError(
+                        "INVALID_INPUT",
+                        f"channels.{port} and channels.{other}: the ports' item schemas differ",
+                    )
         _check_required(ports, mapping)
         grants: dict[str, JSONValue] = {}
         for port, endpoint, constraint in staged:
@@ -532,6 +544,7 @@ class ChannelParty:
                 continue
             source = endpoint.source
             if endpoint.direction == "send" and source.open:
+                _drop_pending(source, OperationError("OWNER_CLOSED", "the sender's run ended"))
                 if error is None:
                     _seal(source)
                 else:
@@ -593,7 +606,8 @@ class ChannelParty:
         """Check a value against the source's bounds and constraints; a failure aborts it."""
         limits = self.hub.limits
         size = len(json1.dumps(value))
-        if size > limits.item_bytes or source.accepted_bytes + size > limits.source_bytes:
+        committed = source.accepted_bytes + source.pending_bytes
+        if size > limits.item_bytes or committed + size > limits.source_bytes:
             error = OperationError(
                 "RESOURCE_EXHAUSTED",
                 f"a {size}-byte value is over the channel's bounds "
@@ -642,6 +656,7 @@ class ChannelParty:
         receiver = source.readers[0]
         while source.pending and receiver.has_room(source.pending[0].size, self.hub.limits):
             pending = source.pending.popleft()
+            source.pending_bytes -= pending.size
             self._accept(source, pending.value, pending.size)
             pending.finish(None)
 
@@ -656,9 +671,7 @@ class ChannelParty:
             endpoint._wake()  # a pending read is answered CANCELLED
             if source.delivery == "direct":
                 source.receiver_gone = True
-                for pending in source.pending:
-                    pending.finish(_disconnected())
-                source.pending.clear()
+                _drop_pending(source, _disconnected())
             elif endpoint in source.readers:
                 source.readers.remove(endpoint)
         else:
@@ -698,7 +711,12 @@ def _match(where: str, endpoint: _Endpoint, spec: PortSpec) -> ItemSchema | None
             "INVALID_INPUT", f"{where}: the port needs contract {spec.identity[0]}, got {named}"
         )
     constraint = spec.schema if spec.identity is None else None
-    bound = [source.schema, *(r.schema for r in source.readers if not r.finished)]
+    writer = source.writer
+    bound = [
+        source.schema,
+        writer.schema if writer is not None else None,
+        *(r.schema for r in source.readers if not r.finished),
+    ]
     if not all(compatible(constraint, schema) for schema in bound):
         raise OperationError(
             "INVALID_INPUT", f"{where}: the port's item schema differs from the source's"
@@ -733,6 +751,14 @@ def required_ports(ports: Mapping[str, PortSpec] | None) -> list[str]:
     return sorted(p for p, spec in (ports or {}).items() if spec.required)
 
 
+def _drop_pending(source: _Source, error: OperationError) -> None:
+    """Answer every waiting send with ``error``; none of their values is accepted."""
+    for pending in source.pending:
+        pending.finish(error)
+    source.pending.clear()
+    source.pending_bytes = 0
+
+
 def _seal(source: _Source) -> None:
     source.sealed = True
     for receiver in source.readers:
@@ -744,9 +770,7 @@ def _fail(source: _Source, error: OperationError) -> None:
     if not source.open:
         return
     source.failure = error
-    for pending in source.pending:
-        pending.finish(error)
-    source.pending.clear()
+    _drop_pending(source, error)
     for receiver in source.readers:
         receiver.fail(error)
 

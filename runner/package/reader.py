@@ -330,7 +330,7 @@ def summary(package: Package) -> dict[str, JSONValue]:
             for key, value in {
                 "direction": port.direction,
                 "required": port.required,
-                "contract": port.contract,
+                "contract": _channel_contract(package, port.contract),
                 "delivery": port.delivery,
                 "start": port.start,
                 "schema": _schema_summary(port.schema) if port.schema is not None else None,
@@ -353,6 +353,14 @@ def summary(package: Package) -> dict[str, JSONValue]:
         "digest": package.digest,
         "files": package.file_count,
     }
+
+
+def _channel_contract(package: Package, ref: str | None) -> JSONValue:
+    """A port's contract as inspect shows it: where it is and its identity."""
+    if ref is None:
+        return None
+    identity = package.channel_contracts[ref].identity
+    return {"path": ref, "id": identity.id, "version": identity.version, "digest": identity.digest}
 
 
 def _schema_summary(document: JSONValue) -> JSONValue:

@@ -7,12 +7,17 @@ name after ``subscribe``, and ``port:P`` for the grant the parent mapped to port
 
 - ``{"create": NAME, "delivery"?, "contract"?, "schema"?}``
 - ``{"subscribe": NAME, "as": READER}``
-- ``{"send": END, "values": [...], "close"?: true, "log": KEY}`` → ``"ok"`` or the code
-- ``{"read": END, "limit"?: N, "release"?: true, "log": KEY}`` → values, how it ended
+- ``{"send": END, "values": [...], "close"?: true, "log": KEY}`` → ``"ok"`` or the code;
+  ``"repeat": N, "item": V`` in place of ``values`` sends ``V`` N times (no N-long input)
+- ``{"read": END, "limit"?: N, "release"?: true, "count"?: true, "log": KEY}`` → values
+  (with ``count``: only how many, under ``"count"``), how it ended
 - ``{"release": END, "log": KEY}``, ``{"close": END, "log": KEY}``
 - ``{"child": SLOT, "op": ID, "input": PLAN, "channels": {PORT: END}, "log": KEY}``
 - ``{"capability": SLOT, "method": M, "op": ID, "input": V, "channels": {...}, "log": KEY}``
-- ``{"sleep": SECONDS}``
+- ``{"sleep": SECONDS}``, ``{"fail": CODE}`` (the Run ends with that error)
+- ``{"clock": KEY}`` → ``[time.monotonic(), time.process_time()]`` when the step runs
+  (CLOCK_MONOTONIC is one clock for every container on the kernel, so benchmarks compare
+  it across flows; the second is this process's CPU seconds)
 
 Output: ``{"log": {KEY: ...}}``. A child given a plan runs it the same way, so one
 image serves every flow of a channel tree.
@@ -21,9 +26,14 @@ image serves every flow of a channel tree.
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 from runner.component import OperationError, RunContext, RunResult, handle
+
+
+class Failing(Exception):
+    """A planned failure of the whole Run (step errors are only logged)."""
 
 
 class Plan:
@@ -67,7 +77,8 @@ class Plan:
             self.log[f"{step['as']}.start"] = reader.start_sequence
         elif "send" in step:
             sender = self.end(step["send"])
-            for value in step["values"]:
+            values = step["values"] if "values" in step else [step["item"]] * step["repeat"]
+            for value in values:
                 await sender.send(value)
             if step.get("close"):
                 await sender.close()
@@ -97,16 +108,28 @@ class Plan:
             )
         elif "sleep" in step:
             await asyncio.sleep(step["sleep"])
+        elif "fail" in step:
+            raise Failing(step["fail"])
+        elif "clock" in step:
+            self.log[step["clock"]] = [time.monotonic(), time.process_time()]
 
     async def read(self, step: dict[str, Any], key: str) -> None:
         reader = self.end(step["read"])
+        counting = step.get("count", False)
         seen: dict[str, Any] = {"start": reader.start_sequence, "values": []}
+        if counting:
+            seen = {"start": reader.start_sequence, "count": 0}
         self.log[key] = seen
         limit = step.get("limit")
+        count = 0
         try:
             async for value in reader:
-                seen["values"].append(value)
-                if limit is not None and len(seen["values"]) >= limit:
+                count += 1
+                if counting:
+                    seen["count"] = count
+                else:
+                    seen["values"].append(value)
+                if limit is not None and count >= limit:
                     break
             else:
                 seen["end"] = reader.last_sequence
@@ -129,8 +152,11 @@ def status(released: Any) -> dict[str, Any]:
 async def main(ctx: RunContext) -> RunResult:
     plan = Plan(ctx)
     steps = ctx.input.get("steps", []) if isinstance(ctx.input, dict) else []
-    for step in steps:
-        await plan.run(step)
+    try:
+        for step in steps:
+            await plan.run(step)
+    except Failing as failing:
+        raise OperationError(str(failing), "failing as planned") from None
     return RunResult("done", {"log": plan.log})
 
 
