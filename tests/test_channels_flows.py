@@ -199,7 +199,7 @@ def test_channel_bounds_come_from_the_configuration(tmp_path: Path) -> None:
 
 
 def test_a_bad_channel_bound_names_the_key(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="limits.channels.queue_items"):
+    with pytest.raises(ConfigError, match=r"limits\.channels\.queue_items"):
         load_config(config(tmp_path, "[limits.channels]\nqueue_items = 0\n"))
 
 
