@@ -308,6 +308,46 @@ def unavailable() -> None:  # no configuration: nothing is admitted
 
 
 @scenario
+def channel_wire() -> None:  # CH-08, BC-03 shapes as the host answers them
+    pair = call("c:1", "channel/create", {})["result"]
+    send_ref, receive_ref = pair["send"]["endpoint"], pair["receive"]["endpoint"]
+    sent = outcome_of(call("c:2", "channel/send", {"endpoint": send_ref, "value": {"n": 1}}))
+    closed = outcome_of(call("c:3", "channel/close", {"endpoint": send_ref}))
+    item = outcome_of(call("c:4", "channel/next", {"endpoint": receive_ref}))
+    end = outcome_of(call("c:5", "channel/next", {"endpoint": receive_ref}))
+    released = outcome_of(call("c:6", "channel/release", {"endpoint": receive_ref}))
+    broadcast = call("c:7", "channel/create", {"delivery": "broadcast"})["result"]
+    source = broadcast["source"]
+    reader = outcome_of(call("c:8", "channel/subscribe", {"source": source}))
+    forged = outcome_of(call("c:9", "channel/send", {"endpoint": "ep-" + "0" * 32, "value": 1}))
+    not_endpoint = outcome_of(call("c:10", "channel/next", {"endpoint": source}))
+    wrong_way = outcome_of(call("c:11", "channel/send", {"endpoint": receive_ref, "value": 1}))
+    done(
+        {
+            "pair": pair,
+            "sent": sent,
+            "closed": closed,
+            "item": item,
+            "end": end,
+            "released": released,
+            "broadcast": broadcast,
+            "reader": reader,
+            "forged": forged,
+            "notEndpoint": not_endpoint,
+            "wrongWay": wrong_way,
+        }
+    )
+
+
+@scenario
+def channel_abandoned() -> None:  # §7.6: a receiver read from and left unfinished
+    pair = call("c:1", "channel/create", {})["result"]
+    call("c:2", "channel/send", {"endpoint": pair["send"]["endpoint"], "value": 1})
+    call("c:3", "channel/next", {"endpoint": pair["receive"]["endpoint"]})
+    done("returned with a live receiver")
+
+
+@scenario
 def reuse_id() -> None:  # CO-01
     call("c:1", "capability/call", {"operationId": "a", "slot": "t", "method": "do", "input": 1})
     request("c:1", "capability/call", {"operationId": "b", "slot": "t", "method": "do", "input": 1})

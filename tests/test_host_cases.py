@@ -271,3 +271,31 @@ def test_op03_uncertain_is_replayed_without_redispatch() -> None:
     assert seen == ["UNCERTAIN", "UNCERTAIN", {"value": "fine"}]
     assert broker.count("uncertain:1") == 1
     assert broker.count("uncertain:2") == 1
+
+
+def test_ch08_channel_results_have_exactly_the_spec_shapes() -> None:
+    """What the host answers for each channel method, frame by frame (§7.1, §7.2, BC-03)."""
+    seen = output(run(fake("channel-wire")))
+    pair = seen["pair"]
+    assert set(pair) == {"send", "receive"}
+    assert set(pair["send"]) == {"endpoint", "direction", "delivery"}
+    assert pair["send"]["direction"] == "send" and pair["send"]["delivery"] == "direct"
+    assert pair["receive"] == {**pair["receive"], "direction": "receive", "startSequence": 1}
+    assert set(pair["receive"]) == {"endpoint", "direction", "delivery", "startSequence"}
+    assert pair["send"]["endpoint"] != pair["receive"]["endpoint"]
+    assert seen["sent"] is None and seen["closed"] is None
+    assert seen["item"] == {"item": {"sequence": 1, "value": {"n": 1}}}
+    assert seen["end"] == {"end": {"lastSequence": 1}}
+    assert seen["released"] == {"status": "ended", "lastSequence": 1}
+    broadcast = seen["broadcast"]
+    assert set(broadcast) == {"send", "source"} and broadcast["send"]["delivery"] == "broadcast"
+    assert seen["reader"]["startSequence"] == 1 and seen["reader"]["delivery"] == "broadcast"
+    assert seen["forged"] == "PERMISSION_DENIED", "a made-up reference grants nothing"
+    assert seen["notEndpoint"] == "PERMISSION_DENIED", "a source reference is not an endpoint"
+    assert seen["wrongWay"] == "PERMISSION_DENIED"
+
+
+def test_a_receiver_read_from_and_left_unfinished_fails_the_run() -> None:
+    execution = run(fake("channel-abandoned"))
+    assert error_code(execution) == "EXECUTION_FAILED"
+    assert "left unfinished" in execution.verdict.error.message  # type: ignore[union-attr]
