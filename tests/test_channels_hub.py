@@ -8,8 +8,10 @@ shape-checking a ``channel/*`` request. Waiting is shown with
 
 from __future__ import annotations
 
+import functools
+import itertools
 import re
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -41,6 +43,17 @@ def anyio_backend() -> str:
 
 
 # ----- helpers ------------------------------------------------------------------------
+
+
+def bounded(test: Callable[..., Awaitable[None]]) -> Callable[..., Awaitable[None]]:
+    """Fail, rather than hang, if a test waits for something that never comes."""
+
+    @functools.wraps(test)
+    async def run(*args: Any, **kwargs: Any) -> None:
+        with anyio.fail_after(5):
+            await test(*args, **kwargs)
+
+    return run
 
 
 @contextmanager
@@ -174,6 +187,7 @@ def test_create_with_an_invalid_schema_allocates_nothing() -> None:
 
 
 @pytest.mark.anyio
+@bounded
 async def test_direct_sequences_start_at_one_and_end_reports_last_delivered() -> None:
     hub = ChannelHub()
     a = hub.party("run:a")
@@ -191,6 +205,7 @@ async def test_direct_sequences_start_at_one_and_end_reports_last_delivered() ->
 
 
 @pytest.mark.anyio
+@bounded
 async def test_end_with_nothing_delivered_reports_zero() -> None:
     hub = ChannelHub()
     a = hub.party("run:a")
@@ -203,6 +218,7 @@ async def test_end_with_nothing_delivered_reports_zero() -> None:
 
 
 @pytest.mark.anyio
+@bounded
 async def test_a_blocked_read_is_woken_by_a_send_and_by_close() -> None:
     hub = ChannelHub()
     a = hub.party("run:a")
@@ -229,12 +245,17 @@ async def test_a_blocked_read_is_woken_by_a_send_and_by_close() -> None:
 
 
 @pytest.mark.anyio
+@bounded
 async def test_a_full_queue_holds_the_send_until_a_read_frees_room() -> None:
     hub = ChannelHub(ChannelLimits(queue_items=2))
     a = hub.party("run:a")
     writer, reader = direct(a)
     await a.send(writer, "v1")
     await a.send(writer, "v2")
+    with anyio.move_on_after(0.02) as scope:
+        await a.send(writer, "withdrawn")
+    assert scope.cancelled_caught, "two unread items fill a two-item queue"
+    assert await a.next(reader) == item(1, "v1")
     accepted = anyio.Event()
 
     async def third() -> None:
@@ -244,18 +265,21 @@ async def test_a_full_queue_holds_the_send_until_a_read_frees_room() -> None:
     async with anyio.create_task_group() as tg:
         tg.start_soon(third)
         await anyio.wait_all_tasks_blocked()
-        assert not accepted.is_set(), "two unread items fill a two-item queue"
-        assert await a.next(reader) == item(1, "v1")
-        await anyio.wait_all_tasks_blocked()
         assert not accepted.is_set(), "the committed v1 occupies room until the next read"
         assert await a.next(reader) == item(2, "v2")
         await anyio.wait_all_tasks_blocked()
-        assert accepted.is_set()
+        assert accepted.is_set(), "the read of v2 freed v1's room"
+        with anyio.move_on_after(0.02) as scope:  # v2 (committed) and v3 fill it again
+            await a.send(writer, "withdrawn")
+        assert scope.cancelled_caught
     assert await a.next(reader) == item(3, "v3")
+    a.close(writer)
+    assert await a.next(reader) == end(3)
     conclude_all(hub, a)
 
 
 @pytest.mark.anyio
+@bounded
 async def test_waiting_sends_are_accepted_in_arrival_order() -> None:
     hub = ChannelHub(ChannelLimits(queue_items=1))
     a = hub.party("run:a")
@@ -283,6 +307,7 @@ async def test_waiting_sends_are_accepted_in_arrival_order() -> None:
 
 
 @pytest.mark.anyio
+@bounded
 async def test_a_cancelled_waiting_send_withdraws_its_value() -> None:
     hub = ChannelHub(ChannelLimits(queue_items=1))
     a = hub.party("run:a")
@@ -298,6 +323,7 @@ async def test_a_cancelled_waiting_send_withdraws_its_value() -> None:
 
 
 @pytest.mark.anyio
+@bounded
 async def test_a_withdrawn_send_leaves_no_gap_before_later_sends() -> None:
     hub = ChannelHub(ChannelLimits(queue_items=1))
     a = hub.party("run:a")
@@ -324,6 +350,7 @@ async def test_a_withdrawn_send_leaves_no_gap_before_later_sends() -> None:
 
 
 @pytest.mark.anyio
+@bounded
 async def test_too_many_waiting_sends_are_resource_exhausted() -> None:
     hub = ChannelHub(ChannelLimits(queue_items=1, pending_sends=2))
     a = hub.party("run:a")
@@ -344,18 +371,31 @@ async def test_too_many_waiting_sends_are_resource_exhausted() -> None:
 
 
 @pytest.mark.anyio
-async def test_queue_bytes_bound_holds_a_send_but_one_item_is_always_admitted() -> None:
-    big = "x" * 40
+@bounded
+async def test_queue_bytes_bound_holds_sends_in_arrival_order() -> None:
+    big = "x" * 40  # 42 bytes of JSON
     hub = ChannelHub(ChannelLimits(queue_bytes=50))
     a = hub.party("run:a")
     writer, reader = direct(a)
-    await a.send(writer, big)  # over nothing: admitted
-    with anyio.move_on_after(0.05) as scope:
-        await a.send(writer, big)
-    assert scope.cancelled_caught, "a second 42-byte item does not fit 50 bytes"
-    assert await a.next(reader) == item(1, big)
+    await a.send(writer, big)  # an empty queue always admits one item
+    order: list[str] = []
+
+    async def send(value: str) -> None:
+        await a.send(writer, value)
+        order.append(value)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(send, big + "2")
+        await anyio.wait_all_tasks_blocked()
+        tg.start_soon(send, "s")  # 3 bytes would fit, but waits behind the big one
+        await anyio.wait_all_tasks_blocked()
+        assert order == []
+        assert await a.next(reader) == item(1, big)
+        assert await a.next(reader) == item(2, big + "2")
+        assert await a.next(reader) == item(3, "s")
+    assert order == [big + "2", "s"]
     a.close(writer)
-    assert await a.next(reader) == end(1)
+    assert await a.next(reader) == end(3)
     conclude_all(hub, a)
 
 
@@ -363,6 +403,7 @@ async def test_queue_bytes_bound_holds_a_send_but_one_item_is_always_admitted() 
 
 
 @pytest.mark.anyio
+@bounded
 async def test_a_second_concurrent_next_is_invalid_input() -> None:
     hub = ChannelHub()
     a = hub.party("run:a")
@@ -388,6 +429,7 @@ async def test_a_second_concurrent_next_is_invalid_input() -> None:
 
 
 @pytest.mark.anyio
+@bounded
 async def test_release_before_end_is_released_and_repeats() -> None:
     hub = ChannelHub()
     a = hub.party("run:a")
@@ -402,6 +444,21 @@ async def test_release_before_end_is_released_and_repeats() -> None:
 
 
 @pytest.mark.anyio
+@bounded
+async def test_a_repeated_release_joins_the_first_answer_after_the_source_moved_on() -> None:
+    hub = ChannelHub()
+    a = hub.party("run:a")
+    writer, source = broadcast(a)
+    reader = token(a.subscribe(source))
+    await a.send(writer, 1)
+    assert a.release(reader) == {"status": "released"}
+    a.close(writer)  # the source ends after the release: the answer stays "released"
+    assert a.release(reader) == {"status": "released"}
+    conclude_all(hub, a)
+
+
+@pytest.mark.anyio
+@bounded
 async def test_release_after_close_is_ended_with_last_sequence() -> None:
     hub = ChannelHub()
     a = hub.party("run:a")
@@ -417,6 +474,7 @@ async def test_release_after_close_is_ended_with_last_sequence() -> None:
 
 
 @pytest.mark.anyio
+@bounded
 async def test_release_after_a_failure_reports_the_sticky_code() -> None:
     hub = ChannelHub(ChannelLimits(queue_items=1))
     a = hub.party("run:a")
@@ -437,6 +495,7 @@ async def test_release_after_a_failure_reports_the_sticky_code() -> None:
 
 
 @pytest.mark.anyio
+@bounded
 async def test_a_read_pending_at_release_is_answered_cancelled() -> None:
     hub = ChannelHub()
     a = hub.party("run:a")
@@ -460,6 +519,7 @@ async def test_a_read_pending_at_release_is_answered_cancelled() -> None:
 
 
 @pytest.mark.anyio
+@bounded
 async def test_after_a_direct_receiver_is_released_sends_and_close_are_disconnected() -> None:
     hub = ChannelHub(ChannelLimits(queue_items=1))
     a = hub.party("run:a")
@@ -487,6 +547,7 @@ async def test_after_a_direct_receiver_is_released_sends_and_close_are_disconnec
 
 
 @pytest.mark.anyio
+@bounded
 async def test_releasing_an_open_writer_aborts_the_reader() -> None:
     hub = ChannelHub()
     a = hub.party("run:a")
@@ -503,6 +564,7 @@ async def test_releasing_an_open_writer_aborts_the_reader() -> None:
 
 
 @pytest.mark.anyio
+@bounded
 async def test_close_is_refused_while_a_send_waits() -> None:
     hub = ChannelHub(ChannelLimits(queue_items=1))
     a = hub.party("run:a")
@@ -523,6 +585,7 @@ async def test_close_is_refused_while_a_send_waits() -> None:
 
 
 @pytest.mark.anyio
+@bounded
 async def test_close_seals_at_once_and_the_reader_drains_the_rest() -> None:
     hub = ChannelHub()
     a = hub.party("run:a")
@@ -559,6 +622,7 @@ def test_broadcast_create_returns_send_and_a_source_reference() -> None:
 
 
 @pytest.mark.anyio
+@bounded
 async def test_bc01_early_and_late_readers_see_independent_intervals() -> None:
     hub = ChannelHub()
     a = hub.party("run:a")
@@ -577,6 +641,7 @@ async def test_bc01_early_and_late_readers_see_independent_intervals() -> None:
 
 
 @pytest.mark.anyio
+@bounded
 async def test_late_reader_with_nothing_delivered_ends_at_start_minus_one() -> None:
     hub = ChannelHub()
     a = hub.party("run:a")
@@ -591,6 +656,7 @@ async def test_late_reader_with_nothing_delivered_ends_at_start_minus_one() -> N
 
 
 @pytest.mark.anyio
+@bounded
 async def test_broadcast_with_zero_readers_still_advances_the_sequence() -> None:
     hub = ChannelHub()
     a = hub.party("run:a")
@@ -606,6 +672,7 @@ async def test_broadcast_with_zero_readers_still_advances_the_sequence() -> None
 
 
 @pytest.mark.anyio
+@bounded
 async def test_bc02_a_slow_reader_fails_alone_with_sticky_lagged() -> None:
     hub = ChannelHub(ChannelLimits(queue_items=2))
     a = hub.party("run:a")
@@ -645,6 +712,7 @@ def test_a_sealed_or_failed_source_refuses_subscribe() -> None:
 
 
 @pytest.mark.anyio
+@bounded
 async def test_a_source_reference_is_not_an_endpoint() -> None:
     hub = ChannelHub()
     a = hub.party("run:a")
@@ -668,6 +736,7 @@ async def test_a_source_reference_is_not_an_endpoint() -> None:
 
 
 @pytest.mark.anyio
+@bounded
 async def test_moving_the_writer_does_not_move_subscription_authority() -> None:
     hub = ChannelHub()
     a = hub.party("run:a")
@@ -685,6 +754,7 @@ async def test_moving_the_writer_does_not_move_subscription_authority() -> None:
 
 
 @pytest.mark.anyio
+@bounded
 async def test_a_value_failing_a_readers_own_schema_fails_only_that_subscription() -> None:
     hub = ChannelHub()
     a = hub.party("run:a")
@@ -713,6 +783,7 @@ async def test_a_value_failing_a_readers_own_schema_fails_only_that_subscription
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("delivery", ["direct", "broadcast"])
+@bounded
 async def test_a_value_failing_the_source_schema_aborts_the_source(delivery: str) -> None:
     hub = ChannelHub()
     a = hub.party("run:a")
@@ -731,6 +802,7 @@ async def test_a_value_failing_the_source_schema_aborts_the_source(delivery: str
 
 
 @pytest.mark.anyio
+@bounded
 async def test_an_oversized_item_is_resource_exhausted_and_aborts_the_source() -> None:
     hub = ChannelHub(ChannelLimits(item_bytes=10))
     a = hub.party("run:a")
@@ -746,6 +818,7 @@ async def test_an_oversized_item_is_resource_exhausted_and_aborts_the_source() -
 
 
 @pytest.mark.anyio
+@bounded
 async def test_source_byte_budget_is_never_exceeded_by_waiting_sends() -> None:
     # Each value is 6 bytes of JSON ("abcd"); the source may accept 14 bytes in all, so
     # two values fit and a third must be refused, also when the second one still waits.
@@ -817,9 +890,13 @@ def test_tokens_are_wire_ids_and_unguessable() -> None:
         assert WIRE_ID.match(text) and len(text) <= 128, text
     assert len(set(first)) == len(first), "every token is fresh"
     assert not set(first) & set(second), "the same steps in another hub give other tokens"
+    for one, after in itertools.pairwise(first):  # not a counter: most places differ
+        differing = sum(x != y for x, y in zip(one, after, strict=False))
+        assert differing + abs(len(one) - len(after)) >= 16, (one, after)
 
 
 @pytest.mark.anyio
+@bounded
 async def test_a_token_grants_nothing_to_another_party_or_in_the_wrong_direction() -> None:
     hub = ChannelHub()
     a = hub.party("run:a")
@@ -850,6 +927,7 @@ async def test_a_token_grants_nothing_to_another_party_or_in_the_wrong_direction
 
 
 @pytest.mark.anyio
+@bounded
 async def test_transfer_mints_fresh_tokens_and_items_flow_to_the_caller() -> None:
     hub = ChannelHub()
     caller = hub.party("run:a")
@@ -884,6 +962,7 @@ async def test_transfer_mints_fresh_tokens_and_items_flow_to_the_caller() -> Non
 
 
 @pytest.mark.anyio
+@bounded
 async def test_a_forwarded_receiver_keeps_its_identity_and_start() -> None:
     hub = ChannelHub()
     parent = hub.party("run:a")
@@ -911,7 +990,8 @@ async def _bad_entries(caller: ChannelParty) -> dict[str, tuple[str, str, PortSp
     used_writer = direct(caller)[0]
     await caller.send(used_writer, "used")
     caller.resolve_contract = named()
-    named_writer = token(caller.create({"contract": "./updates.json"})["send"])  # type: ignore[index]
+    named_grants: Any = caller.create({"contract": "./updates.json"})
+    named_writer = token(named_grants["send"])
     plain_writer, plain_reader = direct(caller)
     string_writer = direct(caller, schema={"type": "string"})[0]
     bc_writer, source = broadcast(caller)
@@ -951,6 +1031,7 @@ BAD_CASES = [
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("case", BAD_CASES)
+@bounded
 async def test_a_rejected_transfer_moves_nothing(case: str) -> None:
     hub = ChannelHub()
     caller = hub.party("run:a")
@@ -973,6 +1054,7 @@ async def test_a_rejected_transfer_moves_nothing(case: str) -> None:
 
 
 @pytest.mark.anyio
+@bounded
 async def test_a_missing_required_port_or_a_doubly_mapped_endpoint_moves_nothing() -> None:
     hub = ChannelHub()
     caller = hub.party("run:a")
@@ -1004,6 +1086,7 @@ async def test_a_missing_required_port_or_a_doubly_mapped_endpoint_moves_nothing
 
 
 @pytest.mark.anyio
+@bounded
 async def test_a_used_receiver_or_a_released_one_cannot_move() -> None:
     hub = ChannelHub()
     caller = hub.party("run:a")
@@ -1022,6 +1105,7 @@ async def test_a_used_receiver_or_a_released_one_cannot_move() -> None:
 
 
 @pytest.mark.anyio
+@bounded
 async def test_a_closed_writer_cannot_move() -> None:
     hub = ChannelHub()
     caller = hub.party("run:a")
@@ -1035,6 +1119,7 @@ async def test_a_closed_writer_cannot_move() -> None:
 
 
 @pytest.mark.anyio
+@bounded
 async def test_a_late_reader_may_go_to_a_suffix_port() -> None:
     hub = ChannelHub()
     caller = hub.party("run:a")
@@ -1053,6 +1138,7 @@ async def test_a_late_reader_may_go_to_a_suffix_port() -> None:
 
 
 @pytest.mark.anyio
+@bounded
 async def test_a_queued_prefix_must_fit_the_ports_schema() -> None:
     hub = ChannelHub()
     caller = hub.party("run:a")
@@ -1070,6 +1156,7 @@ async def test_a_queued_prefix_must_fit_the_ports_schema() -> None:
 
 
 @pytest.mark.anyio
+@bounded
 async def test_conflicting_schemas_bound_writer_first_are_rejected() -> None:
     """§7.4/§15.2: admission rejects conflicting writer/reader schemas in either order."""
     hub = ChannelHub()
@@ -1085,6 +1172,7 @@ async def test_conflicting_schemas_bound_writer_first_are_rejected() -> None:
 
 
 @pytest.mark.anyio
+@bounded
 async def test_conflicting_schemas_bound_reader_first_are_rejected() -> None:
     hub = ChannelHub()
     caller = hub.party("run:a")
@@ -1099,6 +1187,7 @@ async def test_conflicting_schemas_bound_reader_first_are_rejected() -> None:
 
 
 @pytest.mark.anyio
+@bounded
 async def test_conflicting_schemas_in_one_staged_mapping_are_rejected() -> None:
     hub = ChannelHub()
     caller = hub.party("run:a")
@@ -1112,6 +1201,7 @@ async def test_conflicting_schemas_in_one_staged_mapping_are_rejected() -> None:
 
 
 @pytest.mark.anyio
+@bounded
 async def test_an_unused_writer_stays_transferable_after_its_receiver_was_released() -> None:
     hub = ChannelHub()
     caller = hub.party("run:a")
@@ -1125,6 +1215,7 @@ async def test_an_unused_writer_stays_transferable_after_its_receiver_was_releas
 
 
 @pytest.mark.anyio
+@bounded
 async def test_without_declared_ports_any_mapping_is_accepted() -> None:
     hub = ChannelHub()
     caller = hub.party("run:a")
@@ -1150,6 +1241,7 @@ async def test_without_declared_ports_any_mapping_is_accepted() -> None:
 
 
 @pytest.mark.anyio
+@bounded
 async def test_a_succeeding_callee_seals_its_held_writer() -> None:
     hub = ChannelHub()
     caller = hub.party("run:a")
@@ -1165,6 +1257,7 @@ async def test_a_succeeding_callee_seals_its_held_writer() -> None:
 
 
 @pytest.mark.anyio
+@bounded
 async def test_a_succeeding_callee_that_never_sent_ends_the_stream_at_zero() -> None:
     hub = ChannelHub()
     caller = hub.party("run:a")
@@ -1177,6 +1270,7 @@ async def test_a_succeeding_callee_that_never_sent_ends_the_stream_at_zero() -> 
 
 
 @pytest.mark.anyio
+@bounded
 async def test_a_failing_callee_aborts_its_held_writer() -> None:
     hub = ChannelHub()
     caller = hub.party("run:a")
@@ -1193,6 +1287,7 @@ async def test_a_failing_callee_aborts_its_held_writer() -> None:
 
 
 @pytest.mark.anyio
+@bounded
 async def test_conclude_answers_a_send_waiting_in_the_ending_invocation() -> None:
     """A send still unaccepted when its invocation ends must not slip in after the seal."""
     hub = ChannelHub(ChannelLimits(queue_items=1))
@@ -1228,6 +1323,7 @@ async def test_conclude_answers_a_send_waiting_in_the_ending_invocation() -> Non
 
 
 @pytest.mark.anyio
+@bounded
 async def test_unfinished_lists_only_activated_receivers_not_at_end() -> None:
     hub = ChannelHub()
     a = hub.party("run:a")
@@ -1248,6 +1344,7 @@ async def test_unfinished_lists_only_activated_receivers_not_at_end() -> None:
 
 
 @pytest.mark.anyio
+@bounded
 async def test_a_receiver_with_a_pending_read_is_unfinished() -> None:
     hub = ChannelHub()
     a = hub.party("run:a")
@@ -1263,6 +1360,7 @@ async def test_a_receiver_with_a_pending_read_is_unfinished() -> None:
 
 
 @pytest.mark.anyio
+@bounded
 async def test_concluding_the_owner_ends_its_sources_and_closes_its_table() -> None:
     hub = ChannelHub()
     owner = hub.party("run:a")
@@ -1293,6 +1391,7 @@ async def test_concluding_the_owner_ends_its_sources_and_closes_its_table() -> N
 
 
 @pytest.mark.anyio
+@bounded
 async def test_a_failing_owner_aborts_its_open_sources_for_other_holders() -> None:
     hub = ChannelHub()
     owner = hub.party("run:a")
@@ -1311,6 +1410,7 @@ async def test_a_failing_owner_aborts_its_open_sources_for_other_holders() -> No
 
 
 @pytest.mark.anyio
+@bounded
 async def test_handle_dispatches_the_six_methods() -> None:
     hub = ChannelHub()
     a = hub.party("run:a")
