@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import struct
+from pathlib import Path
 
 import pytest
 
+from runner import json1
 from runner.package.checks import (
+    channel_contract_resolver,
+    channel_ports,
     check_attachments,
     check_capability_slots,
     check_settings,
@@ -17,13 +21,12 @@ from runner.package.checks import (
 from runner.package.errors import InvocationRefused, PackageError
 from runner.package.frontmatter import MAX_FRONTMATTER_BYTES, parse_flow_md
 from runner.package.reader import package_digest, package_from_files
+from runner.protocol.codes import OperationError
 from runner.sandbox.base import Attachment
 
+ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = '"$schema": "https://flow.jig.md/schemas/schema-1.json"'
-CONTRACT = (
-    __import__("pathlib").Path(__file__).resolve().parents[1]
-    / "runner/host/capabilities/contracts/artifacts.json"
-).read_bytes()
+CONTRACT = (ROOT / "runner/host/capabilities/contracts/artifacts.json").read_bytes()
 
 
 CLOSED = f'{{{SCHEMA}, "type": "object", "additionalProperties": false}}'.encode()
@@ -287,3 +290,51 @@ def test_a_missing_referenced_contract_is_refused() -> None:
         package_from_files(files)
     assert (caught.value.file, caught.value.key) == ("FLOW.md", "uses.kv.contract")
     assert "names no regular file" in caught.value.rule
+
+
+PROGRESS = (ROOT / "examples" / "live-progress" / "contracts" / "progress.json").read_bytes()
+PORTS = (
+    H
+    + """channels:
+  progress: {direction: send, contract: ./contracts/progress.json, delivery: broadcast}
+  items: {direction: receive, schema: {type: string}, required: false}
+"""
+)
+
+
+def test_channel_ports_resolve_their_contract_identity_and_schema() -> None:
+    from runner.host.capabilities.channel_contracts import channel_contract_digest
+
+    files = {"FLOW.md": flow_md(PORTS), "contracts/progress.json": PROGRESS}
+    ports = channel_ports(package_from_files(files))
+    progress, items = ports["progress"], ports["items"]
+    assert progress.identity == (
+        "https://flow-runner.example/contracts/progress",
+        "1.0.0",
+        channel_contract_digest(json1.loads(PROGRESS)),
+    )
+    assert progress.schema is not None and progress.delivery == "broadcast"
+    assert progress.schema.first_error({"item": "a", "done": 1, "result": "A"}) is None
+    assert progress.schema.first_error({"item": "a"}) is not None
+    assert items.identity is None and items.required is False
+    assert items.schema is not None and items.schema.first_error(3) is not None
+
+
+def test_a_broken_channel_contract_names_its_file_and_pointer() -> None:
+    broken = json1.loads(PROGRESS)
+    assert isinstance(broken, dict)
+    broken["version"] = "1.0"
+    files = {"FLOW.md": flow_md(PORTS), "contracts/progress.json": json1.dumps(broken)}
+    with pytest.raises(PackageError) as caught:
+        package_from_files(files)
+    assert caught.value.file == "contracts/progress.json"
+    assert caught.value.key == "/version"
+
+
+def test_channel_create_resolves_contracts_only_inside_the_package() -> None:
+    files = {"FLOW.md": flow_md(H), "contracts/progress.json": PROGRESS}
+    resolve = channel_contract_resolver(package_from_files(files))
+    assert resolve("./contracts/progress.json").identity is not None
+    with pytest.raises(OperationError) as caught:
+        resolve("./contracts/missing.json")
+    assert caught.value.code == "INVALID_INPUT"
