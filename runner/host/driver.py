@@ -243,18 +243,23 @@ class _Run:
     async def stop_after_cancellation(self) -> None:
         """The caller's task was cancelled: cancel the root, then kill after the grace.
 
-        The component's answer is still read during the grace, so a component that
-        stops cooperatively is judged by its answer (``CANCELLED``), not as a lost channel.
+        The workers died with the task group, so every call still open is answered
+        ``CANCELLED`` here, and a writer serves the grace: a component that waits for its
+        calls' answers before its root response (the SDK does, §10) can stop cooperatively
+        and is judged by its answer (``CANCELLED``), not as a lost channel.
         """
         if self.exited.is_set():
             return
         self.stopping = True
-        if self.session.cancel_root("CANCELLED"):
-            data = self.session.data_to_send()
-            with suppress(Exception), anyio.move_on_after(self.graces.cancel):
-                await self.component.stdin.send(data)
+        for rid in list(self.calls):
+            self.session.respond_error(rid, OperationError("CANCELLED", "the run was stopped"))
+        self.calls.clear()
+        self.session.cancel_root("CANCELLED")
+        self.output_ready = None  # the old writer is gone; the new one starts idle
+        self._flush()
         with anyio.move_on_after(self.graces.cancel):
             async with anyio.create_task_group() as tg:
+                tg.start_soon(self._write_stdin)
                 if not self.stdout_done.is_set():
                     tg.start_soon(self._read_stdout)
                 self.exit_code = await self.component.wait()

@@ -72,9 +72,10 @@ def _acceptance_blockers(session: HostSession, ending: Ending) -> list[str]:
         blockers.append(f"{len(session.pending)} component request(s) still pending")
     if not session.stdout_clean_end:
         blockers.append("stdout did not end cleanly on a frame boundary")
-    if ending.host_kill is not None:
-        blockers.append(f"the host killed the component ({ending.host_kill})")
     if ending.exit_code != 0:
+        # A kill that found the process already gone (exit 0 by itself) blocks nothing.
+        if ending.host_kill is not None:
+            blockers.append(f"the host killed the component ({ending.host_kill})")
         blockers.append(_exit_reason(ending))
     return blockers
 

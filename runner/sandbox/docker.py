@@ -41,7 +41,7 @@ import anyio
 import docker
 import docker.errors
 import requests.exceptions
-from anyio.abc import ByteReceiveStream, ByteSendStream, SocketStream, UNIXSocketStream
+from anyio.abc import ByteReceiveStream, ByteSendStream, SocketStream
 from docker.constants import DEFAULT_MAX_POOL_SIZE
 from docker.types import LogConfig, Mount, Ulimit
 
@@ -577,9 +577,10 @@ async def _attach(engine: _Engine, container_id: str) -> _AttachConnection:
         response.close()
     hijacked.close()
     raw.close()
-    wrap = UNIXSocketStream if own.family == socket.AF_UNIX else SocketStream
+    # A transport-backed stream even for a unix socket: anyio's UNIXSocketStream registers
+    # and unregisters the socket with the event loop on every read (bench/channels.py).
     try:
-        return _AttachConnection(await wrap.from_socket(own))
+        return _AttachConnection(await SocketStream.from_socket(own))
     except BaseException:
         own.close()  # cancelled while wrapping: the descriptor is still ours to close
         raise
