@@ -323,7 +323,10 @@ class _Container:
         if self.facts.exit_code is not None:
             return self.facts.exit_code
         await self._connection.drain()
-        return self._record(await self._stopped_state())
+        state = await self._stopped_state()
+        if state["ExitCode"] == 137 and not state["OOMKilled"] and not self.facts.killed_by_host:
+            state = await self._late_oom(state)
+        return self._record(state)
 
     async def kill(self) -> None:
         """SIGKILL the container; a no-op once it has stopped or is gone."""
@@ -356,6 +359,17 @@ class _Container:
                 return state
             await anyio.sleep(delay)
             delay = min(delay * 2, 0.25)
+
+    async def _late_oom(self, state: dict[str, Any]) -> dict[str, Any]:
+        """Re-read a SIGKILL nobody here sent: the engine may report the exit before the
+        OOM event of the same container (seen about once in 50 OOM runs), and an OOM
+        must not be reported as a plain kill."""
+        for _ in range(5):
+            await anyio.sleep(0.05)
+            info = await self._engine.call(self._engine.client.api.inspect_container, self._id)
+            if info["State"]["OOMKilled"]:
+                return dict(info["State"])
+        return state
 
     def _record(self, state: dict[str, Any]) -> int:
         """Note the stopped container's state in the facts; return its exit code."""
