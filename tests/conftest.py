@@ -45,3 +45,13 @@ def no_leaks(docker_client: Any) -> Iterator[None]:
         for c in docker_client.containers.list(all=True, filters={"label": "flow-runner.run-id"})
     }
     assert after <= before, f"containers left behind: {sorted(after - before)}"
+
+
+@pytest.fixture
+def engine(docker_client: Any, no_leaks: None) -> Any:
+    """The engine for a container test that must leave no container behind.
+
+    Modules of container tests take it for every test with
+    ``pytestmark = pytest.mark.usefixtures("engine")``.
+    """
+    return docker_client

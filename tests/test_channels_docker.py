@@ -68,10 +68,7 @@ LABEL_PARENT = "flow-runner.parent-run-id"
 LIVE_PROGRESS = ROOT / "examples" / "live-progress"
 
 
-@pytest.fixture(autouse=True)
-def engine(docker_client: Any, no_leaks: None) -> Any:
-    """Every test here needs the engine and the images, and must leave no container."""
-    return docker_client
+pytestmark = pytest.mark.usefixtures("engine")
 
 
 @pytest.fixture

@@ -41,10 +41,7 @@ CONTRACTS = ROOT / "runner" / "host" / "capabilities" / "contracts"
 EXAMPLE = ROOT / "examples" / "research-report"
 
 
-@pytest.fixture(autouse=True)
-def engine(docker_client: Any, no_leaks: None) -> Any:
-    """Every test here needs the engine and the images, and must leave no container."""
-    return docker_client
+pytestmark = pytest.mark.usefixtures("engine")
 
 
 @pytest.fixture

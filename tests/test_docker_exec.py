@@ -39,10 +39,7 @@ MIB = 1 << 20
 SPLIT = ("create", "attach", "start", "run", "cleanup")
 
 
-@pytest.fixture(autouse=True)
-def engine(docker_client: Any, no_leaks: None) -> Any:
-    """Every test here needs the engine and the images, and must leave no container."""
-    return docker_client
+pytestmark = pytest.mark.usefixtures("engine")
 
 
 @pytest.fixture

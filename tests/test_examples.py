@@ -32,9 +32,7 @@ SLOW = "flow-runner/examples-slow:latest"
 SAMPLE = EXAMPLES / "wordcount" / "sample"
 
 
-@pytest.fixture(autouse=True)
-def engine(docker_client: Any, no_leaks: None) -> Any:
-    return docker_client
+pytestmark = pytest.mark.usefixtures("engine")
 
 
 @pytest.fixture

@@ -153,8 +153,10 @@ def channel_contract_resolver(package: Package) -> Callable[[str], SourceType]:
     from runner.host.capabilities.contracts import ContractError
     from runner.host.channels import SourceType
 
+    parsed = dict(package.channel_contracts)  # this invocation's, so the package stays as read
+
     def resolve(path: str) -> SourceType:
-        contract = package.channel_contracts.get(path)
+        contract = parsed.get(path)
         if contract is None:
             data = package.json_files.get(path[2:])
             if data is None:
@@ -163,10 +165,9 @@ def channel_contract_resolver(package: Package) -> Callable[[str], SourceType]:
                     f"contract {path!r} names no descriptor in package {package.name!r}",
                 )
             try:
-                contract = parse_channel_contract(data, source=path[2:])
+                contract = parsed[path] = parse_channel_contract(data, source=path[2:])
             except ContractError as exc:
                 raise OperationError("INVALID_INPUT", f"contract {path!r}: {exc}") from None
-            package.channel_contracts[path] = contract
         return SourceType(_contract_schema(contract), contract.identity)
 
     return resolve

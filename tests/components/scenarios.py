@@ -210,8 +210,13 @@ async def main(ctx: RunContext) -> Any:
     return RunResult("done", result)
 
 
-if __name__ == "__main__":
+def serve() -> None:
+    """Serve one Run with every registered scenario (also those of sibling scripts)."""
     budget = os.environ.get("FLOW_TEST_LIFETIME")
     if budget:
         sys.exit(run(main, Limits(lifetime=int(budget))))
     handle(main)
+
+
+if __name__ == "__main__":
+    serve()

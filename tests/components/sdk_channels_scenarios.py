@@ -1,33 +1,19 @@
 """A component for the SDK's channel tests: ``input.scenario`` picks what the handler does.
 
-Run it like ``scenarios.py``: ``PYTHONPATH`` at the checkout, a scripted host on its
-stdin/stdout, ``FLOW_TEST_LIFETIME`` to shrink the request lifetime budget.
+Run it like ``scenarios.py``, whose registry and runner it shares: ``PYTHONPATH`` at the
+checkout, a scripted host on its stdin/stdout, ``FLOW_TEST_LIFETIME`` to shrink the
+request lifetime budget.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
-import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from runner.component import OperationError, RunContext, RunResult, handle
-from runner.component.runtime import Limits, run
+from scenarios import scenario, serve, store
 
-Scenario = Callable[[RunContext, dict[str, Any]], Awaitable[Any]]
-SCENARIOS: dict[str, Scenario] = {}
-
-
-def scenario(function: Scenario) -> Scenario:
-    SCENARIOS[function.__name__.replace("_", "-")] = function
-    return function
-
-
-async def store(ctx: RunContext, n: int) -> Any:
-    return await ctx.call_capability(
-        operation_id=f"op:{n}", slot="store", method="write", input={"n": n}
-    )
+from runner.component import OperationError, RunContext
 
 
 async def failure(attempt: Awaitable[Any]) -> str | None:
@@ -277,13 +263,5 @@ async def mapped(ctx: RunContext, args: dict[str, Any]) -> Any:
     return "mapped"
 
 
-async def main(ctx: RunContext) -> Any:
-    args: dict[str, Any] = ctx.input if isinstance(ctx.input, dict) else {}
-    return RunResult("done", await SCENARIOS[args["scenario"]](ctx, args))
-
-
 if __name__ == "__main__":
-    budget = os.environ.get("FLOW_TEST_LIFETIME")
-    if budget:
-        sys.exit(run(main, Limits(lifetime=int(budget))))
-    handle(main)
+    serve()

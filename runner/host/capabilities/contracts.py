@@ -105,8 +105,8 @@ class CapabilityContract:
 
 
 def contract_digest(descriptor: JSONValue) -> str:
-    """``sha256:<hex>`` of the domain separator and the RFC 8785 bytes of the descriptor."""
-    return "sha256:" + hashlib.sha256(DIGEST_DOMAIN + json1.canonical(descriptor)).hexdigest()
+    """The Capability Contract/1 digest of a descriptor (§15.1)."""
+    return domain_digest(DIGEST_DOMAIN, descriptor)
 
 
 def load_contract(path: str | os.PathLike[str]) -> CapabilityContract:
@@ -138,11 +138,19 @@ def builtin_contract(name: str) -> CapabilityContract:
 
 
 def parse_contract(data: bytes, *, source: str = "<descriptor>") -> CapabilityContract:
-    """Validate descriptor bytes (≤262,144, JSON/1, Capability Contract/1, Schema/1).
+    """Validate descriptor bytes (≤262,144, JSON/1, Capability Contract/1, Schema/1)."""
+    descriptor = read_descriptor(data, source)
+    graph = checked_graph(
+        descriptor, _embedded_schemas(descriptor), CAPABILITY_CONTRACT_1_URI, source
+    )
+    identity = ContractIdentity(
+        str(descriptor["id"]), str(descriptor["version"]), contract_digest(descriptor)
+    )
+    return CapabilityContract(identity, descriptor, source, graph)
 
-    Embedded schemas are checked first so that a keyword outside Schema/1 is reported as
-    such rather than as a generic shape error of the descriptor.
-    """
+
+def read_descriptor(data: bytes, source: str) -> dict[str, JSONValue]:
+    """Contract descriptor bytes (either kind) as a JSON/1 object, or ContractError."""
     if len(data) > MAX_CONTRACT_BYTES:
         raise ContractError(
             source,
@@ -156,24 +164,34 @@ def parse_contract(data: bytes, *, source: str = "<descriptor>") -> CapabilityCo
         raise ContractError(source, "CONTRACT_INVALID_JSON", exc.pointer or "", str(exc)) from None
     if not isinstance(descriptor, dict):
         raise ContractError(source, "CONTRACT_INVALID", "", "a descriptor is a JSON object")
+    return descriptor
+
+
+def checked_graph(
+    descriptor: dict[str, JSONValue], roots: dict[str, JSONValue], schema_uri: str, source: str
+) -> Schema1Graph:
+    """Compile the descriptor's schemas, then check it against its descriptor schema.
+
+    Embedded schemas go first so that a keyword outside Schema/1 is reported as such
+    rather than as a generic shape error of the descriptor.
+    """
     defs = descriptor.get("$defs")
     try:
-        graph = Schema1Graph(_embedded_schemas(descriptor), defs if isinstance(defs, dict) else {})
+        graph = Schema1Graph(roots, defs if isinstance(defs, dict) else {})
     except SchemaError as exc:
         raise ContractError(source, exc.code, exc.pointer, exc.message) from None
-    found = meta_violation(descriptor, CAPABILITY_CONTRACT_1_URI)
+    found = meta_violation(descriptor, schema_uri)
     if found is not None:
         pointer, message = found
         raise ContractError(
-            source,
-            "CONTRACT_INVALID",
-            pointer,
-            f"{message} (see the Capability Contract/1 descriptor schema)",
+            source, "CONTRACT_INVALID", pointer, f"{message} (see the schema {schema_uri})"
         )
-    identity = ContractIdentity(
-        str(descriptor["id"]), str(descriptor["version"]), contract_digest(descriptor)
-    )
-    return CapabilityContract(identity, descriptor, source, graph)
+    return graph
+
+
+def domain_digest(domain: bytes, descriptor: JSONValue) -> str:
+    """``sha256:<hex>`` of a domain separator and the RFC 8785 bytes of a descriptor."""
+    return "sha256:" + hashlib.sha256(domain + json1.canonical(descriptor)).hexdigest()
 
 
 def _embedded_schemas(descriptor: dict[str, JSONValue]) -> dict[str, JSONValue]:
