@@ -132,7 +132,7 @@ async def execute(
             report = _report(stopped, stopped.verdict, request.run_id, target, backend)
             on_stopped(Execution(stopped.verdict, report))
         raise
-    finally:
+    finally:  # a no-op once the run was judged; else it was stopped or failed to launch
         offer.party.conclude(OperationError("CANCELLED", "the invocation was stopped"))
 
 

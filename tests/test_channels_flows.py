@@ -141,10 +141,10 @@ def test_a_joined_operation_moves_its_rights_once(tmp_path: Path) -> None:
     same = child(worker, {"out": "a.send"}, op="w")
     plan = {"steps": [
         {"create": "a"},
+        {"create": "b"},
         {"all": [same, {**same, "log": "w-again"}, {"read": "a.receive", "log": "read"}]},
         child(worker, {"out": "b.send"}, op="w") | {"log": "changed"},
     ]}  # fmt: skip
-    plan["steps"].insert(1, {"create": "b"})
     execution = run(config(tmp_path), plan)
     log = log_of(execution)
     assert log["w"] == log["w-again"] and log["w"]["outcome"] == "done"
