@@ -2,19 +2,18 @@
 
 Every frame a host reads is classified and its params or result checked, so this is on
 the hot path. The comparison is with ``jsonschema``'s Draft 2020-12 validator on
-``shared/spec/run-1.schema.json``, compiled once, on the same already-decoded frames.
-Both sides answer the same question, "is this a valid Run/1 frame of some kind": ours
+the repository's ``spec/run-1.schema.json``, compiled once, on the same already-decoded
+frames. Both sides answer the same question, "is this a valid Run/1 frame of some kind": ours
 classifies the envelope, then checks params of the request method or the result against
 every result shape (the host, knowing the method, does less than that).
 
-Run: ``.venv/bin/python bench/messages_validate.py`` (FLOW_SHARED_DIR overrides where
-shared/ is found). Numbers are recorded in bench/README.md, "Message validation".
+Run: ``.venv/bin/python bench/messages_validate.py``. Numbers are recorded in
+bench/README.md, "Message validation".
 """
 
 from __future__ import annotations
 
 import json
-import os
 import platform
 import time
 from collections.abc import Callable
@@ -26,9 +25,7 @@ from jsonschema import Draft202012Validator
 from runner.protocol import messages
 from runner.protocol.codes import ProtocolViolation
 
-SHARED = Path(
-    os.environ.get("FLOW_SHARED_DIR") or Path(__file__).resolve().parents[1].parent / "shared"
-)
+SPEC = Path(__file__).resolve().parents[1] / "spec"
 RESULT_METHODS = ("flow/run", "capability/call", *sorted(messages.CHANNEL_METHODS))
 REQUEST_METHODS = messages.HOST_TO_COMPONENT_METHODS | messages.COMPONENT_TO_HOST_METHODS
 
@@ -165,7 +162,7 @@ def frames_per_second(check: Callable[[], object], count: int, seconds: float) -
 
 
 def main() -> None:
-    schema = json.loads((SHARED / "spec/run-1.schema.json").read_text())
+    schema = json.loads((SPEC / "run-1.schema.json").read_text())
     whole = Draft202012Validator(schema)
     by_definition = {
         name: Draft202012Validator({**schema, "oneOf": [{"$ref": f"#/$defs/{name}"}]})

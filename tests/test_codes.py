@@ -13,13 +13,13 @@ from runner.protocol.codes import (
     OperationError,
     ProtocolViolation,
 )
-from sharedkit import load_shared
+from speckit import load_spec
 
-_load = load_shared
+_load = load_spec
 
 
 def test_registry_matches_shared_spec() -> None:
-    registry = _load("spec/run-1-errors.json")
+    registry = _load("run-1-errors.json")
     assert registry["protocol"] == "run/1"
     assert registry["jsonRpcCode"] == codes.OPERATIONAL
     assert list(WIRE_CODES) == registry["wire"]
@@ -29,7 +29,7 @@ def test_registry_matches_shared_spec() -> None:
 
 
 def test_wire_codes_match_schema_enum() -> None:
-    schema = _load("spec/run-1.schema.json")
+    schema = _load("run-1.schema.json")
     assert list(WIRE_CODES) == schema["$defs"]["flowErrorCode"]["enum"]
 
 

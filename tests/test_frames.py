@@ -12,13 +12,13 @@ from hypothesis import strategies as st
 from runner.protocol import messages
 from runner.protocol.codes import LocalProtocolError, ProtocolViolation
 from runner.protocol.frames import MAX_PAYLOAD_BYTES, FrameDecoder, decode_payload, encode_frame
-from sharedkit import load_shared
+from speckit import load_spec
 
-_load = load_shared
+_load = load_spec
 
 
-FRAMING = _load("conformance/fixtures/framing.json")
-MESSAGES = _load("conformance/fixtures/messages.json")
+FRAMING = _load("conformance/framing.json")
+MESSAGES = _load("conformance/messages.json")
 
 # Where each known invalid vector must fail; vectors added to the corpus later only need
 # to fail somewhere. "json1" failures carry a -32700 reply, the others none.

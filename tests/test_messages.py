@@ -43,13 +43,13 @@ from runner.protocol.messages import (
     validate_result,
     validate_run_result,
 )
-from sharedkit import load_shared
+from speckit import load_spec
 
-_load = load_shared
+_load = load_spec
 
 
-SCHEMA = _load("spec/run-1.schema.json")
-FIXTURES = _load("conformance/fixtures/messages.json")
+SCHEMA = _load("run-1.schema.json")
+FIXTURES = _load("conformance/messages.json")
 REQUEST_METHODS = HOST_TO_COMPONENT_METHODS | COMPONENT_TO_HOST_METHODS
 RESULT_METHODS = ("flow/run", "capability/call", *sorted(CHANNEL_METHODS))
 
