@@ -267,9 +267,9 @@ def _run(start: Starter, quiet: bool) -> Execution:
     from runner.config import ConfigError
     from runner.host.driver import RunControl
     from runner.package.errors import InvocationRefused, PackageError
-    from runner.sandbox.errors import DockerSandboxError
+    from runner.sandbox.errors import SandboxError
 
-    refusals = (DockerSandboxError, ConfigError, InvocationRefused, PackageError)
+    refusals = (SandboxError, ConfigError, InvocationRefused, PackageError)
     control = RunControl()
 
     def echo(chunk: bytes) -> None:

@@ -29,6 +29,15 @@ def test_version_and_help() -> None:
     assert version.returncode == 0
     assert version.stdout.startswith("flow-runner ")
     assert "exec" in flow_runner("--help").stdout
+    # The argument's own help text shows (click 8.5 with typer 0.19 dropped it).
+    assert "a flow NAME from" in " ".join(flow_runner("exec", "--help").stdout.split())
+
+
+def test_a_command_that_cannot_start_is_a_usage_error() -> None:
+    missing = flow_runner("exec", "--process", "--", "/nonexistent/cmd")
+    assert missing.returncode == 2, missing.stderr
+    assert "cannot start '/nonexistent/cmd'" in missing.stderr
+    assert "Traceback" not in missing.stderr and missing.stdout == ""
 
 
 def test_success_prints_the_run_result_as_one_json_line() -> None:
@@ -93,12 +102,18 @@ def test_bad_usage_exits_2_with_a_clear_message() -> None:
 
 def test_ctrl_c_cancels_then_exits_130(tmp_path: Path) -> None:
     report = tmp_path / "report.json"
+    component = tmp_path / "stubborn.py"  # says when it runs, then ignores everything
+    component.write_text(
+        "import sys, time\nsys.stdin.readline()\n"
+        "print('running', file=sys.stderr, flush=True)\ntime.sleep(3600)\n"
+    )
     proc = subprocess.Popen(
-        [*CLI, "exec", "--process", "--report", str(report), "--",
-         sys.executable, str(FAKE), "ignore-cancel"],
+        [*CLI, "exec", "--process", "--report", str(report), "--", sys.executable,
+         str(component)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    time.sleep(1.5)
+    assert proc.stderr is not None
+    assert proc.stderr.readline() == "running\n"  # it has its flow/run: the run is live
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err

@@ -7,7 +7,15 @@ without importing docker-py for a run that never touches Docker.
 from __future__ import annotations
 
 
-class DockerSandboxError(RuntimeError):
+class SandboxError(RuntimeError):
+    """A backend could not prepare its sandbox; the message names the cause and the fix."""
+
+
+class CommandNotFound(SandboxError):
+    """The process backend's command cannot be started (missing, not executable)."""
+
+
+class DockerSandboxError(SandboxError):
     """The Docker backend could not prepare, run or clean up a container."""
 
 

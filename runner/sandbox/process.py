@@ -22,6 +22,7 @@ import anyio
 from anyio.abc import ByteReceiveStream, ByteSendStream, Process
 
 from runner.sandbox.base import LaunchRequest, RunningComponent, SandboxFacts
+from runner.sandbox.errors import CommandNotFound
 
 
 class ProcessComponent:
@@ -81,15 +82,21 @@ class ProcessSandbox:
         started = time.monotonic()
         component: ProcessComponent | None = None
         try:
-            process = await anyio.open_process(
-                self.argv,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                env=self.env,
-                cwd=self.cwd,
-                start_new_session=True,
-            )
+            try:
+                process = await anyio.open_process(
+                    self.argv,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    env=self.env,
+                    cwd=self.cwd,
+                    start_new_session=True,
+                )
+            except OSError as exc:  # missing, not executable, a directory, ...
+                raise CommandNotFound(
+                    f"cannot start {self.argv[0]!r}: {exc.strerror}; give the path of an "
+                    "executable (exec --process -- COMMAND [ARGS...])"
+                ) from exc
             paths = {a.name: str(a.host_path) for a in request.attachments}
             component = ProcessComponent(process, paths, str(scratch))
             component.facts.timings["start"] = time.monotonic() - started
