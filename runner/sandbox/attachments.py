@@ -276,8 +276,10 @@ def _refusal(path: Path, identity: tuple[int, int]) -> str | None:
     if ".ssh" in path.parts:
         return "is or is inside a .ssh directory (keys and their trust)"
     for tree, tree_identity in _resolved(REFUSED_TREES).items():
-        if _within(path, tree) or identity == tree_identity:
-            return f"is {tree} or inside it, and {tree} belongs to the host's system or engine"
+        if path == tree or identity == tree_identity:
+            return f"is {tree}, which belongs to the host's system or its container engine"
+        if _within(path, tree):
+            return f"is inside {tree}, which belongs to the host's system or its container engine"
     for refused in _resolved(REFUSED_TREES):
         if _within(refused, path):
             return f"contains {refused}"
