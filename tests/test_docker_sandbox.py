@@ -439,7 +439,7 @@ def swap(tmp_path: Path) -> Iterator[tuple[Path, Any]]:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
         server.bind(str(forbidden / "engine.sock"))
         server.listen()
-        with pytest.raises(AttachmentError, match="holds .*engine.sock, which is a unix socket"):
+        with pytest.raises(AttachmentError, match=r"holds .*engine\.sock, which is a unix socket"):
             check_attachment(parse_attach(f"bad={forbidden}"))
 
         def replace() -> None:

@@ -394,5 +394,5 @@ def test_an_attachment_name_with_a_trailing_newline_is_not_a_local_name(tmp_path
 def test_at_most_256_attachments(tmp_path: Path) -> None:
     specs = [f"a{i}={tmp_path}" for i in range(257)]
     assert len(parse_attachments(specs[:256])) == 256
-    with pytest.raises(AttachmentError, match="257 attachments given.*at most 256"):
+    with pytest.raises(AttachmentError, match=r"257 attachments given.*at most 256"):
         parse_attachments(specs)
