@@ -267,9 +267,10 @@ def _run(start: Starter, quiet: bool) -> Execution:
     from runner.config import ConfigError
     from runner.host.driver import RunControl
     from runner.package.errors import InvocationRefused, PackageError
+    from runner.sandbox.attachments import AttachmentError
     from runner.sandbox.errors import SandboxError
 
-    refusals = (SandboxError, ConfigError, InvocationRefused, PackageError)
+    refusals = (SandboxError, ConfigError, InvocationRefused, PackageError, AttachmentError)
     control = RunControl()
 
     def echo(chunk: bytes) -> None:

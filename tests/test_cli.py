@@ -76,6 +76,19 @@ def test_flow_run_params_carry_attachments_settings_and_scratch(tmp_path: Path) 
     assert not Path(params["scratch"]).exists(), "private scratch is removed after the run"
 
 
+def test_a_bad_attachment_name_or_too_many_are_usage_errors_before_anything_runs(
+    tmp_path: Path,
+) -> None:
+    newline = exec_fake("params", "--attach", f"abc\n={tmp_path}")
+    assert (newline.returncode, newline.stdout) == (2, ""), newline.stderr
+    assert "name 'abc\\n' is not a LocalName" in newline.stderr
+    many = [arg for i in range(257) for arg in ("--attach", f"a{i}={tmp_path}")]
+    crowded = exec_fake("params", *many)
+    assert (crowded.returncode, crowded.stdout) == (2, ""), crowded.stderr[-2000:]
+    assert "257 attachments given, and a run may have at most 256" in crowded.stderr
+    assert exec_fake("params", *many[2:]).returncode == 0  # 256 are fine
+
+
 def test_exit_statuses() -> None:
     assert exec_fake("custom-outcome").returncode == 3
     failed = exec_fake("exit7-silent")

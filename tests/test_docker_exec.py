@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from execkit import (
     finish,
     interrupt,
     of_run,
+    of_runner,
     profile_file,
     start,
     wait_running,
@@ -296,3 +298,28 @@ def test_a_missing_image_is_a_usage_error_and_nothing_runs(report: Path) -> None
     assert "never pulls" in ran.stderr
     assert ran.stdout == ""
     assert ran.report is None
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("case", ["newline-name", "257", "socket", "root-profile"])
+def test_a_refused_attachment_or_profile_is_a_usage_error_and_no_container_is_made(
+    engine: Any, tmp_path: Path, case: str
+) -> None:
+    args = ["--attach", f"data={tmp_path}"]
+    if case == "newline-name":
+        args = ["--attach", f"abc\n={tmp_path}"]
+    elif case == "257":
+        args = [arg for i in range(257) for arg in ("--attach", f"a{i}={tmp_path}")]
+    elif case == "socket":  # under a harmless name, as a hard link to an engine's would be
+        args = ["--attach", f"data={tmp_path / 'data.bin'}"]
+    elif case == "root-profile":
+        args += ["--profile", str(profile_file(tmp_path, user="0:0"))]
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+        server.bind(str(tmp_path / "data.bin"))
+        started = time.monotonic()
+        process = start(*args, *fake("echo"))
+        ran = finish(process, None, started)
+    assert (ran.returncode, ran.stdout) == (2, ""), ran.stderr[-2000:]
+    assert "refused" in ran.stderr or "not a LocalName" in ran.stderr or "257" in ran.stderr
+    assert "Traceback" not in ran.stderr
+    assert containers(engine, of_runner(process.pid)) == []

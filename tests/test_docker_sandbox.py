@@ -23,7 +23,8 @@ import docker.errors
 import pytest
 from anyio.abc import ByteReceiveStream
 
-from runner.sandbox.attachments import AttachmentError, parse_attach
+from runner.sandbox import docker as docker_backend
+from runner.sandbox.attachments import AttachmentError, check_attachment, parse_attach
 from runner.sandbox.base import Attachment, LaunchRequest, RunningComponent
 from runner.sandbox.docker import (
     LABEL_CREATED,
@@ -243,6 +244,7 @@ async def test_container_carries_labels_and_the_profile_limits(
     )
     assert component.attachment_paths == {"data": "/flow/attachments/data"}
     assert component.scratch_path == "/flow/scratch"
+    assert component.facts.details["mounts_verified"] is True
 
 
 # --- confinement under the default profile --------------------------------------------
@@ -425,6 +427,90 @@ async def test_a_refused_attachment_is_refused_before_any_container_exists(
         async with probe("echo").launch(LaunchRequest(attachments=(attach,), run_id=rid)):
             pytest.fail("launched with a refused attachment")
     assert container_events(docker_client, rid, since) == []
+
+
+@pytest.fixture
+def swap(tmp_path: Path) -> Iterator[tuple[Path, Any]]:
+    """A checked directory and the swap an attacker makes: it becomes a symlink to a
+    directory that is refused (it holds a listening unix socket)."""
+    checked, forbidden = tmp_path / "checked", tmp_path / "forbidden"
+    checked.mkdir()
+    forbidden.mkdir()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+        server.bind(str(forbidden / "engine.sock"))
+        server.listen()
+        with pytest.raises(AttachmentError, match=r"holds .*engine\.sock, which is a unix socket"):
+            check_attachment(parse_attach(f"bad={forbidden}"))
+
+        def replace() -> None:
+            checked.rename(tmp_path / "original")
+            checked.symlink_to(forbidden)
+
+        yield checked, replace
+
+
+def launch_with(kind: str, path: Path, rid: str) -> LaunchRequest:
+    if kind == "scratch":
+        return LaunchRequest(scratch_dir=path, run_id=rid)
+    return LaunchRequest(attachments=(Attachment("data", path),), run_id=rid)
+
+
+@docker_test
+@pytest.mark.anyio
+@pytest.mark.parametrize("kind", ["attachment", "scratch"])
+async def test_a_path_swapped_after_the_check_is_refused_before_the_container_starts(
+    probe: Any,
+    docker_client: Any,
+    request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
+    swap: tuple[Path, Any],
+    kind: str,
+) -> None:
+    checked, replace = swap
+    original = docker_backend._host_config
+
+    def then_swap(*args: Any) -> Any:  # called once the paths are judged and held
+        config = original(*args)
+        replace()
+        return config
+
+    monkeypatch.setattr(docker_backend, "_host_config", then_swap)
+    rid, since = run_id(request), time.time()
+    with pytest.raises(AttachmentError, match=rf"{checked} changed after it was checked"):
+        async with probe("sleep").launch(launch_with(kind, checked, rid)):
+            pytest.fail("the component ran on the swapped path")
+    actions = [event["Action"] for event in container_events(docker_client, rid, since)]
+    assert "create" in actions
+    assert "start" not in actions  # the forbidden directory was never mounted
+
+
+@docker_test
+@pytest.mark.anyio
+@pytest.mark.parametrize("kind", ["attachment", "scratch"])
+async def test_a_path_swapped_just_before_the_engine_mounts_it_is_caught_and_killed(
+    probe: Any,
+    docker_client: Any,
+    request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
+    swap: tuple[Path, Any],
+    kind: str,
+) -> None:
+    checked, replace = swap
+    original = DockerSandbox._start
+
+    async def swap_then_start(self: DockerSandbox, engine: Any, container_id: str) -> None:
+        replace()  # after the last look at the path by name: only the inode tells
+        await original(self, engine, container_id)
+
+    monkeypatch.setattr(DockerSandbox, "_start", swap_then_start)
+    rid, since = run_id(request), time.time()
+    target = "/flow/scratch" if kind == "scratch" else "/flow/attachments/data"
+    with pytest.raises(AttachmentError, match=rf"engine mounted another file at {target}"):
+        async with probe("sleep").launch(launch_with(kind, checked, rid)):
+            pytest.fail("the component was handed the swapped path")
+    actions = [event["Action"] for event in container_events(docker_client, rid, since)]
+    assert {"start", "destroy"} <= set(actions)
+    assert labelled(docker_client, rid) == []
 
 
 @docker_test

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
+import socket
+import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
+from runner.sandbox import attachments
 from runner.sandbox.attachments import (
     AttachmentError,
     check_attachment,
@@ -246,6 +251,11 @@ def home(tmp_path: Path) -> Path:
         "/boot",
         "/root",
         "/var/run/docker.sock",
+        "/run/docker",
+        "/var/run/docker",
+        "/run/docker/containerd/containerd.sock",
+        "/run/containerd",
+        "/var/lib/docker",
         "/run",
         "/var",
         "HOME/etc-link",
@@ -264,7 +274,7 @@ def test_host_paths_that_hand_over_the_host_are_refused(home: Path, path: str) -
 
 
 def test_ordinary_directories_are_attached(home: Path) -> None:
-    check_attachments([parse_attach(f"src={home}/project"), parse_attach("tmp=/tmp:rw")], ())
+    check_attachments([parse_attach(f"src={home}/project:rw")], ())
 
 
 def test_allowed_mounts_let_a_refused_path_through_and_nothing_wider() -> None:
@@ -272,3 +282,117 @@ def test_allowed_mounts_let_a_refused_path_through_and_nothing_wider() -> None:
     check_attachment(parse_attach("certs=/etc/ssl/certs"), allowed)
     with pytest.raises(AttachmentError, match="refused"):
         check_attachment(parse_attach("conf=/etc"), allowed)
+
+
+@pytest.mark.parametrize("user", ["0:0", "0:65534", "65534:0", "0", "root", "root:root", "1000"])
+def test_root_or_ids_the_image_decides_are_refused_unless_allow_root(
+    tmp_path: Path, user: str
+) -> None:
+    path = write_profile(tmp_path, f'user = "{user}"\n')
+    with pytest.raises(ProfileError, match=rf"{path}: key 'user' = '{user}'.*allow_root = true"):
+        load_profile(path)
+    allowed = write_profile(tmp_path, f'user = "{user}"\nallow_root = true\n', name="root")
+    assert load_profile(allowed).user == user
+
+
+def test_a_numeric_unprivileged_user_is_accepted(tmp_path: Path) -> None:
+    assert load_profile(write_profile(tmp_path, 'user = "1000:1000"\n')).user == "1000:1000"
+
+
+# --- what an attached path is, not what it is called ------------------------------------
+
+
+@pytest.fixture
+def unix_socket(tmp_path: Path) -> Iterator[Path]:
+    """A listening unix socket in tmp, as an engine's would be."""
+    path = tmp_path / "engine.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+        server.bind(str(path))
+        server.listen()
+        yield path
+
+
+def test_a_hard_link_to_a_socket_is_refused_by_type_under_any_name(
+    tmp_path: Path, unix_socket: Path
+) -> None:
+    link = tmp_path / "data.bin"
+    os.link(unix_socket, link)
+    with pytest.raises(AttachmentError, match=rf"{link} is a unix socket"):
+        check_attachment(parse_attach(f"data={link}"))
+
+
+def test_a_device_node_outside_dev_is_refused(tmp_path: Path) -> None:
+    node = tmp_path / "null"
+    os.mknod(node, stat.S_IFCHR | 0o600, os.makedev(1, 3))
+    with pytest.raises(AttachmentError, match=rf"{node} is a device node"):
+        check_attachment(parse_attach(f"dev={node}"))
+
+
+def test_a_socket_or_device_inside_a_directory_is_refused(
+    tmp_path: Path, unix_socket: Path
+) -> None:
+    tree = tmp_path / "tree"
+    (tree / "a" / "b").mkdir(parents=True)
+    os.link(unix_socket, tree / "a" / "b" / "innocent")
+    with pytest.raises(AttachmentError, match=rf"holds {tree}/a/b/innocent, which is a unix"):
+        check_attachment(parse_attach(f"tree={tree}"))
+    (tree / "a" / "b" / "innocent").unlink()
+    os.mknod(tree / "a" / "disk", stat.S_IFBLK | 0o600, os.makedev(7, 0))
+    with pytest.raises(AttachmentError, match=rf"holds {tree}/a/disk, which is a device node"):
+        check_attachment(parse_attach(f"tree={tree}"))
+
+
+def test_the_scan_inside_a_directory_is_bounded_breadth_first(
+    tmp_path: Path, unix_socket: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tree = tmp_path / "tree"
+    (tree / "deep").mkdir(parents=True)
+    for name in ("f1", "f2", "f3"):
+        (tree / name).touch()
+    os.link(unix_socket, tree / "deep" / "sock")
+    monkeypatch.setattr(attachments, "SCAN_LIMIT", 5)  # 4 entries above, then the socket
+    with pytest.raises(AttachmentError, match="deep/sock, which is a unix socket"):
+        check_attachment(parse_attach(f"tree={tree}"))
+    monkeypatch.setattr(attachments, "SCAN_LIMIT", 4)  # the documented limit: not seen
+    check_attachment(parse_attach(f"tree={tree}"))
+
+
+def test_a_path_anyone_else_could_swap_before_the_mount_is_refused(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    (shared / "data").mkdir(parents=True)
+    shared.chmod(0o777)  # e.g. a read-write attachment a component could write
+    with pytest.raises(AttachmentError, match=rf"parent directory, {shared}, that users other"):
+        check_attachment(parse_attach(f"data={shared}/data"))
+    check_attachment(parse_attach(f"shared={shared}:rw"))  # the directory itself is fine
+    shared.chmod(0o1777)  # sticky, like /tmp: only the entry's owner may swap it
+    check_attachment(parse_attach(f"data={shared}/data"))
+    os.chown(shared / "data", 65534, 65534)
+    with pytest.raises(AttachmentError, match="parent directory"):
+        check_attachment(parse_attach(f"data={shared}/data"))
+
+
+def test_a_path_swapped_for_a_symlink_after_it_was_judged_is_refused(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    held = attachments.hold(parse_attach(f"data={data}"))
+    try:
+        data.rename(tmp_path / "moved")
+        data.symlink_to("/run")
+        with pytest.raises(AttachmentError, match=rf"{data} changed after it was checked"):
+            held.recheck()
+    finally:
+        held.close()
+
+
+def test_an_attachment_name_with_a_trailing_newline_is_not_a_local_name(tmp_path: Path) -> None:
+    with pytest.raises(AttachmentError, match="not a LocalName"):
+        parse_attach(f"abc\n={tmp_path}")
+    with pytest.raises(AttachmentError, match="not a LocalName"):
+        check_attachment(Attachment("abc\n", tmp_path))
+
+
+def test_at_most_256_attachments(tmp_path: Path) -> None:
+    specs = [f"a{i}={tmp_path}" for i in range(257)]
+    assert len(parse_attachments(specs[:256])) == 256
+    with pytest.raises(AttachmentError, match=r"257 attachments given.*at most 256"):
+        parse_attachments(specs)

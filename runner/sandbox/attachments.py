@@ -4,34 +4,86 @@
 is where a mistaken or malicious spec is stopped, before any sandbox exists. It is
 backend-neutral: the Docker backend binds the paths, the process backend hands them over.
 
-Every path is resolved (symlinks included) before it is judged, so a link to ``/etc``
-is refused like ``/etc`` itself. Refused: the Docker socket (any file named
-``docker.sock``), ``/``, the system trees ``/proc``, ``/sys``, ``/dev``, ``/etc``,
-``/boot``, ``/var/lib/docker`` and ``/root`` with everything inside them, any path that is
-or is inside a ``.ssh`` directory, and any directory that would expose one of those from
-above: an ancestor of a refused path (``/var``, ``/run``), or a directory holding a
-``.ssh`` directory or a ``docker.sock`` directly (a home directory). Only those direct
-children are looked at; a tree is not searched. A profile's ``allowed_mounts`` lets a path
-through on purpose when it is, or is inside, one of the listed paths.
+A path is judged by what it *is*, not by what it is called. It is opened once
+(``O_PATH | O_NOFOLLOW``) and the descriptor is judged: its type (``fstat``: only a
+directory or a regular file, so a socket or a device node under any name or hard link is
+refused), the path the kernel says it has (symlinks in any component resolved), and its
+identity (device and inode), so a bind mount of a refused directory elsewhere is refused
+too. Refused: ``/``, the system trees ``/proc``, ``/sys``, ``/dev``, ``/etc``, ``/boot``,
+``/root`` and every container engine's and runtime's state (Docker, containerd, runc,
+gVisor, podman/CRI-O, BuildKit) with everything inside them, any path that is or is
+inside a ``.ssh`` directory, a file named ``docker.sock``, and any directory that would
+expose one of those from above: an ancestor of a refused path (``/var``, ``/run``), or a
+directory holding a ``.ssh`` directory or a ``docker.sock`` directly (a home directory).
+
+Inside an attached directory a socket or device node is refused too, but a tree is
+unbounded, so only its first :data:`SCAN_LIMIT` entries are looked at, breadth first (the
+shallow levels, where sockets such as ``/run/user/1000/bus`` or ``/tmp/.X11-unix/X0``
+live); symlinks inside it are not followed (in the container they resolve against the
+container's own root). What lies beyond the limit is not checked.
+
+A checked path can still be swapped (a symlink put in its place) before the engine
+mounts it, by whoever can write one of its parent directories. So each parent directory
+must be changeable only by root or by the user running flow-runner: owned by one of them
+and not group- or world-writable, or sticky (``/tmp``) with the entry below owned by one
+of them. A directory a component could write (a read-write attachment is writable by the
+component's user) can therefore be attached itself but nothing inside it can. The
+backend keeps the descriptor open until the component runs and compares what it mounted
+with it (:meth:`HeldPath.recheck`, :attr:`HeldPath.identity`).
+
+A profile's ``allowed_mounts`` lets a path through on purpose (all of the rules above)
+when it is, or is inside, one of the listed paths.
 """
 
 from __future__ import annotations
 
-import re
+import os
+import stat
+from collections import deque
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
+from runner.protocol.messages import MAX_ATTACHMENTS, is_local_name
 from runner.sandbox.base import Access, Attachment
 
-LOCAL_NAME = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 _MODES: dict[str, Access] = {"ro": "read", "rw": "read-write"}
 _SUFFIX: dict[Access, str] = {"read": "ro", "read-write": "rw"}
 _SPEC_FORM = "write NAME=HOSTPATH[:ro|:rw], e.g. data=./input:ro"
+_OTHERS_ATTACH = (
+    "attach another directory (e.g. a copy of just what the component needs), or list the "
+    "path in the sandbox profile's allowed_mounts to allow it on purpose"
+)
 
 DOCKER_SOCKETS = (Path("/var/run/docker.sock"), Path("/run/docker.sock"))
-REFUSED_TREES = tuple(
-    Path(p) for p in ("/proc", "/sys", "/dev", "/etc", "/boot", "/var/lib/docker", "/root")
+ENGINE_STATE = tuple(
+    Path(p)
+    for p in (
+        "/run/docker",
+        "/var/lib/docker",
+        "/run/containerd",
+        "/var/lib/containerd",
+        "/run/runc",
+        "/run/runsc",
+        "/var/run/runsc",
+        "/run/podman",
+        "/run/containers",
+        "/var/lib/containers",
+        "/run/crun",
+        "/run/buildkit",
+        "/var/lib/buildkit",
+    )
 )
+"""Where container engines and runtimes keep their sockets and state (``/var/run`` is
+``/run`` on current systems; both spellings are resolved). Whoever reaches them controls
+every container, and so the host."""
+REFUSED_TREES = (
+    tuple(Path(p) for p in ("/proc", "/sys", "/dev", "/etc", "/boot", "/root"))
+    + ENGINE_STATE
+    + DOCKER_SOCKETS
+)
+SCAN_LIMIT = 10_000
+"""Entries of an attached directory looked at for sockets and device nodes."""
 
 
 class AttachmentError(ValueError):
@@ -67,14 +119,14 @@ def parse_attach(spec: str) -> Attachment:
 
 
 def parse_attachments(specs: Iterable[str]) -> tuple[Attachment, ...]:
-    """Parse several specs; a name may be given only once."""
+    """Parse several specs; a name may be given only once, and at most 256 of them."""
     attachments = tuple(parse_attach(spec) for spec in specs)
     check_unique(attachments)
     return attachments
 
 
 def check_unique(attachments: Iterable[Attachment]) -> None:
-    """Refuse two attachments with the same name."""
+    """Refuse two attachments with the same name, or more than Run/1 allows in one run."""
     seen: set[str] = set()
     for att in attachments:
         if att.name in seen:
@@ -83,6 +135,11 @@ def check_unique(attachments: Iterable[Attachment]) -> None:
                 "give each attachment its own name"
             )
         seen.add(att.name)
+    if len(seen) > MAX_ATTACHMENTS:
+        raise AttachmentError(
+            f"{len(seen)} attachments given, and a run may have at most {MAX_ATTACHMENTS} "
+            "(Run/1 flow/run.attachments); attach a common parent directory instead"
+        )
 
 
 def check_attachments(attachments: Iterable[Attachment], allowed_mounts: Iterable[Path]) -> None:
@@ -96,23 +153,65 @@ def check_attachments(attachments: Iterable[Attachment], allowed_mounts: Iterabl
 
 def check_attachment(att: Attachment, allowed_mounts: Iterable[Path] = ()) -> None:
     """Refuse a host path that would hand the component the host, unless the profile allows it."""
+    hold(att, allowed_mounts).close()
+
+
+@dataclass
+class HeldPath:
+    """A judged attachment, held open so that what is mounted can be compared with it."""
+
+    attachment: Attachment
+    fd: int
+    path: Path
+    """The path the kernel gave the descriptor: what a backend must bind."""
+    identity: tuple[int, int]
+    """``(st_dev, st_ino)`` of what was judged."""
+
+    def recheck(self) -> None:
+        """Refuse if :attr:`path` no longer names the judged file (it was swapped)."""
+        try:
+            now = os.stat(self.path)
+        except OSError as exc:
+            raise self.changed(f"it is gone ({exc.strerror})") from exc
+        if (now.st_dev, now.st_ino) != self.identity:
+            raise self.changed("it now names another file")
+
+    def changed(self, what: str) -> AttachmentError:
+        return AttachmentError(
+            f"attachment {spec_of(self.attachment)!r} is refused: {self.path} changed after "
+            f"it was checked ({what}); whoever can write its parent directories could have "
+            "put a link to another path there. Attach a path only you or root can change"
+        )
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def hold(
+    att: Attachment, allowed_mounts: Iterable[Path] = (), *, directory: bool = False
+) -> HeldPath:
+    """Open ``att``'s path once and judge the descriptor; the caller closes the result.
+
+    ``directory`` demands a directory (a scratch). On refusal the descriptor is closed and
+    :class:`AttachmentError` names the attachment, why, and what to do.
+    """
     _check_name(att.name, spec_of(att))
+    flags = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_DIRECTORY if directory else 0)
     try:
-        path = att.host_path.resolve(strict=True)
+        fd = os.open(att.host_path.resolve(strict=True), flags)
     except (OSError, RuntimeError) as exc:
         raise AttachmentError(
-            f"attachment {spec_of(att)!r}: host path {att.host_path} does not exist; "
-            "create it or fix the path"
+            f"attachment {spec_of(att)!r}: host path {att.host_path} does not exist or is "
+            f"not {'a directory' if directory else 'readable'}; create it or fix the path"
         ) from exc
-    if any(_within(path, Path(allowed).resolve()) for allowed in allowed_mounts):
-        return
-    reason = _refusal(path)
-    if reason is not None:
-        raise AttachmentError(
-            f"attachment {spec_of(att)!r} is refused: {path} {reason}; attach another "
-            "directory (e.g. a copy of just what the component needs), or list the path in "
-            "the sandbox profile's allowed_mounts to allow it on purpose"
-        )
+    try:
+        held = _judge(att, fd, tuple(Path(p).resolve() for p in allowed_mounts))
+    except BaseException:
+        os.close(fd)
+        raise
+    return held
 
 
 def spec_of(att: Attachment) -> str:
@@ -121,7 +220,7 @@ def spec_of(att: Attachment) -> str:
 
 
 def _check_name(name: str, spec: str) -> None:
-    if not (LOCAL_NAME.match(name) and len(name) <= 64):
+    if not is_local_name(name):
         raise AttachmentError(
             f"attachment {spec!r}: name {name!r} is not a LocalName (1-64 lowercase letters, "
             "digits and single dashes, e.g. input-data); rename it"
@@ -135,29 +234,119 @@ def _split_mode(rest: str) -> tuple[str, Access]:
     return rest, "read"
 
 
-def _refusal(path: Path) -> str | None:
-    """Why ``path`` (already resolved) must not be attached, or ``None``."""
+def _judge(att: Attachment, fd: int, allowed: tuple[Path, ...]) -> HeldPath:
+    info = os.fstat(fd)
+    proc_path = f"/proc/self/fd/{fd}"
+    path = Path(os.readlink(proc_path))
+    held = HeldPath(att, fd, path, (info.st_dev, info.st_ino))
+    if stat.S_ISLNK(info.st_mode) or not path.is_absolute():
+        raise held.changed("it became a symlink, or left this mount namespace")
+    held.recheck()  # the kernel's name for it is still its name
+    if any(_within(path, tree) for tree in allowed):
+        return held
+    reason = _type_refusal(info.st_mode) or _refusal(path, held.identity)
+    reason = reason or _parent_refusal(path) or _scan(proc_path, path, info.st_mode)
+    if reason is not None:
+        raise AttachmentError(
+            f"attachment {spec_of(att)!r} is refused: {path} {reason}; {_OTHERS_ATTACH}"
+        )
+    return held
+
+
+def _type_refusal(mode: int) -> str | None:
+    if stat.S_ISDIR(mode) or stat.S_ISREG(mode):
+        return None
+    return f"is {_kind(mode)}, and only directories and regular files can be attached"
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISSOCK(mode):
+        return "a unix socket (whoever serves it, e.g. a container engine, is reachable)"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device node"
+    return "a FIFO" if stat.S_ISFIFO(mode) else "not a directory or regular file"
+
+
+def _refusal(path: Path, identity: tuple[int, int]) -> str | None:
+    """Why ``path`` (resolved) with ``identity`` must not be attached, or ``None``."""
     if path == Path("/"):
         return "is the host's root directory"
-    if path.name == "docker.sock" or path in _resolved(DOCKER_SOCKETS):
+    if path.name == "docker.sock":
         return "is the Docker socket (control of the engine is control of the host)"
     if ".ssh" in path.parts:
         return "is or is inside a .ssh directory (keys and their trust)"
-    for tree in _resolved(REFUSED_TREES):
+    for tree, tree_identity in _resolved(REFUSED_TREES).items():
+        if path == tree or identity == tree_identity:
+            return f"is {tree}, which belongs to the host's system or its container engine"
         if _within(path, tree):
-            return f"is {tree} or inside it, and {tree} belongs to the host's system"
-    for refused in _resolved(REFUSED_TREES + DOCKER_SOCKETS):
+            return f"is inside {tree}, which belongs to the host's system or its container engine"
+    for refused in _resolved(REFUSED_TREES):
         if _within(refused, path):
             return f"contains {refused}"
     for child in (".ssh", "docker.sock"):
-        if (path / child).exists():
+        if os.path.lexists(path / child):
             return f"holds {path / child}"
     return None
 
 
-def _resolved(paths: tuple[Path, ...]) -> set[Path]:
-    """The paths both as written and resolved (``/var/run`` is a link to ``/run``)."""
-    return {*paths, *(p.resolve() for p in paths)}
+def _parent_refusal(path: Path) -> str | None:
+    """Why someone other than root or this user could swap ``path`` before it is mounted."""
+    trusted = {0, os.geteuid()}
+    child = path
+    for parent in path.parents:
+        info, below = os.lstat(parent), os.lstat(child)
+        writable = info.st_mode & 0o002 or (info.st_mode & 0o020 and info.st_gid != 0)
+        sticky_and_ours = info.st_mode & stat.S_ISVTX and below.st_uid in trusted
+        if info.st_uid not in trusted or (writable and not sticky_and_ours):
+            return (
+                f"has a parent directory, {parent}, that users other than root and you can "
+                f"change (owner uid {info.st_uid}, mode {stat.filemode(info.st_mode)}), so "
+                "the path could be swapped for a link elsewhere before it is mounted"
+            )
+        child = parent
+    return None
+
+
+def _scan(root: str, shown_as: Path, mode: int) -> str | None:
+    """The first socket or device node among a directory's first :data:`SCAN_LIMIT` entries.
+
+    ``root`` is the held descriptor's ``/proc/self/fd`` path, so the tree scanned is the
+    one judged; ``shown_as`` is its name in messages.
+    """
+    if not stat.S_ISDIR(mode):
+        return None
+    pending, seen = deque([root]), 0
+    while pending:
+        try:
+            with os.scandir(pending.popleft()) as entries:
+                for entry in entries:
+                    if seen == SCAN_LIMIT:
+                        return None
+                    seen += 1
+                    if entry.is_dir(follow_symlinks=False):
+                        pending.append(entry.path)
+                    elif not (entry.is_file(follow_symlinks=False) or entry.is_symlink()):
+                        kind = entry.stat(follow_symlinks=False).st_mode
+                        if not stat.S_ISFIFO(kind):
+                            inner = entry.path.removeprefix(root).lstrip("/")
+                            return f"holds {shown_as / inner}, which is {_kind(kind)}"
+        except OSError:
+            continue  # unreadable by this user, or gone meanwhile: not checked
+    return None
+
+
+def _resolved(paths: tuple[Path, ...]) -> dict[Path, tuple[int, int] | None]:
+    """The paths both as written and resolved (``/var/run`` is a link to ``/run``), each
+    with its identity if it exists."""
+    found: dict[Path, tuple[int, int] | None] = {}
+    for path in {*paths, *(p.resolve() for p in paths)}:
+        try:
+            info = os.stat(path)
+        except OSError:
+            found[path] = None
+        else:
+            found[path] = (info.st_dev, info.st_ino)
+    return found
 
 
 def _within(path: Path, tree: Path) -> bool:

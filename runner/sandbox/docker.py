@@ -45,7 +45,7 @@ from anyio.abc import ByteReceiveStream, ByteSendStream, SocketStream
 from docker.constants import DEFAULT_MAX_POOL_SIZE
 from docker.types import LogConfig, Mount, Ulimit
 
-from runner.sandbox.attachments import check_attachment, check_attachments
+from runner.sandbox.attachments import HeldPath, check_unique, hold
 from runner.sandbox.base import Attachment, LaunchRequest, RunningComponent, SandboxFacts
 from runner.sandbox.errors import (
     DockerSandboxError,
@@ -416,28 +416,45 @@ class DockerSandbox:
 
     @asynccontextmanager
     async def _launch(self, request: LaunchRequest) -> AsyncIterator[RunningComponent]:
+        with contextlib.ExitStack() as held:
+            # Each path is opened, judged and held until the component runs (see _mounts).
+            mounts = await anyio.to_thread.run_sync(self._hold, request, held)
+            client = self._client
+            if client is None:
+                client = await anyio.to_thread.run_sync(default_client)
+            engine = _engine_for(client)
+            await self._check_runtime(engine)
+            facts = SandboxFacts()
+            container_id = await self._create(engine, request, mounts, facts)
+            connection: _AttachConnection | None = None
+            container: _Container | None = None
+            try:
+                for path in mounts.values():
+                    path.recheck()  # swapped after the check, before the engine mounts it?
+                connection = await _timed(facts, "attach", _attach(engine, container_id))
+                await _timed(facts, "start", self._start(engine, container_id))
+                await _verify_mounts(engine, container_id, mounts, facts)
+                held.close()  # the mounts are what was judged; the descriptors can go
+                container = _Container(engine, container_id, connection, request.attachments, facts)
+                yield container
+            finally:
+                with anyio.CancelScope(shield=True):
+                    cleanup = _cleanup(engine, container_id, connection, container)
+                    await _timed(facts, "cleanup", cleanup)
+
+    def _hold(self, request: LaunchRequest, stack: contextlib.ExitStack) -> dict[str, HeldPath]:
+        """Judge and hold every bind source: mount target -> held path (closed by ``stack``)."""
+        check_unique(request.attachments)
+        allowed = self.profile.allowed_mounts
+        mounts: dict[str, HeldPath] = {}
+        for att in request.attachments:
+            mounts[f"{ATTACHMENTS_DIR}/{att.name}"] = hold(att, allowed)
+            stack.callback(mounts[f"{ATTACHMENTS_DIR}/{att.name}"].close)
         scratch = _scratch_attachment(request)
-        check_attachments(request.attachments, self.profile.allowed_mounts)
         if scratch is not None:
-            check_attachment(scratch, self.profile.allowed_mounts)
-        client = self._client
-        if client is None:
-            client = await anyio.to_thread.run_sync(default_client)
-        engine = _engine_for(client)
-        await self._check_runtime(engine)
-        facts = SandboxFacts()
-        container_id = await self._create(engine, request, scratch, facts)
-        connection: _AttachConnection | None = None
-        container: _Container | None = None
-        try:
-            connection = await _timed(facts, "attach", _attach(engine, container_id))
-            await _timed(facts, "start", self._start(engine, container_id))
-            container = _Container(engine, container_id, connection, request.attachments, facts)
-            yield container
-        finally:
-            with anyio.CancelScope(shield=True):
-                cleanup = _cleanup(engine, container_id, connection, container)
-                await _timed(facts, "cleanup", cleanup)
+            mounts[SCRATCH_PATH] = hold(scratch, allowed, directory=True)
+            stack.callback(mounts[SCRATCH_PATH].close)
+        return mounts
 
     async def _start(self, engine: _Engine, container_id: str) -> None:
         try:
@@ -470,12 +487,12 @@ class DockerSandbox:
         self,
         engine: _Engine,
         request: LaunchRequest,
-        scratch: Attachment | None,
+        mounts: Mapping[str, HeldPath],
         facts: SandboxFacts,
     ) -> str:
         api = engine.client.api
         run_id = request.run_id or uuid.uuid4().hex
-        host_config = api.create_host_config(**_host_config(self.profile, request, scratch))
+        host_config = api.create_host_config(**_host_config(self.profile, mounts))
         create = functools.partial(
             api.create_container,
             self.image,
@@ -531,24 +548,17 @@ def _owner_labels() -> dict[str, str]:
     }
 
 
-def _host_config(
-    profile: SandboxProfile, request: LaunchRequest, scratch: Attachment | None
-) -> dict[str, Any]:
-    """The profile and the request as ``create_host_config`` arguments."""
+def _host_config(profile: SandboxProfile, held: Mapping[str, HeldPath]) -> dict[str, Any]:
+    """The profile and the held bind sources (target -> path) as ``create_host_config``
+    arguments; without a held scratch directory the scratch is a tmpfs."""
     tmpfs = {"/tmp": f"rw,nosuid,nodev,size={profile.tmp_size},mode=1777"}
+    # The judged path, not the one asked for: the kernel's name for the held descriptor.
     mounts = [
-        Mount(
-            f"{ATTACHMENTS_DIR}/{att.name}",
-            str(att.host_path),
-            type="bind",
-            read_only=att.access == "read",
-        )
-        for att in request.attachments
+        Mount(target, str(path.path), type="bind", read_only=path.attachment.access == "read")
+        for target, path in held.items()
     ]
-    if scratch is None:
+    if SCRATCH_PATH not in held:
         tmpfs[SCRATCH_PATH] = f"rw,nosuid,nodev,size={profile.scratch_size},mode=1777"
-    else:
-        mounts.append(Mount(SCRATCH_PATH, str(scratch.host_path), type="bind"))
     security_opt = ["no-new-privileges"] if profile.no_new_privileges else []
     if profile.seccomp_json is not None:
         security_opt.append(f"seccomp={profile.seccomp_json}")
@@ -569,6 +579,41 @@ def _host_config(
         "mounts": mounts,
         "log_config": LogConfig(type="none"),  # output goes to the host, not to disk too
     }
+
+
+async def _verify_mounts(
+    engine: _Engine, container_id: str, held: Mapping[str, HeldPath], facts: SandboxFacts
+) -> None:
+    """Refuse the run unless every bind mount is the very file that was judged and held.
+
+    The engine resolves a bind source by name when the container starts, and a name can
+    be swapped after :meth:`HeldPath.recheck`; a descriptor cannot be given instead (runc
+    refuses ``/proc/PID/fd/N`` as a source: EINVAL, the mount belongs to another mount
+    namespace). So the started container's mount points are looked at through
+    ``/proc/<its pid>/root`` and compared by device and inode with the held descriptors;
+    on any difference the caller's cleanup kills the container before a single protocol
+    byte is sent. A runner without the right to look (not root: the container's user is
+    another) records ``mounts_verified = False`` instead; a container already gone has
+    nothing left to look at.
+    """
+    if not held:
+        return
+    info = await engine.call(engine.client.api.inspect_container, container_id)
+    pid = int(info["State"]["Pid"])
+    if not info["State"]["Running"] or pid <= 0:
+        facts.details["mounts_verified"] = False
+        return
+    for target, path in held.items():
+        try:
+            mounted = os.stat(f"/proc/{pid}/root{target}", follow_symlinks=False)
+        except PermissionError:
+            facts.details["mounts_verified"] = False
+            return
+        except OSError as exc:
+            raise path.changed(f"the container's {target} cannot be looked at: {exc}") from exc
+        if (mounted.st_dev, mounted.st_ino) != path.identity:
+            raise path.changed(f"the engine mounted another file at {target}")
+    facts.details["mounts_verified"] = True
 
 
 async def _attach(engine: _Engine, container_id: str) -> _AttachConnection:

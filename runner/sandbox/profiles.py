@@ -4,8 +4,8 @@ A profile is a small TOML file so that the policy a run used can be read, diffed
 reviewed apart from the code. The model is strict: an unknown key or a misspelt value is
 an error that names the file and the key, because a typo in a security policy must not
 silently fall back to a default. Loosening is always spelt out: a network other than
-``none`` needs ``allow_network = true``, and a host path the attachment refusal list
-would refuse needs an ``allowed_mounts`` entry.
+``none`` needs ``allow_network = true``, root needs ``allow_root = true``, and a host path
+the attachment refusal list would refuse needs an ``allowed_mounts`` entry.
 
 The repository's ``sandbox-profiles/`` directory is the single source of truth for the
 shipped profiles. A source checkout (and an editable install) finds it next to the
@@ -72,6 +72,7 @@ class SandboxProfile(BaseModel):
     description: str = ""
     runtime: Literal["runc", "runsc"] = "runc"
     user: str = Field(default="65534:65534", pattern=r"^[A-Za-z0-9_.-]+(?::[A-Za-z0-9_.-]+)?$")
+    allow_root: bool = False
     read_only_root: bool = True
     network: str = Field(default="none", min_length=1)
     allow_network: bool = False
@@ -109,6 +110,8 @@ class SandboxProfile(BaseModel):
 
     @model_validator(mode="after")
     def _check_network_and_load_seccomp(self) -> Self:
+        if not self.allow_root:
+            _check_not_root(self.user)
         if self.network != "none" and not self.allow_network:
             raise ValueError(
                 f"key 'network' = {self.network!r} is refused: components run with network "
@@ -117,6 +120,28 @@ class SandboxProfile(BaseModel):
         if self.seccomp is not None:
             self._seccomp_json = _read_seccomp(self.seccomp)
         return self
+
+
+def _check_not_root(user: str) -> None:
+    """Refuse uid 0 and gid 0, and any user whose ids the image, not the profile, decides.
+
+    A name (even ``nobody``) is looked up in the image's ``/etc/passwd``, which the
+    component's author writes, and a uid alone gets its group from there too (gid 0 if
+    the image lists no such user): only numbers on both sides say who the component is.
+    """
+    uid, sep, gid = user.partition(":")
+    if not (sep and uid.isdigit() and gid.isdigit()):
+        raise ValueError(
+            f"key 'user' = {user!r} is refused: write numeric UID:GID (e.g. \"65534:65534\"), "
+            "since a name or a missing group is resolved by the image and may be root; set "
+            "allow_root = true next to it to let the image decide on purpose"
+        )
+    if int(uid) == 0 or int(gid) == 0:
+        raise ValueError(
+            f"key 'user' = {user!r} is refused: uid 0 or gid 0 is root, and root in a "
+            "container is close to root on the host (it reached the engine's socket when "
+            "one was attached); set allow_root = true next to it to run as root on purpose"
+        )
 
 
 def _resolve(path: Path, info: ValidationInfo) -> Path:
