@@ -881,8 +881,10 @@ def root(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def store(root: Path) -> ArtifactsProvider:
-    return ArtifactsProvider({"root": str(root)})
+def store(root: Path) -> Any:
+    provider = ArtifactsProvider({"root": str(root)})
+    yield provider
+    provider.close()
 
 
 def act(store: Any, method: str, input: JSONValue) -> Any:
