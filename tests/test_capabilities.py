@@ -171,7 +171,11 @@ def test_plugin_failures_are_config_errors(
     [
         ("artifacts", {}, "option 'root' is missing"),
         ("artifacts", {"root": ""}, "option 'root' is '', not a nonempty string"),
-        ("artifacts", {"root": "x", "roots": "y"}, "unknown option 'roots' \\(options: root\\)"),
+        ("artifacts", {"root": "x", "roots": "y"}, "unknown option 'roots' \\(options: max_bytes"),
+        ("artifacts", {"root": "x", "max_files": -1}, "'max_files' is -1, not an integer from 0"),
+        ("artifacts", {"root": "x", "max_file_bytes": 7 * 2**20}, "from 0 to 6,291,456"),
+        ("kv", {"max_value_bytes": 1.5}, "'max_value_bytes' is 1.5, not an integer"),
+        ("kv", {"max_keys": True}, "'max_keys' is True"),
         ("kv", {"path": 5}, "option 'path' is 5"),
         ("kv", {"namespace": "a", "file": "b"}, "unknown option 'file'"),
     ],
@@ -870,8 +874,10 @@ def root(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def store(root: Path) -> ArtifactsProvider:
-    return ArtifactsProvider({"root": str(root)})
+def store(root: Path) -> Any:
+    provider = ArtifactsProvider({"root": str(root)})
+    yield provider
+    provider.close()
 
 
 def act(store: Any, method: str, input: JSONValue) -> Any:
@@ -1008,12 +1014,11 @@ def test_artifact_read_and_write_refusals(root: Path, store: ArtifactsProvider) 
     assert (root / "file").read_text() == "f"
 
 
-def test_artifact_size_limit(
-    monkeypatch: pytest.MonkeyPatch, root: Path, store: ArtifactsProvider
-) -> None:
-    monkeypatch.setattr(artifacts, "MAX_ARTIFACT_BYTES", 4)
+def test_artifact_size_limit(monkeypatch: pytest.MonkeyPatch, root: Path) -> None:
+    store = ArtifactsProvider({"root": str(root), "max_file_bytes": 4})
     error = refusal(store, "write", {"path": "big", "text": "12345"})
     assert (error.name, error.data) == ("too-large", {"path": "big", "bytes": 5, "limit": 4})
+    monkeypatch.setattr(artifacts, "MAX_ARTIFACT_BYTES", 4)  # what a read can return
     (root / "big").write_text("123456")
     assert refusal(store, "read", {"path": "big"}).data == {"path": "big", "bytes": 6, "limit": 4}
 

@@ -3,10 +3,19 @@
 Every artifact lives under one host directory, the ``root`` option (created if missing),
 and is named by a confined path: relative, ``/``-separated, canonical (no empty, ``.`` or
 ``..`` segments), without backslashes or NUL, at most 1,024 bytes in at most 64 segments.
-Symbolic links below the root are never followed, not even to places inside it:
-directories are opened one segment at a time with ``O_NOFOLLOW`` relative to their
-parent's descriptor, so a link planted by anyone, at any moment, cannot redirect a read
-or a write outside the root. A refused path is the declared error ``invalid-path``.
+A refused path is the declared error ``invalid-path``.
+
+The root may lie where a component can write (an ``rw`` attachment), so nothing here
+trusts a name twice. The root is opened once, when the provider starts, by
+:func:`.paths.open_directory` (which refuses a link that someone else could have
+planted on the way), and every call works relative to that descriptor: renaming the
+root or putting a link in its place later changes nothing. Below the root, symbolic
+links are never followed, not even to places inside it: directories are opened one
+segment at a time with ``O_NOFOLLOW`` relative to their parent's descriptor, and a
+file to read is opened with ``O_PATH`` and checked to be a regular file before its
+bytes are opened, so a fifo, socket or device there is refused without blocking or
+touching it. Writes never go through an existing file (a hard link to one elsewhere
+keeps its bytes): they make a new one and rename it over the name.
 
 Methods (contract ``runner/host/capabilities/contracts/artifacts.json``):
 
@@ -21,8 +30,21 @@ Methods (contract ``runner/host/capabilities/contracts/artifacts.json``):
 
 An artifact's URI is ``artifact://`` followed by its percent-encoded path: the same for
 the same path in every run and on every host, and it reveals nothing of the host's
-layout; the file is ``<root>/<path>``. Artifacts hold at most 6 MiB (whose base64 form
-is JSON/1's largest string); larger ones are ``too-large``.
+layout; the file is ``<root>/<path>``.
+
+Budgets (options), so that a component cannot fill the host's disk:
+
+* ``max_file_bytes`` (default and most 6 MiB, whose base64 form is JSON/1's largest
+  string): a larger write is the declared error ``too-large``, as is reading a file over
+  6 MiB;
+* ``max_bytes`` (default 256 MiB): the bytes of all regular files under the root;
+* ``max_files`` (default 10,000): the files, directories and other entries under it.
+
+A write past ``max_bytes`` or ``max_files`` is ``RESOURCE_EXHAUSTED``, naming the option.
+Both count what the root holds when the provider starts (a root reused across runs)
+and then this provider's writes: an overwrite counts its new bytes less the old, and a
+write that adds nothing passes even in a root found over a budget. Writes are one at a
+time, so two cannot both pass a check that only one fits.
 """
 
 from __future__ import annotations
@@ -33,10 +55,10 @@ import errno
 import os
 import secrets
 import stat
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Callable, Generator, Mapping
 from contextlib import suppress
 from functools import partial
-from pathlib import Path
 from typing import Final
 from urllib.parse import quote
 
@@ -44,28 +66,32 @@ import anyio.to_thread
 
 from runner.json1 import JSONValue
 
+from .paths import CHILD_DIRECTORY, DIRECTORY, PathRefused, open_directory
 from .provider import (
     CapabilityError,
     InvalidInput,
     OptionReader,
     ProviderConfigError,
     UnknownMethod,
+    budget_exhausted,
     input_object,
     list_request,
     string_member,
 )
 
 MAX_ARTIFACT_BYTES: Final = 6 * 1024 * 1024
+"""The most a read returns: its base64 form is JSON/1's largest string."""
+DEFAULT_MAX_BYTES: Final = 256 * 1024 * 1024
+DEFAULT_MAX_FILES: Final = 10_000
 MAX_PATH_BYTES: Final = 1_024
 MAX_SEGMENTS: Final = 64
 MAX_SEGMENT_BYTES: Final = 255
 TEMPORARY_PREFIX: Final = ".flow-runner-tmp-"
 """Names of in-progress writes; paths may not use it, and listings skip it."""
 
-_DIRECTORY: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
-_CHILD_DIRECTORY: Final = _DIRECTORY | os.O_NOFOLLOW
 _REFUSED: Final = frozenset({errno.ELOOP, errno.ENOTDIR})
 """What opening a path through a link or a file fails with."""
+_OPTIONS: Final = ("root", "max_bytes", "max_files", "max_file_bytes")
 
 
 class ArtifactsProvider:
@@ -74,23 +100,33 @@ class ArtifactsProvider:
     methods: Final = ("write", "read", "list")
 
     def __init__(self, options: Mapping[str, JSONValue]) -> None:
-        root = OptionReader("artifacts", options, {"root"}).string("root", required=True)
+        reader = OptionReader("artifacts", options, _OPTIONS)
+        root = reader.string("root", required=True)
         assert root is not None
+        self.max_bytes = reader.integer("max_bytes", default=DEFAULT_MAX_BYTES, low=0, high=2**53)
+        self.max_files = reader.integer("max_files", default=DEFAULT_MAX_FILES, low=0, high=2**53)
+        self.max_file_bytes = reader.integer(
+            "max_file_bytes", default=MAX_ARTIFACT_BYTES, low=0, high=MAX_ARTIFACT_BYTES
+        )
         try:
-            Path(root).expanduser().mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
+            opened = open_directory(os.path.expanduser(root), create=True)
+        except (OSError, PathRefused) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) else str(exc)
             raise ProviderConfigError(
                 f"capability provider 'artifacts': option 'root' = {root!r} cannot be used as "
-                f"a directory ({exc.strerror}); point it at a writable directory"
+                f"a directory ({reason}); point it at a writable directory"
             ) from None
-        self.root = os.path.realpath(Path(root).expanduser())
+        self.root = opened.path
+        self._root = opened.descriptor
+        self._writing = threading.Lock()
+        self._bytes, self._files = self._usage()
 
     async def call(self, method: str, input: JSONValue) -> JSONValue:
         """Dispatch ``method``; the file system work runs in a worker thread."""
         work: Callable[[], JSONValue]
         if method == "write":
             fields = input_object(input, required={"path"}, optional={"text", "base64"})
-            work = partial(self._write, *_write_request(fields))
+            work = partial(self._write, *_write_request(fields, self.max_file_bytes))
         elif method == "read":
             path = string_member(input_object(input, required={"path"}), "path")
             work = partial(self._read, path, _segments(path))
@@ -100,60 +136,98 @@ class ArtifactsProvider:
             raise UnknownMethod(method, self.methods)
         return await anyio.to_thread.run_sync(work)
 
+    def close(self) -> None:
+        """Close the root's descriptor."""
+        os.close(self._root)
+
     def _write(self, path: str, segments: list[str], data: bytes) -> JSONValue:
-        directory = self._parent(path, segments, create=True)
-        try:
-            temporary = f"{TEMPORARY_PREFIX}{secrets.token_hex(8)}"
-            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        with self._writing:
+            directory = self._parent(path, segments, create=True)
             try:
-                with open(os.open(temporary, flags, 0o666, dir_fd=directory), "wb") as file:
-                    file.write(data)
-                    file.flush()
-                    os.fsync(file.fileno())
-                os.rename(temporary, segments[-1], src_dir_fd=directory, dst_dir_fd=directory)
-            except BaseException as exc:
-                with suppress(FileNotFoundError):
-                    os.unlink(temporary, dir_fd=directory)
-                if isinstance(exc, OSError) and exc.errno == errno.EISDIR:
-                    raise _invalid(path, f"{path!r} is a directory") from None
-                raise
-            os.fsync(directory)  # the rename itself survives a crash
-        finally:
-            os.close(directory)
+                replaced = _existing(directory, segments[-1])
+                old = replaced.st_size if replaced and stat.S_ISREG(replaced.st_mode) else 0
+                self._check(len(data) - old, 0 if replaced else 1)
+                _replace(directory, path, segments[-1], data)
+            finally:
+                os.close(directory)
+            self._bytes += len(data) - old
+            self._files += 0 if replaced else 1
         return {"uri": artifact_uri(path), "bytes": len(data)}
+
+    def _check(self, grown: int, added: int) -> None:
+        """Refuse a write that adds ``added`` entries and ``grown`` bytes past a budget."""
+        if added > 0 and self._files + added > self.max_files:
+            raise budget_exhausted(
+                "artifacts", "max_files", self.max_files, self._files, added,
+                unit="files and directories", fix="write to fewer paths",
+            )  # fmt: skip
+        if grown > 0 and self._bytes + grown > self.max_bytes:
+            raise budget_exhausted(
+                "artifacts", "max_bytes", self.max_bytes, self._bytes, grown,
+                unit="bytes", fix="write less, or to fewer files",
+            )  # fmt: skip
 
     def _read(self, path: str, segments: list[str]) -> JSONValue:
         directory = self._parent(path, segments, create=False)
         try:
-            flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-            descriptor = os.open(segments[-1], flags, dir_fd=directory)
+            flags = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC  # opens nothing, blocks on nothing
+            handle = os.open(segments[-1], flags, dir_fd=directory)
         except FileNotFoundError:
             raise CapabilityError("not-found", {"path": path}) from None
-        except OSError as exc:
-            if exc.errno not in _REFUSED:
-                raise
-            raise _refusal(directory, segments[-1], path, path) from None
         finally:
             os.close(directory)
         try:
-            info = os.fstat(descriptor)
+            info = os.fstat(handle)
+            if stat.S_ISLNK(info.st_mode):
+                raise _invalid(
+                    path, f"{path!r} is a symbolic link; links are not followed in the root"
+                )
             if not stat.S_ISREG(info.st_mode):
                 kind = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file"
                 raise _invalid(path, f"{path!r} is {kind}")
-            with open(descriptor, "rb", closefd=False) as file:
+            # the same inode, now opened for its bytes: it can no longer be swapped
+            with open(f"/proc/self/fd/{handle}", "rb") as file:
                 data = file.read(MAX_ARTIFACT_BYTES + 1)
         finally:
-            os.close(descriptor)
+            os.close(handle)
         if len(data) > MAX_ARTIFACT_BYTES:
-            raise _too_large(path, max(info.st_size, len(data)))
+            raise _too_large(path, max(info.st_size, len(data)), MAX_ARTIFACT_BYTES)
         try:
             return {"text": data.decode()}
         except UnicodeDecodeError:
             return {"base64": base64.b64encode(data).decode()}
 
     def _list(self, prefix: str, limit: int) -> JSONValue:
-        found: list[str] = []
-        pending = [("", os.open(self.root, _DIRECTORY))]
+        def wanted(inner: str) -> bool:
+            within = inner.startswith(prefix) or prefix.startswith(inner)
+            return within and _path_problem(inner[:-1]) is None
+
+        found = [
+            path
+            for path, entry in self._entries(wanted)
+            if entry.is_file(follow_symlinks=False)
+            and path.startswith(prefix)
+            and _path_problem(path) is None
+        ]
+        found.sort()
+        return {"paths": list(found[:limit]), "truncated": len(found) > limit}
+
+    def _usage(self) -> tuple[int, int]:
+        """The bytes of the regular files under the root and its number of entries."""
+        size = count = 0
+        for _, entry in self._entries(lambda inner: True):
+            count += 1
+            with suppress(FileNotFoundError):  # gone since it was listed
+                info = entry.stat(follow_symlinks=False)
+                size += info.st_size if stat.S_ISREG(info.st_mode) else 0
+        return size, count
+
+    def _entries(
+        self, descend: Callable[[str], bool]
+    ) -> Generator[tuple[str, os.DirEntry[str]], None, None]:
+        """Every entry below the root as ``(path, entry)``, entering the directories
+        (never links) whose ``path + "/"`` ``descend`` accepts."""
+        pending = [("", os.open(".", DIRECTORY, dir_fd=self._root))]
         try:
             while pending:
                 base, directory = pending.pop()
@@ -161,42 +235,40 @@ class ArtifactsProvider:
                     with os.scandir(directory) as entries:
                         for entry in entries:
                             path = base + entry.name
-                            if entry.is_symlink() or _path_problem(path) is not None:
-                                continue
-                            if entry.is_dir(follow_symlinks=False):
-                                inner = path + "/"
-                                if inner.startswith(prefix) or prefix.startswith(inner):
-                                    child = _open_child(directory, entry.name)
-                                    if child is not None:
-                                        pending.append((inner, child))
-                            elif entry.is_file(follow_symlinks=False) and path.startswith(prefix):
-                                found.append(path)
+                            yield path, entry
+                            if entry.is_dir(follow_symlinks=False) and descend(path + "/"):
+                                child = _open_child(directory, entry.name)
+                                if child is not None:
+                                    pending.append((path + "/", child))
                 finally:
                     os.close(directory)
         finally:
             for _, directory in pending:
                 os.close(directory)
-        found.sort()
-        return {"paths": list(found[:limit]), "truncated": len(found) > limit}
 
     def _parent(self, path: str, segments: list[str], *, create: bool) -> int:
         """A descriptor of the directory that holds the last segment.
 
-        Walks from the root one segment at a time with ``O_NOFOLLOW``, creating missing
-        directories when ``create``; a link or a file on the way is ``invalid-path``, a
-        missing directory (reading) ``not-found``.
+        Walks from the root's descriptor one segment at a time with ``O_NOFOLLOW``,
+        creating missing directories when ``create`` (each counted against
+        ``max_files``); a link or a file on the way is ``invalid-path``, a missing
+        directory (reading) ``not-found``.
         """
-        directory = os.open(self.root, _DIRECTORY)
+        directory = os.open(".", DIRECTORY, dir_fd=self._root)
         try:
             for index, name in enumerate(segments[:-1]):
                 try:
-                    child = os.open(name, _CHILD_DIRECTORY, dir_fd=directory)
+                    child = os.open(name, CHILD_DIRECTORY, dir_fd=directory)
                 except FileNotFoundError:
                     if not create:
                         raise CapabilityError("not-found", {"path": path}) from None
-                    with suppress(FileExistsError):  # another writer may have made it
+                    self._check(0, 1)
+                    try:
                         os.mkdir(name, dir_fd=directory)
-                    child = os.open(name, _CHILD_DIRECTORY, dir_fd=directory)
+                        self._files += 1
+                    except FileExistsError:  # another process may have made it
+                        pass
+                    child = os.open(name, CHILD_DIRECTORY, dir_fd=directory)
                 except OSError as exc:
                     if exc.errno not in _REFUSED:
                         raise
@@ -209,12 +281,38 @@ class ArtifactsProvider:
         return directory
 
 
+def _existing(directory: int, name: str) -> os.stat_result | None:
+    try:
+        return os.stat(name, dir_fd=directory, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+
+
+def _replace(directory: int, path: str, name: str, data: bytes) -> None:
+    """Write ``data`` to a new file in ``directory`` and rename it over ``name``."""
+    temporary = f"{TEMPORARY_PREFIX}{secrets.token_hex(8)}"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        with open(os.open(temporary, flags, 0o666, dir_fd=directory), "wb") as file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        os.rename(temporary, name, src_dir_fd=directory, dst_dir_fd=directory)
+    except BaseException as exc:
+        with suppress(FileNotFoundError):
+            os.unlink(temporary, dir_fd=directory)
+        if isinstance(exc, OSError) and exc.errno == errno.EISDIR:
+            raise _invalid(path, f"{path!r} is a directory") from None
+        raise
+    os.fsync(directory)  # the rename itself survives a crash
+
+
 def artifact_uri(path: str) -> str:
     """``artifact://`` and the path, percent-encoded (RFC 3986) except for ``/``."""
     return "artifact://" + quote(path, safe="/")
 
 
-def _write_request(fields: dict[str, JSONValue]) -> tuple[str, list[str], bytes]:
+def _write_request(fields: dict[str, JSONValue], limit: int) -> tuple[str, list[str], bytes]:
     path = string_member(fields, "path")
     segments = _segments(path)
     if ("text" in fields) == ("base64" in fields):
@@ -231,8 +329,8 @@ def _write_request(fields: dict[str, JSONValue]) -> tuple[str, list[str], bytes]
             ) from None
     else:
         raise InvalidInput("member 'text' or 'base64' must be a string")
-    if len(data) > MAX_ARTIFACT_BYTES:
-        raise _too_large(path, len(data))
+    if len(data) > limit:
+        raise _too_large(path, len(data), limit)
     return path, segments, data
 
 
@@ -277,7 +375,7 @@ def _path_problem(path: str) -> str | None:
 def _open_child(directory: int, name: str) -> int | None:
     """A subdirectory's descriptor for listing; ``None`` if it vanished or became a link."""
     try:
-        return os.open(name, _CHILD_DIRECTORY, dir_fd=directory)
+        return os.open(name, CHILD_DIRECTORY, dir_fd=directory)
     except OSError as exc:
         if exc.errno in _REFUSED or exc.errno == errno.ENOENT:
             return None
@@ -299,5 +397,5 @@ def _invalid(path: str, reason: str) -> CapabilityError:
     return CapabilityError("invalid-path", {"path": path, "reason": reason})
 
 
-def _too_large(path: str, size: int) -> CapabilityError:
-    return CapabilityError("too-large", {"path": path, "bytes": size, "limit": MAX_ARTIFACT_BYTES})
+def _too_large(path: str, size: int, limit: int) -> CapabilityError:
+    return CapabilityError("too-large", {"path": path, "bytes": size, "limit": limit})

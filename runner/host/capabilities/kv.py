@@ -13,6 +13,28 @@ Options:
   directory; the host configuration resolves it against the configuration file's
   directory before it gets here. Missing directories are created.
 * ``namespace``: keeps bindings that share one file apart (default ``default``).
+* ``max_bytes`` (default 64 MiB): the UTF-8 bytes of the namespace's keys and values;
+* ``max_keys`` (default 100,000): its keys;
+* ``max_value_bytes`` (default 1 MiB, at most 16 MiB, a Run/1 frame): one value's
+  canonical text. kv is for state; bigger data belongs in artifacts, and the cap keeps
+  what one call holds in host memory to a few copies of a megabyte.
+
+A ``put`` past a budget is ``RESOURCE_EXHAUSTED``, naming the option that raises it.
+Budgets count what the namespace holds when the provider starts (a file reused across
+runs) and then this provider's own puts and deletes; each put reads the old value's
+size in the same transaction as it writes, so concurrent calls count exactly.
+
+Where the database may live. SQLite opens the database, and its ``-wal``, ``-shm`` and
+``-journal`` files beside it, by name, again and again: a descriptor cannot be handed
+to it. Whoever can write a directory on that path (a component, through an ``rw``
+attachment) could swap a name for a symbolic link and have the host write, as its own
+user, where they choose. So the directory is reached by :func:`.paths.open_directory`
+and refused unless nobody but root and the host's user can change a name on the way or
+add one to the directory itself (for ``/tmp``-like sticky directories on the way, the
+entry must be the host's), and a database file that is a symbolic link is refused; the
+fix is ``chmod go-w`` or a path outside every ``rw`` attachment. There is no option
+to waive this: a private directory serves every legitimate setup. SQLite then opens
+the real path the walk found, which nobody else can change.
 
 Methods (contract ``runner/host/capabilities/contracts/kv.json``): ``get {key}`` ->
 ``{value}`` or the declared error ``not-found``; ``put {key, value}`` -> ``{version}``
@@ -29,6 +51,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import stat
 import threading
 from collections.abc import Callable, Mapping
 from functools import partial
@@ -40,19 +63,27 @@ import anyio.to_thread
 from runner import json1
 from runner.json1 import JSONValue
 
+from .paths import PathRefused, open_directory
 from .provider import (
     CapabilityError,
     InvalidInput,
     OptionReader,
     ProviderConfigError,
     UnknownMethod,
+    budget_exhausted,
     input_object,
     list_request,
     string_member,
 )
 
 MAX_KEY_BYTES: Final = 1_024
+DEFAULT_MAX_BYTES: Final = 64 * 1024 * 1024
+DEFAULT_MAX_KEYS: Final = 100_000
+DEFAULT_MAX_VALUE_BYTES: Final = 1024 * 1024
+MAX_VALUE_BYTES: Final = 16 * 1024 * 1024
+"""A Run/1 frame's bound: no larger value can arrive."""
 
+_OPTIONS: Final = ("path", "namespace", "max_bytes", "max_keys", "max_value_bytes")
 _SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS entries (
     namespace TEXT NOT NULL,
@@ -62,6 +93,8 @@ CREATE TABLE IF NOT EXISTS entries (
     PRIMARY KEY (namespace, key)
 ) WITHOUT ROWID
 """
+_SIZE: Final = "length(CAST(key AS BLOB)) + length(CAST(value AS BLOB))"
+"""An entry's UTF-8 bytes (``length`` of TEXT counts characters)."""
 _PUT: Final = """
 INSERT INTO entries (namespace, key, value, version) VALUES (?, ?, ?, 1)
 ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value, version = version + 1
@@ -82,24 +115,63 @@ class KeyValueProvider:
     methods: Final = ("get", "put", "delete", "list")
 
     def __init__(self, options: Mapping[str, JSONValue]) -> None:
-        reader = OptionReader("kv", options, {"path", "namespace"})
+        reader = OptionReader("kv", options, _OPTIONS)
         self.path = Path(reader.string("path") or default_path()).expanduser()
         self.namespace = reader.string("namespace") or "default"
+        self.max_bytes = reader.integer("max_bytes", default=DEFAULT_MAX_BYTES, low=0, high=2**53)
+        self.max_keys = reader.integer("max_keys", default=DEFAULT_MAX_KEYS, low=0, high=2**53)
+        self.max_value_bytes = reader.integer(
+            "max_value_bytes", default=DEFAULT_MAX_VALUE_BYTES, low=0, high=MAX_VALUE_BYTES
+        )
         self._lock = threading.Lock()
+        self.path = self._private_path()
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(
                 self.path, timeout=10, isolation_level=None, check_same_thread=False
             )
-        except (OSError, sqlite3.Error) as exc:
+        except sqlite3.Error as exc:
             raise self._unusable(exc) from exc
         try:
             self._db.execute("PRAGMA journal_mode = WAL")
             self._db.execute("PRAGMA synchronous = FULL")
             self._db.execute(_SCHEMA)
+            keys, size = self._db.execute(
+                f"SELECT count(*), total({_SIZE}) FROM entries WHERE namespace = ?",
+                (self.namespace,),
+            ).fetchone()
         except sqlite3.Error as exc:
             self._db.close()
             raise self._unusable(exc) from exc
+        self._keys, self._bytes = keys, int(size)
+
+    def _private_path(self) -> Path:
+        """The database's real path, in a directory only the host can change (see the
+        module docstring), or :class:`ProviderConfigError`."""
+        name = self.path.name
+        if name in ("", ".", ".."):
+            raise self._unusable(ValueError("it names a directory, not a file"))
+        try:
+            directory = open_directory(str(self.path.parent), create=True)
+        except (OSError, PathRefused) as exc:
+            raise self._unusable(exc) from None
+        try:
+            if directory.exposed is not None:
+                raise ProviderConfigError(
+                    f"capability provider 'kv': option 'path' = {str(self.path)!r} is refused: "
+                    f"{directory.exposed}, so someone else could swap the database or its "
+                    "-wal file for a link and have the host write there; make the directory "
+                    "private (chmod go-w), or keep the database outside every rw attachment"
+                )
+            try:
+                entry = os.stat(name, dir_fd=directory.descriptor, follow_symlinks=False)
+            except FileNotFoundError:
+                pass
+            else:
+                if stat.S_ISLNK(entry.st_mode):
+                    raise self._unusable(ValueError("it is a symbolic link; name the file itself"))
+        finally:
+            os.close(directory.descriptor)
+        return Path(directory.path) / name
 
     async def call(self, method: str, input: JSONValue) -> JSONValue:
         """Dispatch ``method``; the SQLite work runs in a worker thread."""
@@ -109,7 +181,13 @@ class KeyValueProvider:
             work = partial(self._get if method == "get" else self._delete, key)
         elif method == "put":
             fields = input_object(input, required={"key", "value"})
-            work = partial(self._put, _key(fields), json1.canonical(fields["value"]).decode())
+            key, value = _key(fields), json1.canonical(fields["value"])
+            if len(value) > self.max_value_bytes:
+                raise budget_exhausted(
+                    "kv", "max_value_bytes", self.max_value_bytes, None, len(value),
+                    unit="bytes of canonical JSON", fix="store a smaller value",
+                )  # fmt: skip
+            work = partial(self._put, key, value.decode(), len(key.encode()) + len(value))
         elif method == "list":
             work = partial(self._list, *list_request(input))
         else:
@@ -130,18 +208,50 @@ class KeyValueProvider:
             raise CapabilityError("not-found", {"key": key})
         return {"value": json1.loads(row[0].encode())}
 
-    def _put(self, key: str, text: str) -> JSONValue:
+    def _put(self, key: str, text: str, size: int) -> JSONValue:
         with self._lock:
-            # fetchall: the statement, and with it the implicit transaction, must finish
-            ((version,),) = self._db.execute(_PUT, (self.namespace, key, text)).fetchall()
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                old = self._db.execute(
+                    f"SELECT {_SIZE} FROM entries WHERE namespace = ? AND key = ?",
+                    (self.namespace, key),
+                ).fetchone()
+                freed = 0 if old is None else old[0]
+                self._check(size - freed, 0 if old else 1)
+                # fetchall: the statement must finish before the transaction can
+                ((version,),) = self._db.execute(_PUT, (self.namespace, key, text)).fetchall()
+                self._db.execute("COMMIT")
+            finally:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+            self._bytes += size - freed
+            self._keys += 0 if old else 1
         return {"version": version}
+
+    def _check(self, grown: int, added: int) -> None:
+        """Refuse a put that adds ``added`` keys and ``grown`` bytes past a budget (one
+        that adds nothing passes even in a namespace found over its budgets)."""
+        if added > 0 and self._keys + added > self.max_keys:
+            raise budget_exhausted(
+                "kv", "max_keys", self.max_keys, self._keys, added,
+                unit="keys", fix="delete keys you no longer need",
+            )  # fmt: skip
+        if grown > 0 and self._bytes + grown > self.max_bytes:
+            raise budget_exhausted(
+                "kv", "max_bytes", self.max_bytes, self._bytes, grown,
+                unit="bytes of keys and values", fix="delete keys, or store smaller values",
+            )  # fmt: skip
 
     def _delete(self, key: str) -> JSONValue:
         with self._lock:
-            cursor = self._db.execute(
-                "DELETE FROM entries WHERE namespace = ? AND key = ?", (self.namespace, key)
-            )
-        return {"deleted": cursor.rowcount > 0}
+            removed = self._db.execute(
+                f"DELETE FROM entries WHERE namespace = ? AND key = ? RETURNING {_SIZE}",
+                (self.namespace, key),
+            ).fetchall()
+            for (size,) in removed:
+                self._bytes -= size
+                self._keys -= 1
+        return {"deleted": bool(removed)}
 
     def _list(self, prefix: str, limit: int) -> JSONValue:
         keys: list[JSONValue] = []

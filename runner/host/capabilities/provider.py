@@ -36,6 +36,7 @@ from typing import Final, Protocol
 
 from runner import json1
 from runner.json1 import JSONValue
+from runner.protocol.codes import OperationError
 
 ENTRY_POINT_GROUP = "flow_runner.capabilities"
 
@@ -171,6 +172,37 @@ class OptionReader:
                 f'set it, e.g. options = {{ {name} = "..." }}'
             )
         return value
+
+    def integer(self, name: str, *, default: int, low: int, high: int) -> int:
+        """An integer option from ``low`` to ``high``; ``default`` when absent."""
+        value = self.options.get(name, default)
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise ProviderConfigError(
+                f"capability provider {self.provider!r}: option {name!r} is {value!r}, not an "
+                f"integer from {low:,} to {high:,}; set it, e.g. options = {{ {name} = {default} }}"
+            )
+        return value
+
+
+def budget_exhausted(
+    provider: str, budget: str, limit: int, used: int | None, wanted: int, *, unit: str, fix: str
+) -> OperationError:
+    """``RESOURCE_EXHAUSTED`` for a provider's budget option: what is in use (``None`` for
+    a budget of one item), what the call wanted, and the option that raises the budget;
+    ``details`` carry the same for programs."""
+    needs = (
+        f"this call needs {wanted:,}"
+        if used is None
+        else f"{used:,} in use, this call needs {wanted:,} more"
+    )
+    return OperationError(
+        "RESOURCE_EXHAUSTED",
+        f"{provider}: the budget {budget} = {limit:,} {unit} would be exceeded ({needs}); "
+        f"{fix}, or raise the option {budget!r}",
+        {"budget": budget, "limit": limit, "used": used, "wanted": wanted},
+    )
 
 
 def input_object(

@@ -1,0 +1,132 @@
+"""Opening a provider's host directory so that nobody but the host can redirect it.
+
+A provider's ``root`` or ``path`` option may name a place inside a directory that a
+component can write: an ``rw`` attachment, or one a component of an earlier run could
+reach. A component that swaps a name on that path for a symbolic link would turn the
+host's writes, made as the host's user (often root), into writes where it chooses.
+
+:func:`open_directory` therefore walks the path from ``/`` one name at a time, each
+opened relative to its parent's descriptor with ``O_NOFOLLOW``, and follows a symbolic
+link only where nobody but the host could have made it: in a directory that only root
+or the host's user can write, or in a sticky one (``/tmp``) when the link is theirs.
+Any other link is refused. The walk also tells whether anyone else could change a name
+on the way or add one to the directory itself (:attr:`HostDirectory.exposed`):
+a provider that must later open names by path (SQLite does) refuses such a directory,
+while one that keeps the descriptor and works relative to it need not.
+
+"Anyone else" is judged from owners and mode bits (ACLs show in the group bits): a
+component running as the host's own user, a local process or a container whose user
+is the host's, cannot be told apart from the host this way.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections import deque
+from contextlib import suppress
+from dataclasses import dataclass
+from typing import Final
+
+DIRECTORY: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+CHILD_DIRECTORY: Final = DIRECTORY | os.O_NOFOLLOW
+MAX_LINKS: Final = 40
+"""Links followed in one walk, as Linux's own resolution allows."""
+
+
+class PathRefused(ValueError):
+    """The path leads through a link that someone else could have planted."""
+
+
+@dataclass(frozen=True)
+class HostDirectory:
+    """An open directory reached by :func:`open_directory`."""
+
+    descriptor: int
+    path: str
+    """Its real path (links resolved) as the walk found it."""
+    exposed: str | None
+    """``None`` when only the host can change a name on the way or in the directory,
+    else why not (which directory, its owner and mode)."""
+
+
+def open_directory(path: str, *, create: bool) -> HostDirectory:
+    """Open the directory ``path`` (relative to the working directory if not absolute).
+
+    Missing directories are created when ``create``. Raises :class:`PathRefused` for
+    a link someone else could have planted or too many links, ``NotADirectoryError``
+    for a file on the way, and the ``OSError`` of any other failure.
+    """
+    names = deque(os.path.join(os.getcwd(), path).split("/"))
+    descriptor = os.open("/", DIRECTORY)
+    real, here, exposed, links = "/", os.fstat(descriptor), None, 0
+    try:
+        while names:
+            name = names.popleft()
+            if name in ("", "."):
+                continue
+            if name == "..":
+                step, real = os.open("..", DIRECTORY, dir_fd=descriptor), os.path.dirname(real)
+            else:
+                entry = _entry(descriptor, name, create=create)
+                shown = os.path.join(real, name)
+                if stat.S_ISLNK(entry.st_mode):
+                    if not _holds(here, entry):
+                        raise PathRefused(
+                            f"{shown!r} is a symbolic link in a directory others can write "
+                            f"({_owner(here)}); such links are never followed"
+                        )
+                    links += 1
+                    if links > MAX_LINKS:
+                        raise PathRefused(f"more than {MAX_LINKS} symbolic links on the way")
+                    target = os.readlink(name, dir_fd=descriptor)
+                    names.extendleft(reversed(target.split("/")))
+                    if not target.startswith("/"):
+                        continue
+                    step, real = os.open("/", DIRECTORY), "/"
+                else:
+                    # ELOOP here: the name became a link since it was looked at
+                    step = os.open(name, CHILD_DIRECTORY, dir_fd=descriptor)
+                    if exposed is None and not _holds(here, entry):
+                        exposed = f"{real!r} can be written by others ({_owner(here)})"
+                    real = shown
+            os.close(descriptor)
+            descriptor, here = step, os.fstat(step)
+        if exposed is None and _others_can_write(here):
+            exposed = f"{real!r} can be written by others ({_owner(here)})"
+    except BaseException:
+        os.close(descriptor)
+        raise
+    return HostDirectory(descriptor, real, exposed)
+
+
+def _entry(directory: int, name: str, *, create: bool) -> os.stat_result:
+    try:
+        return os.stat(name, dir_fd=directory, follow_symlinks=False)
+    except FileNotFoundError:
+        if not create:
+            raise
+    with suppress(FileExistsError):  # another process may have made it meanwhile
+        os.mkdir(name, dir_fd=directory)
+    return os.stat(name, dir_fd=directory, follow_symlinks=False)
+
+
+def _trusted(uid: int) -> bool:
+    return uid in (0, os.geteuid())
+
+
+def _others_can_write(directory: os.stat_result) -> bool:
+    return not _trusted(directory.st_uid) or bool(directory.st_mode & 0o022)
+
+
+def _holds(directory: os.stat_result, entry: os.stat_result) -> bool:
+    """Whether only the host can replace ``entry`` in ``directory``: the directory is
+    the host's and nobody else may write it, or it is sticky and the entry is the host's."""
+    if not _others_can_write(directory):
+        return True
+    sticky = bool(directory.st_mode & stat.S_ISVTX)
+    return _trusted(directory.st_uid) and sticky and _trusted(entry.st_uid)
+
+
+def _owner(directory: os.stat_result) -> str:
+    return f"owner uid {directory.st_uid}, mode {stat.S_IMODE(directory.st_mode):04o}"
