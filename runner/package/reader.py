@@ -147,7 +147,7 @@ def _archive_files(client: Any, image_id: str, root: str) -> dict[str, bytes] | 
     """The regular files under ``root`` in the image, by package path; ``None`` if absent."""
     import docker.errors
 
-    from runner.sandbox.docker import inspect_labels
+    from runner.sandbox.labels import inspect_labels
 
     api = client.api
     created = api.create_container(
