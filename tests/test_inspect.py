@@ -7,6 +7,7 @@ whose FLOW.md declares the outcome ``accepted`` and the capability slot ``tool``
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import uuid
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import docker.errors
 import pytest
 
 from execkit import FAKE_SCRIPT, exec_run, flow_runner
@@ -252,6 +254,11 @@ def test_reading_a_package_leaves_no_anonymous_volume(
         remove(container, **options)
 
     monkeypatch.setattr(docker_client.api, "remove_container", noting_volumes)
-    assert read_image_package(docker_client, volume_image) is None
-    assert len(volumes) == 1  # the image's VOLUME /data, made when the container was
-    assert docker_client.volumes.list(filters={"name": volumes[0]}) == []
+    try:
+        assert read_image_package(docker_client, volume_image) is None
+        assert len(volumes) == 1  # the image's VOLUME /data, made when the container was
+        assert docker_client.volumes.list(filters={"name": volumes[0]}) == []
+    finally:
+        for name in volumes:  # what a leak would have left
+            with contextlib.suppress(docker.errors.NotFound):
+                docker_client.api.remove_volume(name)
