@@ -189,9 +189,16 @@ def test_fifty_mixed_runs_leave_no_container(
     assert {pid: found for pid, found in left.items() if found} == {}
 
 
+@pytest.fixture
+def own_key(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Runners and sweeps of this test sign with a key of their own, so that no sweep of
+    another test or user on this engine can judge (and take) this test's containers."""
+    monkeypatch.setenv("FLOW_RUNNER_STATE_DIR", str(tmp_path / "state"))
+
+
 @pytest.mark.docker
 def test_a_killed_runner_leaves_its_container_and_gc_removes_it(
-    docker_client: Any, no_leaks: None, profiles: dict[str, Path]
+    docker_client: Any, no_leaks: None, profiles: dict[str, Path], own_key: None
 ) -> None:
     runner = start("--quiet", "--profile", profiles["fast"], *fake("ignore-cancel"))
     container = wait_running(docker_client, runner)
@@ -210,7 +217,7 @@ def test_a_killed_runner_leaves_its_container_and_gc_removes_it(
 
 @pytest.mark.docker
 def test_a_live_runners_container_survives_gc(
-    docker_client: Any, no_leaks: None, profiles: dict[str, Path]
+    docker_client: Any, no_leaks: None, profiles: dict[str, Path], own_key: None
 ) -> None:
     runner = start("--quiet", "--profile", profiles["fast"], *fake("ignore-cancel"))
     container = wait_running(docker_client, runner)
@@ -224,7 +231,7 @@ def test_a_live_runners_container_survives_gc(
 
 @pytest.mark.docker
 def test_a_sweep_from_another_pid_namespace_leaves_a_live_runners_container(
-    docker_client: Any, no_leaks: None, profiles: dict[str, Path]
+    docker_client: Any, no_leaks: None, profiles: dict[str, Path], own_key: None
 ) -> None:
     """A runner in a container or pod on the same engine, with the same hostname, sees none
     of this host's pids: their absence there proves nothing."""
