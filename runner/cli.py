@@ -104,6 +104,14 @@ def exec_(
             "--config", "-c", help="Host configuration (default: ./flow-runner.toml if present)."
         ),
     ] = None,
+    allow_host_commands: Annotated[
+        bool,
+        typer.Option(
+            "--allow-host-commands",
+            help="Let ./flow-runner.toml (found, not named) define flows that run a host "
+            "command with no sandbox; a file named with --config may anyway.",
+        ),
+    ] = False,
     report: Annotated[
         Path | None, typer.Option("--report", help="Write the run report as JSON to FILE.")
     ] = None,
@@ -114,7 +122,7 @@ def exec_(
     """Run one component and print its Run result (or its error) as one JSON line."""
     request = ExecRequest(
         target or [], process, input_, settings, attach or [], scratch, deadline, profile,
-        config, quiet,
+        config, allow_host_commands, quiet,
     )  # fmt: skip
     try:
         execution = _run(request.starter(), quiet)
@@ -141,6 +149,7 @@ class ExecRequest:
     deadline: str
     profile: str
     config: Path | None
+    allow_host_commands: bool
     quiet: bool
 
     def starter(self) -> Starter:
@@ -151,10 +160,23 @@ class ExecRequest:
             raise UsageError(f"--scratch {self.scratch}: no such directory; create it first")
         seconds = parse_duration(self.deadline)
         value = _read_json("--input", self.input_text)
-        host_config = None if self.process else _load_config(self.config)
+        host_config = self._host_config()
         if host_config is not None and self.target[0] in host_config.flows:
             return self._flow_starter(host_config, value, seconds)
         return self._component_starter(value, seconds)
+
+    def _host_config(self) -> HostConfig | None:
+        """The configuration, where the target may be one of its flows.
+
+        Flow names are names (the configuration refuses any other), so an image reference
+        (anything with `/` or `:`) is never a flow: the file found here is then not even
+        read. A name the configuration does not define is an image too.
+        """
+        from runner.config import is_local_name
+
+        if self.process or (self.config is None and not is_local_name(self.target[0])):
+            return None
+        return _load_config(self.config, self.allow_host_commands)
 
     def _flow_starter(self, host_config: HostConfig, value: JSONValue, seconds: float) -> Starter:
         from runner.flows import FlowHost
@@ -170,7 +192,7 @@ class ExecRequest:
         name, scratch = self.target[0], self._scratch_dir()
 
         async def start(control: RunControl, sink: Callable[[bytes], None] | None) -> Execution:
-            host = FlowHost(host_config, stderr_sink=sink)
+            host = FlowHost(host_config, stderr_sink=sink, on_host_command=_warn_unsandboxed)
             try:
                 return await host.run(
                     name, value, deadline_seconds=seconds, control=control, scratch_dir=scratch
@@ -210,13 +232,21 @@ class ExecRequest:
         return self.scratch.resolve() if self.scratch else None
 
 
-def _load_config(path: Path | None) -> HostConfig | None:
+def _load_config(path: Path | None, allow_host_commands: bool) -> HostConfig | None:
     from runner.config import ConfigError, find_config
 
     try:
-        return find_config(path)
+        return find_config(path, allow_host_commands=allow_host_commands)
     except ConfigError as exc:
         raise UsageError(str(exc)) from exc
+
+
+def _warn_unsandboxed(flow: str, command: list[str]) -> None:
+    """Said even with --quiet: the user must know a flow escaped the sandbox by design."""
+    typer.echo(
+        f"flow-runner: flow {flow!r} runs on the host with no sandbox: {' '.join(command)}",
+        err=True,
+    )
 
 
 def _sweep() -> None:

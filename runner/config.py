@@ -5,6 +5,13 @@ validated by pydantic. Nothing is admitted that the file does not name: a flow m
 only the children listed under its ``children`` table and call only the capabilities
 bound under its ``capabilities`` table. Errors name the file, the key and the problem.
 
+A file in the working directory is read without being asked for, so it may be anyone's
+(a cloned repository, a shared directory). Two rules keep it from changing what a command
+line means: a flow name is a LocalName, never an image reference, so ``exec IMAGE`` always
+runs that image; and a flow with a ``command`` but no ``image`` (a host process, no
+sandbox) is refused in such a file unless the user allows host commands
+(``--allow-host-commands``). A file named with ``--config`` is trusted as named.
+
     [limits]
     max_depth = 8              # nesting depth of child flows
     max_children = 16          # concurrent children per root run
@@ -24,20 +31,56 @@ bound under its ``capabilities`` table. Errors name the file, the key and the pr
 
 from __future__ import annotations
 
+import json
 import re
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 
 from runner import json1
 from runner.host.channels import ChannelLimits
 
 _CHANNELS = ChannelLimits()
 
-LOCAL_NAME = r"^[a-z0-9]+(?:-[a-z0-9]+)*$"
-LocalName = Annotated[str, Field(pattern=LOCAL_NAME, min_length=1, max_length=64)]
+_LOCAL_NAME = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
+MAX_NAME_CHARS = 64
+
+
+def is_local_name(text: str) -> bool:
+    """1-64 of a-z and 0-9 in words joined by single dashes (whole string: no newline)."""
+    return len(text) <= MAX_NAME_CHARS and _LOCAL_NAME.fullmatch(text) is not None
+
+
+def _local_name(text: str) -> str:
+    if not is_local_name(text):
+        raise ValueError(
+            f"{text!r} is not a name (1-64 of a-z, 0-9 and single inner dashes); rename it"
+        )
+    return text
+
+
+def _flow_name(text: str) -> str:
+    """A flow name is a name, so that no flow can stand in for an image reference."""
+    if not is_local_name(text):
+        raise ValueError(
+            "a flow name is a name (1-64 of a-z, 0-9 and single inner dashes), never an "
+            "image reference, so that `exec IMAGE` always runs the image; rename the flow "
+            "and give the image as its `image` key"
+        )
+    return text
+
+
+LocalName = Annotated[str, AfterValidator(_local_name)]
+FlowName = Annotated[str, AfterValidator(_flow_name)]
 DEFAULT_FILE = "flow-runner.toml"
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
 
@@ -73,7 +116,7 @@ class FlowConfig(_Strict):
 
     image: str | None = None
     command: list[str] | None = None
-    """Replaces the image's command; without an image, a local process (no isolation)."""
+    """Replaces the image's command; without an image, a host process (no sandbox at all)."""
     profile: str = "default"
     settings: dict[str, Any] = Field(default_factory=dict)
     attachments: dict[LocalName, str] = Field(default_factory=dict)
@@ -95,6 +138,11 @@ class FlowConfig(_Strict):
         except json1.JSON1Error as exc:
             raise ValueError(f"settings must be FLOW JSON/1 values (no dates): {exc}") from exc
         return self
+
+    @property
+    def host_command(self) -> bool:
+        """Whether this flow runs as a process on the host, with no sandbox."""
+        return self.image is None
 
     @property
     def deadline_seconds(self) -> float | None:
@@ -131,7 +179,7 @@ class HostConfig(_Strict):
     """The whole host configuration."""
 
     limits: Limits = Field(default_factory=Limits)
-    flows: dict[str, FlowConfig] = Field(default_factory=dict)
+    flows: dict[FlowName, FlowConfig] = Field(default_factory=dict)
     base_dir: Path = Path(".")
     """Directory relative paths in the file are resolved from (the file's own)."""
 
@@ -176,21 +224,44 @@ def load_config(path: Path) -> HostConfig:
         raise ConfigError(_explain(path, exc)) from exc
 
 
-def find_config(explicit: Path | None) -> HostConfig | None:
-    """``--config FILE``, else ``flow-runner.toml`` here when present, else None."""
+def find_config(explicit: Path | None, *, allow_host_commands: bool = False) -> HostConfig | None:
+    """``--config FILE``, else ``flow-runner.toml`` here when present, else None.
+
+    The file found here was not asked for: it may not define host-command flows unless
+    ``allow_host_commands`` (the user's own opt-in) says so.
+    """
     if explicit is not None:
         return load_config(explicit)
     default = Path(DEFAULT_FILE)
-    return load_config(default) if default.is_file() else None
+    if not default.is_file():
+        return None
+    config = load_config(default)
+    hosted = sorted(name for name, flow in config.flows.items() if flow.host_command)
+    if hosted and not allow_host_commands:
+        keys = ", ".join(f"flows.{name}" for name in hosted)
+        raise ConfigError(
+            f"{default.resolve()}: found in the working directory, not named, and {keys} "
+            "would run a host command with no sandbox (`command` without `image`); name the "
+            f"file (--config {DEFAULT_FILE}) or pass --allow-host-commands to run it"
+        )
+    return config
+
+
+def _key(part: str | int) -> str:
+    """One part of a key as the file would spell it: a name bare, anything else quoted."""
+    text = str(part)
+    return text if is_local_name(text) or text.isidentifier() else json.dumps(text)
 
 
 def _explain(path: Path, exc: ValidationError) -> str:
     problems = []
     for error in exc.errors():
-        key = ".".join(str(part) for part in error["loc"]) or "(top level)"
+        key = ".".join(_key(part) for part in error["loc"] if part != "[key]") or "(top level)"
         problem: str = error["msg"]
-        kind: Literal["extra_forbidden"] | str = error["type"]
+        kind: Literal["extra_forbidden", "value_error"] | str = error["type"]
         if kind == "extra_forbidden":
             problem = "unknown key; check its spelling against the documented keys"
+        elif kind == "value_error":
+            problem = str(error["ctx"]["error"])  # our own message, without "Value error, "
         problems.append(f"{key}: {problem}")
     return f"{path}: invalid configuration: " + "; ".join(problems)

@@ -42,9 +42,12 @@ class FlowHost:
         config: HostConfig,
         *,
         stderr_sink: Callable[[bytes], None] | None = None,
+        on_host_command: Callable[[str, list[str]], None] | None = None,
     ) -> None:
         self.config = config
         self.stderr_sink = stderr_sink
+        self.on_host_command = on_host_command
+        """Told (flow name, command) before a flow starts as a host process, unsandboxed."""
         self._bindings: dict[tuple[str, str], CapabilitySlot] = {}
         self.bound: list[CapabilityBinding] = []
 
@@ -118,6 +121,9 @@ class FlowHost:
 
         sandbox, graces = self._sandbox(flow)
         await self._check_package(name, flow, sandbox)
+        if flow.host_command and self.on_host_command is not None:
+            assert flow.command is not None
+            self.on_host_command(name, flow.command)
         broker = FlowBroker(
             children=flow.children,
             capabilities=self._capabilities(name, flow),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, computed_field
 
 
 class ReportedError(BaseModel):
@@ -42,3 +42,11 @@ class RunReport(BaseModel):
     stderr_truncated: bool = False
     stderr: str = ""
     children: list[RunReport] = Field(default_factory=list)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def unsandboxed(self) -> bool:
+        """The component ran as a host process, with no sandbox at all (``--process``, or a
+        configured flow with a ``command`` and no ``image``): said plainly, since its
+        result looks like any other."""
+        return self.backend == "process"

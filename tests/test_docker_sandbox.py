@@ -9,6 +9,7 @@ may outlive a test: the ``no_leaks`` fixture, or the engine's events for the run
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import socket
@@ -27,10 +28,6 @@ from runner.sandbox import docker as docker_backend
 from runner.sandbox.attachments import AttachmentError, check_attachment, parse_attach
 from runner.sandbox.base import Attachment, LaunchRequest, RunningComponent
 from runner.sandbox.docker import (
-    LABEL_CREATED,
-    LABEL_OWNER,
-    LABEL_PARENT_RUN_ID,
-    LABEL_RUN_ID,
     AttachDemuxer,
     DockerSandbox,
     EngineUnavailable,
@@ -38,7 +35,20 @@ from runner.sandbox.docker import (
     RuntimeMissing,
     connect,
 )
-from runner.sandbox.gc import is_abandoned, sweep
+from runner.sandbox.gc import sweep
+from runner.sandbox.labels import (
+    LABEL_CREATED,
+    LABEL_OWNER,
+    LABEL_PARENT_RUN_ID,
+    LABEL_PROCESS,
+    LABEL_RUN_ID,
+    Process,
+    is_signed,
+    machine_key,
+    owner_labels,
+    process_stat,
+    signed,
+)
 from runner.sandbox.profiles import SandboxProfile, load_profile
 
 PROBE = "flow-runner/probe:latest"
@@ -57,10 +67,15 @@ def default() -> SandboxProfile:
 
 
 @pytest.fixture
-def dead_pid() -> int:
+def dead_owner() -> Process:
+    """The name of a process that ran here (this boot, this pid namespace) and is gone."""
     process = subprocess.Popen(["true"])
-    process.wait()
-    return process.pid
+    try:
+        while (found := process_stat(process.pid)) is None or found[0] != "Z":
+            time.sleep(0.01)
+        return dataclasses.replace(Process.current(), pid=process.pid, start_ticks=found[1])
+    finally:
+        process.wait()
 
 
 def frame(stream: int, payload: bytes) -> bytes:
@@ -148,23 +163,6 @@ def test_no_engine_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: P
         connect()
 
 
-def owned(owner: str, created_ms: float) -> dict[str, str]:
-    return {LABEL_OWNER: owner, LABEL_CREATED: str(int(created_ms))}
-
-
-def test_a_container_is_abandoned_only_when_its_owner_here_is_gone(dead_pid: int) -> None:
-    host, now = socket.gethostname(), time.time() * 1000
-    assert not is_abandoned(owned(f"{host}:{os.getpid()}", now), host)
-    assert is_abandoned(owned(f"{host}:{dead_pid}", now), host)
-    assert not is_abandoned(owned(f"elsewhere:{dead_pid}", now), host)  # not ours to judge
-    assert not is_abandoned({LABEL_OWNER: "garbage"}, host)
-
-
-def test_an_owner_pid_that_started_after_the_container_was_reused() -> None:
-    host = socket.gethostname()
-    assert is_abandoned(owned(f"{host}:{os.getpid()}", 1000), host)  # created in 1970
-
-
 # --- stdio ----------------------------------------------------------------------------
 
 
@@ -222,6 +220,8 @@ async def test_container_carries_labels_and_the_profile_limits(
     labels = container.labels
     assert labels[LABEL_PARENT_RUN_ID] == "parent-1"
     assert labels[LABEL_OWNER] == f"{socket.gethostname()}:{os.getpid()}"
+    assert Process.parse(labels[LABEL_PROCESS]) == Process.current()
+    assert is_signed(labels, machine_key())
     assert before_ms - 1000 <= int(labels[LABEL_CREATED]) <= time.time() * 1000
     host = container.attrs["HostConfig"]
     assert host["NetworkMode"] == "none"
@@ -535,13 +535,9 @@ async def test_the_strict_profile_runs_on_gvisor_or_says_how_to_register_it(
 
 
 @pytest.fixture
-def leftover(docker_client: Any, dead_pid: int) -> Iterator[str]:
+def leftover(docker_client: Any, dead_owner: Process) -> Iterator[str]:
     """A never-started container whose owner process here is gone."""
-    labels = {
-        LABEL_RUN_ID: "gc-test",
-        LABEL_OWNER: f"{socket.gethostname()}:{dead_pid}",
-        LABEL_CREATED: str(time.time_ns() // 1_000_000),
-    }
+    labels = signed({LABEL_RUN_ID: "gc-test", **owner_labels(dead_owner)}, machine_key())
     container_id: str = docker_client.api.create_container(PROBE, ["echo"], labels=labels)["Id"]
     yield container_id
     with contextlib.suppress(docker.errors.NotFound):

@@ -7,12 +7,16 @@ whose FLOW.md declares the outcome ``accepted`` and the capability slot ``tool``
 
 from __future__ import annotations
 
+import contextlib
 import json
+import subprocess
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
+import docker.errors
 import pytest
 
 from execkit import FAKE_SCRIPT, exec_run, flow_runner
@@ -221,3 +225,40 @@ def test_cli_inspect_prints_the_package() -> None:
     assert '"properties":["name"]' in ran.stdout
     ran = flow_runner("inspect", "flow-runner/fake-component:latest")
     assert ran.returncode == 2 and "carries no FLOW package" in ran.stderr
+
+
+@pytest.fixture
+def volume_image(docker_client: Any) -> Iterator[str]:
+    """A throwaway image that declares a ``VOLUME`` (and carries no package)."""
+    tag = f"flow-runner/test-volume:{uuid.uuid4().hex[:12]}"
+    subprocess.run(
+        ["docker", "build", "--network", "none", "-q", "-t", tag, "-"],
+        input=b"FROM flow-runner/base:bookworm\nVOLUME /data\n",
+        check=True,
+        capture_output=True,
+    )
+    yield tag
+    docker_client.images.remove(tag, force=True)
+
+
+def test_reading_a_package_leaves_no_anonymous_volume(
+    docker_client: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, volume_image: str
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # a cache miss: read from the image
+    volumes: list[str] = []
+    remove = docker_client.api.remove_container
+
+    def noting_volumes(container: str, **options: Any) -> None:
+        mounts = docker_client.api.inspect_container(container)["Mounts"]
+        volumes.extend(m["Name"] for m in mounts if m["Type"] == "volume")
+        remove(container, **options)
+
+    monkeypatch.setattr(docker_client.api, "remove_container", noting_volumes)
+    try:
+        assert read_image_package(docker_client, volume_image) is None
+        assert len(volumes) == 1  # the image's VOLUME /data, made when the container was
+        assert docker_client.volumes.list(filters={"name": volumes[0]}) == []
+    finally:
+        for name in volumes:  # what a leak would have left
+            with contextlib.suppress(docker.errors.NotFound):
+                docker_client.api.remove_volume(name)

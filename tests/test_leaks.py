@@ -11,12 +11,17 @@ leftovers, which they must take in their stride; the sweep's judgement of a dead
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import random
+import secrets
 import signal
-import socket
+import stat
 import subprocess
 import time
+import uuid
 from collections import Counter
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +33,9 @@ import pytest
 import requests
 
 from execkit import (
+    CLI,
+    FAKE_IMAGE,
+    ROOT,
     Exec,
     containers,
     fake,
@@ -35,13 +43,25 @@ from execkit import (
     flow_runner,
     interrupt,
     of_runner,
-    owner,
     profile_file,
     start,
     wait_running,
 )
-from runner.sandbox.docker import LABEL_CREATED, LABEL_OWNER, LABEL_RUN_ID
-from runner.sandbox.gc import is_abandoned, sweep
+from runner.sandbox.errors import DockerSandboxError
+from runner.sandbox.gc import Sweeper, sweep
+from runner.sandbox.labels import (
+    KEY_FILE,
+    LABEL_MAC,
+    LABEL_OWNER,
+    LABEL_PROCESS,
+    LABEL_RUN_ID,
+    Process,
+    label_key,
+    machine_key,
+    owner_labels,
+    process_stat,
+    signed,
+)
 
 PARALLEL = 6
 MIX = {"done": 14, "failed": 8, "deadline": 8, "oom": 6, "sigint": 8, "sigkill": 6}
@@ -169,9 +189,16 @@ def test_fifty_mixed_runs_leave_no_container(
     assert {pid: found for pid, found in left.items() if found} == {}
 
 
+@pytest.fixture
+def own_key(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Runners and sweeps of this test sign with a key of their own, so that no sweep of
+    another test or user on this engine can judge (and take) this test's containers."""
+    monkeypatch.setenv("FLOW_RUNNER_STATE_DIR", str(tmp_path / "state"))
+
+
 @pytest.mark.docker
 def test_a_killed_runner_leaves_its_container_and_gc_removes_it(
-    docker_client: Any, no_leaks: None, profiles: dict[str, Path]
+    docker_client: Any, no_leaks: None, profiles: dict[str, Path], own_key: None
 ) -> None:
     runner = start("--quiet", "--profile", profiles["fast"], *fake("ignore-cancel"))
     container = wait_running(docker_client, runner)
@@ -190,7 +217,7 @@ def test_a_killed_runner_leaves_its_container_and_gc_removes_it(
 
 @pytest.mark.docker
 def test_a_live_runners_container_survives_gc(
-    docker_client: Any, no_leaks: None, profiles: dict[str, Path]
+    docker_client: Any, no_leaks: None, profiles: dict[str, Path], own_key: None
 ) -> None:
     runner = start("--quiet", "--profile", profiles["fast"], *fake("ignore-cancel"))
     container = wait_running(docker_client, runner)
@@ -200,6 +227,68 @@ def test_a_live_runners_container_survives_gc(
     assert [c.id for c in containers(docker_client, of_runner(runner.pid))] == [container.id]
     interrupt(runner)
     assert finish(runner, None, time.monotonic()).returncode == 130
+
+
+@pytest.mark.docker
+def test_a_sweep_from_another_pid_namespace_leaves_a_live_runners_container(
+    docker_client: Any, no_leaks: None, profiles: dict[str, Path], own_key: None
+) -> None:
+    """A runner in a container or pod on the same engine, with the same hostname, sees none
+    of this host's pids: their absence there proves nothing."""
+    runner = start("--quiet", "--profile", profiles["fast"], *fake("ignore-cancel"))
+    container = wait_running(docker_client, runner)
+    swept = subprocess.run(
+        ["unshare", "--pid", "--fork", "--mount-proc", *CLI, "gc"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert swept.returncode == 0, swept.stderr
+    assert container.id not in swept.stdout
+    assert [c.id for c in containers(docker_client, of_runner(runner.pid))] == [container.id]
+    interrupt(runner)
+    assert finish(runner, None, time.monotonic()).returncode == 130
+
+
+@pytest.fixture
+def forged(docker_client: Any, tmp_path: Path) -> Iterator[tuple[str, list[str]]]:
+    """Containers someone else made with labels like ours for a dead owner, but no valid MAC.
+
+    Their owner is on a host name of their own, which the test's sweep takes (in a UTS
+    namespace): a sweep that trusted the owner label would take them for its own leftovers,
+    and other sweeps on this engine (which do not share the name) leave them alone.
+    """
+    host, gone = f"forged-{uuid.uuid4().hex[:8]}", finished_process()
+    labels = {
+        LABEL_RUN_ID: f"forged-{tmp_path.name}",
+        **owner_labels(gone),
+        LABEL_OWNER: f"{host}:{gone.pid}",
+    }
+    made = [
+        docker_client.api.create_container(FAKE_IMAGE, ["true"], labels=variant)["Id"]
+        for variant in (
+            labels,  # no MAC: also what an older flow-runner's labels look like
+            {**labels, LABEL_MAC: "0" * 64},
+            signed(labels, b"k" * 32),  # a MAC under another key
+        )
+    ]
+    yield host, made
+    for container_id in made:
+        with contextlib.suppress(docker.errors.NotFound):
+            docker_client.api.remove_container(container_id, v=True, force=True)
+
+
+@pytest.mark.docker
+def test_gc_leaves_containers_with_forged_labels(
+    docker_client: Any, forged: tuple[str, list[str]]
+) -> None:
+    host, made = forged
+    swept = subprocess.run(
+        ["unshare", "--uts", "sh", "-c", f'hostname {host} && exec "$@"', "sh", *CLI, "gc"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert swept.returncode == 0, swept.stderr
+    assert not any(container_id in swept.stdout for container_id in made)
+    for container_id in made:
+        assert docker_client.api.inspect_container(container_id)["Id"] == container_id
 
 
 # ----- the sweep, without an engine -----------------------------------------------------
@@ -213,14 +302,96 @@ def wait_zombie(pid: int, timeout: float = 10) -> None:
         time.sleep(0.01)
 
 
-def test_a_zombie_owner_counts_as_gone() -> None:
+def finished_process() -> Process:
+    """The name of a process that ran here and is gone (reaped)."""
+    ended = subprocess.Popen(["true"])
+    try:
+        wait_zombie(ended.pid)
+        return process_named(ended.pid)
+    finally:
+        ended.wait()
+
+
+def process_named(pid: int) -> Process:
+    """``pid``'s name as its own labels would give it (a child: same namespace, same boot)."""
+    found = process_stat(pid)
+    assert found is not None
+    here = Process.current()
+    return Process(here.boot_id, here.pid_ns, pid, found[1])
+
+
+@pytest.fixture
+def sweeper() -> Sweeper:
+    return Sweeper(secrets.token_bytes(32), Process.current(), int(time.time() * 1000) - 3_600_000)
+
+
+def owned(sweeper: Sweeper, owner: Process, created_ms: int | None = None) -> dict[str, str]:
+    """Labels as a runner made them, signed with the sweeper's key."""
+    return signed({LABEL_RUN_ID: "r", **owner_labels(owner, created_ms)}, sweeper.key)
+
+
+def test_a_zombie_owner_counts_as_gone(sweeper: Sweeper) -> None:
     unreaped = subprocess.Popen(["true"])
     try:
         wait_zombie(unreaped.pid)
-        labels = {LABEL_OWNER: owner(unreaped.pid), LABEL_CREATED: str(time.time_ns() // 10**6)}
-        assert is_abandoned(labels, socket.gethostname())
+        assert sweeper.abandoned(owned(sweeper, process_named(unreaped.pid)), "running")
     finally:
         unreaped.wait()
+
+
+def test_a_live_owner_is_alive_and_a_gone_or_reused_pid_is_not(sweeper: Sweeper) -> None:
+    me = Process.current()
+    assert not sweeper.abandoned(owned(sweeper, me), "running")
+    assert sweeper.abandoned(owned(sweeper, finished_process()), "running")
+    reused = dataclasses.replace(me, start_ticks=me.start_ticks - 1)  # an earlier process
+    assert sweeper.abandoned(owned(sweeper, reused), "running")
+
+
+def test_an_owner_in_another_pid_namespace_cannot_be_judged(sweeper: Sweeper) -> None:
+    gone = finished_process()
+    elsewhere = dataclasses.replace(gone, pid_ns=gone.pid_ns + 1)
+    assert not sweeper.abandoned(owned(sweeper, elsewhere), "exited")
+
+
+def test_only_labels_signed_with_the_key_are_judged(sweeper: Sweeper) -> None:
+    labels = owned(sweeper, finished_process())
+    assert sweeper.abandoned(labels, "exited")
+    unsigned = {k: v for k, v in labels.items() if k != LABEL_MAC}
+    assert not sweeper.abandoned(unsigned, "exited")  # forged, or an older flow-runner's
+    assert not sweeper.abandoned(signed(unsigned, b"k" * 32), "exited")  # another key
+    alive = owned(sweeper, Process.current())  # a live owner's labels, edited to a dead one
+    assert not sweeper.abandoned({**alive, LABEL_PROCESS: finished_process().label()}, "exited")
+    assert not sweeper.abandoned({**labels, LABEL_RUN_ID: "another"}, "exited")
+    assert not sweeper.abandoned({LABEL_OWNER: "garbage"}, "exited")
+
+
+def test_an_owner_of_another_boot_is_dead_only_for_a_stopped_container_from_before_this_boot(
+    sweeper: Sweeper,
+) -> None:
+    past = dataclasses.replace(Process.current(), boot_id=str(uuid.uuid4()))
+    before, after = sweeper.booted_ms - 60_000, sweeper.booted_ms + 60_000
+    assert sweeper.abandoned(owned(sweeper, past, before), "exited")
+    assert sweeper.abandoned(owned(sweeper, past, before), "created")
+    assert not sweeper.abandoned(owned(sweeper, past, before), "running")  # another machine's
+    assert not sweeper.abandoned(owned(sweeper, past, before), None)
+    assert not sweeper.abandoned(owned(sweeper, past, after), "exited")
+
+
+def test_the_label_key_is_made_once_and_only_its_owner_may_read_it(tmp_path: Path) -> None:
+    directory = tmp_path / "state"
+    key = label_key(directory)
+    path = directory / KEY_FILE
+    assert len(key) == 32 and path.read_bytes() == key
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(directory.stat().st_mode) == 0o700
+    label_key.cache_clear()
+    assert label_key(directory) == key  # read back, not made again
+    assert sorted(p.name for p in directory.iterdir()) == [KEY_FILE]
+    path.chmod(0o640)
+    label_key.cache_clear()
+    with pytest.raises(DockerSandboxError, match=rf"{path} is not a 32-byte file.*chmod 600"):
+        label_key(directory)
+    label_key.cache_clear()
 
 
 class RacingApi:
@@ -233,7 +404,10 @@ class RacingApi:
     def containers(self, **options: Any) -> list[dict[str, Any]]:
         if options["filters"]["label"] != LABEL_RUN_ID:
             return []  # the sweep also lists package-reading containers: none here
-        return [{"Id": "a" * 64, "Labels": self.labels}, {"Id": "b" * 64, "Labels": self.labels}]
+        return [
+            {"Id": "a" * 64, "Labels": self.labels, "State": "exited"},
+            {"Id": "b" * 64, "Labels": self.labels, "State": "exited"},
+        ]
 
     def remove_container(self, container_id: str, **options: Any) -> None:
         if container_id.startswith("a"):
@@ -246,9 +420,7 @@ class RacingApi:
 
 
 def test_a_sweep_skips_a_leftover_that_another_sweep_is_removing() -> None:
-    gone = subprocess.Popen(["true"])
-    gone.wait()
-    labels = {LABEL_OWNER: owner(gone.pid), LABEL_CREATED: str(time.time_ns() // 10**6)}
+    labels = signed({LABEL_RUN_ID: "r", **owner_labels(finished_process())}, machine_key())
     api = RacingApi(labels)
     assert sweep(SimpleNamespace(api=api)) == ["b" * 64]  # type: ignore[arg-type]
     assert api.removed == ["b" * 64]

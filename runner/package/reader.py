@@ -147,7 +147,7 @@ def _archive_files(client: Any, image_id: str, root: str) -> dict[str, bytes] | 
     """The regular files under ``root`` in the image, by package path; ``None`` if absent."""
     import docker.errors
 
-    from runner.sandbox.docker import inspect_labels
+    from runner.sandbox.labels import inspect_labels
 
     api = client.api
     created = api.create_container(
@@ -171,7 +171,9 @@ def _archive_files(client: Any, image_id: str, root: str) -> dict[str, bytes] | 
                     root, "", f"the package exceeds flow-runner's {MAX_ARCHIVE_BYTES:,}-byte bound"
                 )
     finally:
-        api.remove_container(created["Id"], force=True)
+        # With its anonymous volumes: an image that declares a VOLUME would otherwise leave
+        # one behind on every cache miss.
+        api.remove_container(created["Id"], v=True, force=True)
     return files_from_tar(bytes(buffer), root)
 
 

@@ -53,6 +53,7 @@ from runner.sandbox.errors import (
     ImageMissing,
     RuntimeMissing,
 )
+from runner.sandbox.labels import run_labels
 from runner.sandbox.profiles import SandboxProfile
 
 if TYPE_CHECKING:
@@ -60,11 +61,6 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-LABEL_RUN_ID = "flow-runner.run-id"
-LABEL_PARENT_RUN_ID = "flow-runner.parent-run-id"
-LABEL_OWNER = "flow-runner.owner"
-LABEL_CREATED = "flow-runner.created"
-LABEL_INSPECT = "flow-runner.inspect"
 SCRATCH_PATH = "/flow/scratch"
 ATTACHMENTS_DIR = "/flow/attachments"
 
@@ -526,26 +522,6 @@ def _scratch_attachment(request: LaunchRequest) -> Attachment | None:
     if request.scratch_dir is None:
         return None
     return Attachment("scratch", Path(request.scratch_dir).resolve(), "read-write")
-
-
-def run_labels(run_id: str, parent_run_id: str | None = None) -> dict[str, str]:
-    """Labels that let ``flow-runner gc`` find and judge a run's container."""
-    labels = {LABEL_RUN_ID: run_id, **_owner_labels()}
-    if parent_run_id:
-        labels[LABEL_PARENT_RUN_ID] = parent_run_id
-    return labels
-
-
-def inspect_labels() -> dict[str, str]:
-    """Labels of a never-started container that only reads an image's package."""
-    return {LABEL_INSPECT: "1", **_owner_labels()}
-
-
-def _owner_labels() -> dict[str, str]:
-    return {
-        LABEL_OWNER: f"{socket.gethostname()}:{os.getpid()}",
-        LABEL_CREATED: str(time.time_ns() // 1_000_000),
-    }
 
 
 def _host_config(profile: SandboxProfile, held: Mapping[str, HeldPath]) -> dict[str, Any]:

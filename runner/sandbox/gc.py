@@ -1,49 +1,98 @@
 """Sweep up containers whose flow-runner process died before it could remove them.
 
 Cleanup in ``runner.sandbox.docker`` is shielded from cancellation, but a SIGKILL, an OOM
-kill or a power cut of the host process still leaves its containers behind. Every
-container carries ``flow-runner.owner = <hostname>:<pid>`` and ``flow-runner.created``
-(unix ms), so a later run can tell a leftover from the container of a live run.
+kill or a power cut of the host process still leaves its containers behind. Every ``exec``
+sweeps before it starts, so a sweep must never take a live run's container: it removes
+only what is provably abandoned, and anything it cannot prove dead is alive.
 
-Only containers owned by *this* host are judged. A pid means nothing on another host, and
-an engine can be shared (``DOCKER_HOST``, a socket mounted into several pods), so other
-hosts' containers are always left alone; their own runners sweep them. A container is
-abandoned when its owner pid no longer exists here, or exists but started after the
-container was created (the pid was reused), or is a zombie (killed, not yet reaped by its
-parent). Containers without a readable owner label are left alone too: they were not made
-by this code.
+A container is judged only if its labels carry a valid MAC under this machine's key
+(``runner.sandbox.labels``): labels anyone else put on a container, copied or forged, are
+not ours to judge. Its owner, named by boot id, pid namespace, pid and start time, is dead
+when
+
+* it ran in this boot and in the sweeper's own pid namespace, and its pid is gone, or is
+  another process now (a different start time: the pid was reused), or is a zombie
+  (killed, not yet reaped by its parent);
+* it ran in another boot, and the container is not running and was created before this
+  boot began: a container of a past boot of this machine, stopped by the reboot. (A signed
+  container is this machine's, since the key is; see ``runner.sandbox.labels``.)
+
+Anything else is left alone: a container of another pid namespace (a runner in a container
+or pod on the same engine, whose pids this sweeper cannot see), of another boot that still
+runs or is younger than this boot, or with the labels of an older flow-runner (owner
+``host:pid`` only, no MAC: the format that let hostname collisions and forged labels
+through); remove those by hand.
 """
 
 from __future__ import annotations
 
-import os
-import socket
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import docker
 import docker.errors
 import requests.exceptions
 
-from runner.sandbox.docker import (
+from runner.sandbox.docker import default_client, engine_unavailable
+from runner.sandbox.errors import DockerSandboxError
+from runner.sandbox.labels import (
     LABEL_CREATED,
     LABEL_INSPECT,
-    LABEL_OWNER,
+    LABEL_PROCESS,
     LABEL_RUN_ID,
-    default_client,
-    engine_unavailable,
+    Process,
+    is_signed,
+    machine_key,
+    process_stat,
 )
-from runner.sandbox.errors import DockerSandboxError
 
 _CONFLICT = 409
 _CLOCK_SLACK_MS = 2_000
 """The boot time in /proc/stat has one-second granularity; allow for it and then some."""
+_STOPPED = frozenset({"created", "exited", "dead"})
+"""Engine states of a container that does not run (a missing state proves nothing)."""
+
+
+@dataclass(frozen=True)
+class Sweeper:
+    """What the sweeping process knows for sure: its key, its own name, its boot's start."""
+
+    key: bytes
+    here: Process
+    booted_ms: int
+
+    @classmethod
+    def current(cls) -> Sweeper:
+        return cls(machine_key(), Process.current(), _boot_time_ms())
+
+    def abandoned(self, labels: Mapping[str, str], state: str | None) -> bool:
+        """True only if these are our labels and their owner is provably dead."""
+        if not is_signed(labels, self.key):
+            return False
+        owner = Process.parse(labels.get(LABEL_PROCESS, ""))
+        if owner is None:
+            return False
+        if owner.boot_id != self.here.boot_id:
+            created = labels.get(LABEL_CREATED, "")
+            return (
+                state in _STOPPED
+                and created.isdigit()
+                and int(created) < self.booted_ms - _CLOCK_SLACK_MS
+            )
+        if owner.pid_ns != self.here.pid_ns:
+            return False
+        found = process_stat(owner.pid)
+        if found is None:
+            return True
+        process_state, start_ticks = found
+        return start_ticks != owner.start_ticks or process_state in ("Z", "X")
 
 
 def sweep(client: docker.DockerClient | None = None) -> list[str]:
-    """Force-remove (with anonymous volumes) this host's abandoned containers; return ids."""
+    """Force-remove (with anonymous volumes) the provably abandoned containers; return ids."""
     api = (client or default_client()).api
-    host = socket.gethostname()
+    sweeper = Sweeper.current()
     removed: list[str] = []
     try:
         summaries = [
@@ -54,7 +103,7 @@ def sweep(client: docker.DockerClient | None = None) -> list[str]:
     except (docker.errors.DockerException, requests.exceptions.ConnectionError) as exc:
         raise engine_unavailable(exc) from exc
     for summary in summaries:
-        if not is_abandoned(summary.get("Labels") or {}, host):
+        if not sweeper.abandoned(summary.get("Labels") or {}, summary.get("State")):
             continue
         try:
             api.remove_container(summary["Id"], v=True, force=True)
@@ -71,43 +120,8 @@ def sweep(client: docker.DockerClient | None = None) -> list[str]:
     return removed
 
 
-def is_abandoned(labels: Mapping[str, str], host: str) -> bool:
-    """True if the labels name an owner process on ``host`` that is no longer there."""
-    owner_host, sep, pid_text = labels.get(LABEL_OWNER, "").rpartition(":")
-    if not sep or owner_host != host or not pid_text.isdigit():
-        return False
-    created = labels.get(LABEL_CREATED, "")
-    return not _owner_alive(int(pid_text), int(created) if created.isdigit() else None)
-
-
-def _owner_alive(pid: int, created_ms: int | None) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # it exists, under another user
-    stat = _process_stat(pid)
-    if stat is None:
-        return True
-    state, started_ms = stat
-    if state in ("Z", "X"):
-        return False  # killed (kill -9), only not yet reaped by its parent
-    if created_ms is None:
-        return True
-    return started_ms <= created_ms + _CLOCK_SLACK_MS
-
-
-def _process_stat(pid: int) -> tuple[str, int] | None:
-    """``pid``'s state letter and start time (unix ms) from /proc; ``None`` if it cannot tell."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        boot = Path("/proc/stat").read_text()
-    except OSError:
-        return None
-    # After the ")" that ends comm: field 3 (state) first, field 22 (starttime, clock ticks
-    # since boot) twenty places later.
-    fields = stat.rpartition(")")[2].split()
-    ticks = int(fields[19])
+def _boot_time_ms() -> int:
+    """When this boot began (unix ms, ``btime`` in /proc/stat)."""
+    boot = Path("/proc/stat").read_text()
     btime = next(int(line.split()[1]) for line in boot.splitlines() if line.startswith("btime"))
-    return fields[0], round((btime + ticks / os.sysconf("SC_CLK_TCK")) * 1000)
+    return btime * 1000
