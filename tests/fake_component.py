@@ -468,6 +468,23 @@ def cooperative_cancel() -> None:
 
 
 @scenario
+def record_stdin() -> None:
+    """Append every frame read to the file ``input["record"]``; stop cooperatively on the
+    root's ``request/cancel`` (answer CANCELLED), or ignore it with ``input["ignore"]``."""
+    plan = ROOT["params"]["input"]
+    with open(plan["record"], "a", encoding="utf-8") as record:
+        record.write(json.dumps(ROOT) + "\n")
+        record.flush()
+        while (message := receive(timeout=3600)) is not None:
+            record.write(json.dumps(message) + "\n")
+            record.flush()
+            if message.get("method") == "request/cancel" and not plan.get("ignore"):
+                fail("CANCELLED")
+                return
+    sys.exit(9)
+
+
+@scenario
 def provider_raises() -> None:  # EN-06 guard
     done({"raised": outcome_of(call("c:1", "capability/call", {"operationId": "boom",
           "slot": "tool", "method": "raise", "input": None}))})  # fmt: skip

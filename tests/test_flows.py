@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -196,3 +197,43 @@ def test_retained_results_budget_from_the_configuration(tmp_path: Path) -> None:
     assert second == "RESOURCE_EXHAUSTED"
     assert replay == first and first["outcome"] == "done"
     assert len(execution.report.children) == 1
+
+
+FAKE = [sys.executable, str(ROOT / "tests" / "fake_component.py")]
+
+
+@pytest.mark.parametrize("ignore", [False, True], ids=["cooperative", "ignores-cancel"])
+def test_a_child_of_a_root_past_its_deadline_gets_request_cancel(
+    tmp_path: Path, ignore: bool
+) -> None:
+    """The root's deadline cancels the child's call while the child's own request/cancel
+    is queued: it must still reach the child's stdin, then one grace (2 s), then the kill.
+    The child records every frame it reads (fake scenario ``record-stdin``)."""
+    relay = ", ".join(f'"{part}"' for part in RELAY)
+    fake = ", ".join(f'"{part}"' for part in [*FAKE, "record-stdin"])
+    config = write_config(tmp_path, f"""
+[flows.top]
+command = [{relay}]
+children = {{ rec = "rec" }}
+
+[flows.rec]
+command = [{fake}]
+""")  # fmt: skip
+    record = tmp_path / "stdin.jsonl"
+    plan = {"calls": [{"op": "r", "slot": "rec", "input": {"record": str(record),
+                                                             "ignore": ignore}}]}  # fmt: skip
+    started = time.monotonic()
+    execution = run_flow(config, "top", plan, seconds=2)
+    seconds = time.monotonic() - started
+    assert execution.verdict.error is not None
+    assert execution.verdict.error.code == "DEADLINE_EXCEEDED"
+    read = [json.loads(line).get("method") for line in record.read_text().splitlines()]
+    assert read == ["flow/run", "request/cancel"]
+    (child,) = execution.report.children
+    assert child.error is not None and child.error.code == "DEADLINE_EXCEEDED"
+    if ignore:
+        assert child.host_kill == "cancel" and child.exit_code == 137
+        assert seconds < 2 + 2 + 1.5, f"{seconds:.1f} s: deadline + one grace, not two"
+    else:
+        assert child.host_kill is None and child.exit_code == 0, child
+        assert seconds < 2 + 1.5, f"{seconds:.1f} s: the child stopped when asked"

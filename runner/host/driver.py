@@ -254,7 +254,7 @@ class _Run:
         for rid in list(self.calls):
             self.session.respond_error(rid, OperationError("CANCELLED", "the run was stopped"))
         self.calls.clear()
-        self.session.cancel_root("CANCELLED")
+        self.session.cancel_root(self.condition or "CANCELLED")
         self.output_ready = None  # the old writer is gone; the new one starts idle
         self._flush()
         with anyio.move_on_after(self.graces.cancel):
@@ -312,6 +312,10 @@ class _Run:
         with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             while self.output or not self.stdin_closing:
                 if self.output:
+                    # Woken into a run being cancelled (a parent cancels a child's call
+                    # while the child's own request/cancel waits here): leave the frames
+                    # to the writer that stop_after_cancellation starts, or they are lost.
+                    await anyio.lowlevel.checkpoint_if_cancelled()
                     data = b"".join(self.output)
                     self.output.clear()
                     await stdin.send(data)
