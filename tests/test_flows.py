@@ -151,6 +151,9 @@ def test_config_errors_name_the_file_and_the_key(tmp_path: Path) -> None:
     path = write_config(tmp_path, '[flows.a]\ndeadline = "soon"\nimage = "x"\n')
     with pytest.raises(ConfigError, match="not a duration"):
         load_config(path)
+    path = write_config(tmp_path, "[limits]\nretained_results = 1024\n")
+    with pytest.raises(ConfigError, match=r"limits: .*now retained_result_bytes, a byte budget"):
+        load_config(path)
 
 
 def test_children_stopped_by_a_root_cancel_stay_in_the_report(tmp_path: Path) -> None:
@@ -184,11 +187,12 @@ def test_children_stopped_by_a_root_cancel_stay_in_the_report(tmp_path: Path) ->
     assert bottom.error is not None and bottom.error.code == "CANCELLED"
 
 
-def test_retained_results_budget_from_the_configuration(tmp_path: Path) -> None:
+def test_retained_result_bytes_from_the_configuration(tmp_path: Path) -> None:
+    """512 bytes: one operation, its result on top; the next operationId is refused."""
     config = (
         relay_config(tmp_path)
         .read_text()
-        .replace("max_children = 8", "max_children = 8\nretained_results = 1")
+        .replace("max_children = 8", "max_children = 8\nretained_result_bytes = 512")
     )
     calls = [{"op": op, "slot": "next", "input": {}} for op in ("a", "b", "a")]
     execution = run_flow(write_config(tmp_path, config), "top", {"calls": calls})

@@ -30,7 +30,7 @@ from anyio.abc import TaskGroup
 
 from runner.host.broker import Broker, CallContext
 from runner.host.channels import CHANNEL_METHODS, ChannelParty
-from runner.host.operations import OperationLedger, Ticket
+from runner.host.operations import RETAINED_BYTES, OperationLedger, Ticket
 from runner.json1 import JSONValue
 from runner.protocol import messages
 from runner.protocol.codes import LOCAL_CODES, OperationError
@@ -131,18 +131,18 @@ async def drive(
     graces: Graces = Graces(),
     control: RunControl | None = None,
     stderr_sink: Callable[[bytes], None] | None = None,
-    retained_operations: int = 65_536,
+    retained_bytes: int = RETAINED_BYTES,
     channels: ChannelParty | None = None,
 ) -> RunOutcome:
     """Run the Run/1 exchange with ``component`` to its judged end.
 
-    ``retained_operations`` bounds the operations kept for replay (new ones beyond it
-    are ``RESOURCE_EXHAUSTED``). ``channels`` serves the invocation's ``channel/*``
+    ``retained_bytes`` bounds what the operations kept for replay hold (new ones beyond
+    it are ``RESOURCE_EXHAUSTED``). ``channels`` serves the invocation's ``channel/*``
     requests; without it they are ``UNAVAILABLE``.
     """
     run = _Run(component, HostSession(params), broker, run_id, depth, graces, control)
     run.channels = channels
-    run.ledger.limit = retained_operations
+    run.ledger.budget = retained_bytes
     run.stderr_sink = stderr_sink
     try:
         await run.run()
