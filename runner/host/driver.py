@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from functools import partial
 
 import anyio
+import anyio.lowlevel
 from anyio.abc import TaskGroup
 
 from runner.host.broker import Broker, CallContext
