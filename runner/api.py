@@ -17,6 +17,7 @@ import anyio
 from runner.host.broker import Broker, UnavailableBroker
 from runner.host.channels import ChannelHub, ChannelOffer, ChannelParty, required_ports
 from runner.host.driver import Graces, RunControl, RunOutcome, drive
+from runner.host.operations import RETAINED_BYTES
 from runner.json1 import JSONValue
 from runner.package.checks import (
     channel_contract_resolver,
@@ -80,7 +81,7 @@ async def execute(
     stderr_sink: Callable[[bytes], None] | None = None,
     depth: int = 0,
     on_stopped: Callable[[Execution], None] | None = None,
-    retained_operations: int = 65_536,
+    retained_bytes: int = RETAINED_BYTES,
 ) -> Execution:
     """Launch the component, drive Run/1 to the end and judge it.
 
@@ -124,7 +125,7 @@ async def execute(
     try:
         return await _launch_and_drive(
             sandbox, invocation, request, package, target, backend, broker, graces, control,
-            stderr_sink, depth, retained_operations, offer.party, grants,
+            stderr_sink, depth, retained_bytes, offer.party, grants,
         )  # fmt: skip
     except anyio.get_cancelled_exc_class():
         stopped = control.stopped
@@ -148,7 +149,7 @@ async def _launch_and_drive(
     control: RunControl,
     stderr_sink: Callable[[bytes], None] | None,
     depth: int,
-    retained_operations: int,
+    retained_bytes: int,
     channels: ChannelParty,
     grants: dict[str, JSONValue],
 ) -> Execution:
@@ -175,7 +176,7 @@ async def _launch_and_drive(
             graces=graces or Graces(),
             control=control,
             stderr_sink=stderr_sink,
-            retained_operations=retained_operations,
+            retained_bytes=retained_bytes,
             channels=channels,
         )
     facts = component.facts

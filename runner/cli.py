@@ -10,6 +10,7 @@ or configuration.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -302,10 +303,7 @@ def _run(start: Starter, quiet: bool) -> Execution:
 
     refusals = (SandboxError, ConfigError, InvocationRefused, PackageError, AttachmentError)
     control = RunControl()
-
-    def echo(chunk: bytes) -> None:
-        sys.stderr.buffer.write(chunk)
-        sys.stderr.buffer.flush()
+    echo = None if quiet else StderrEcho(sys.stderr.fileno())
 
     async def main() -> Execution | Exception:
         outcome: Execution | Exception
@@ -322,19 +320,144 @@ def _run(start: Starter, quiet: bool) -> Execution:
 
             tg.start_soon(signals)
             try:
-                outcome = await start(control, None if quiet else echo)
+                outcome = await start(control, None if echo is None else echo.write)
             except refusals as exc:  # not into an ExceptionGroup
                 outcome = exc
             tg.cancel_scope.cancel()
         return outcome
 
-    outcome = anyio.run(main)
+    try:
+        outcome = anyio.run(main)
+    finally:
+        if echo is not None:
+            echo.close()
     if isinstance(outcome, Exception):
         # Preparation failed before anything ran (engine down, image missing, runtime
         # missing, a provider that cannot start, a broken package, settings or
         # attachments the package refuses): the message names the fix.
         raise UsageError(str(outcome))
     return outcome
+
+
+ECHO_BUFFER = 1 << 20
+"""Bytes of component stderr waiting to be echoed; what comes on top is dropped."""
+PIPE_RESERVE = 16 << 10
+"""Room the echo leaves free in a stderr pipe: flow-runner's own last lines (the drop
+marker, the verdict) still fit when nobody reads the pipe, so they never block."""
+ECHO_STALL = 0.5
+"""Seconds without progress after which the echo of a finished run gives up."""
+
+
+class StderrEcho:
+    """The component's stderr echoed to ours without ever blocking the event loop.
+
+    A blocking write from the loop to a stderr nobody reads would stop the whole run,
+    its deadline included. So :meth:`write` (on the loop) only appends to a bounded
+    buffer, and a daemon thread writes it to ``fd``; on a pipe, only as much as leaves
+    :data:`PIPE_RESERVE` free. When the buffer is full, the chunks that follow are
+    dropped and counted until it has drained, and then a marker line says how many
+    bytes are missing there (the run report's own stderr capture is separate).
+    """
+
+    def __init__(self, fd: int) -> None:
+        import threading
+
+        self.fd = fd
+        self.pipe_size = _pipe_size(fd)
+        self.pending = bytearray()
+        self.dropped = 0
+        """Bytes of the current gap: nothing is buffered until its marker is written."""
+        self.midline = False  # the last byte written was not a newline
+        self.closing = False
+        self.progress = 0.0  # time.monotonic() of the last write that made progress
+        self.changed = threading.Condition()
+        self.thread = threading.Thread(target=self._drain, name="stderr-echo", daemon=True)
+        self.thread.start()
+
+    def write(self, chunk: bytes) -> None:
+        with self.changed:
+            if self.dropped or len(self.pending) + len(chunk) > ECHO_BUFFER:
+                self.dropped += len(chunk)
+            else:
+                self.pending += chunk
+                self.changed.notify()
+
+    def close(self) -> None:
+        """Let the thread write the rest while it makes progress, then the marker."""
+        import time
+
+        with self.changed:
+            self.closing = True
+            self.progress = time.monotonic()
+            self.changed.notify()
+        while self.thread.is_alive() and time.monotonic() - self.progress < ECHO_STALL * 2:
+            self.thread.join(0.05)
+
+    def _drain(self) -> None:
+        import time
+
+        while True:
+            with self.changed:
+                while not (self.pending or self.dropped or self.closing):
+                    self.changed.wait()
+                stalled = self.closing and time.monotonic() - self.progress > ECHO_STALL
+                if stalled:  # what is still buffered will not get out: part of the gap
+                    self.dropped += len(self.pending)
+                    self.pending.clear()
+                data = bytes(self.pending[: self._room(PIPE_RESERVE)])
+                gap = self.dropped if not self.pending else 0
+                if not (self.pending or self.dropped):
+                    return  # closing, all written
+            if gap:
+                data = (b"\n" if self.midline else b"") + (
+                    f"[flow-runner: {gap} bytes of the component's stderr dropped here: "
+                    "this stderr was not read fast enough]\n"
+                ).encode()
+                if self._room(0) < len(data):
+                    if stalled:
+                        return  # not even the reserve is left
+                    time.sleep(0.02)
+                    continue
+            elif not data:
+                time.sleep(0.02)  # the pipe is full up to the reserve
+                continue
+            try:
+                written = os.write(self.fd, data)
+            except OSError:
+                return  # stderr is gone: nothing more can be said there
+            self.midline = data[written - 1 : written] != b"\n"
+            with self.changed:
+                self.progress = time.monotonic()
+                if gap:
+                    self.dropped -= gap
+                else:
+                    del self.pending[:written]
+
+    def _room(self, reserve: int) -> int:
+        """Bytes a write may take now without blocking (on a pipe: minus ``reserve``)."""
+        if self.pipe_size is None:
+            return ECHO_BUFFER
+        import fcntl
+        import termios
+
+        try:
+            unread = int.from_bytes(fcntl.ioctl(self.fd, termios.FIONREAD, bytes(4)), "little")
+        except OSError:
+            return ECHO_BUFFER
+        return max(self.pipe_size - unread - reserve, 0)
+
+
+def _pipe_size(fd: int) -> int | None:
+    """The capacity of ``fd`` if it is a pipe (Linux), else None."""
+    import fcntl
+    import stat
+
+    try:
+        if stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ)
+    except (OSError, AttributeError):
+        pass
+    return None
 
 
 def _print_verdict(execution: Execution) -> int:
@@ -474,8 +597,6 @@ def main() -> NoReturn:
     and every child process reaped, and skipping the interpreter's teardown of docker-py,
     pydantic and anyio saves about 80 ms per run.
     """
-    import os
-
     try:
         app()
         code: object = 0

@@ -15,6 +15,7 @@ sandbox) is refused in such a file unless the user allows host commands
     [limits]
     max_depth = 8              # nesting depth of child flows
     max_children = 16          # concurrent children per root run
+    retained_result_bytes = 67108864   # kept per run for operation replay
 
     [limits.channels]          # channel bounds (runner.host.channels.ChannelLimits)
     queue_items = 64           # unread items per receiver before sends wait / readers lag
@@ -48,6 +49,7 @@ from pydantic import (
 
 from runner import json1
 from runner.host.channels import ChannelLimits
+from runner.host.operations import ENTRY_BYTES, RETAINED_BYTES
 
 _CHANNELS = ChannelLimits()
 
@@ -169,10 +171,22 @@ class Limits(_Strict):
     max_depth: int = Field(default=8, ge=1, le=64)
     max_children: int = Field(default=16, ge=1, le=1024)
     """Children running at once under one root run (the whole tree)."""
-    retained_results: int = Field(default=1024, ge=1, le=65_536)
-    """Operations (child runs, capability calls) one run keeps for replay; a new
-    operationId beyond them is RESOURCE_EXHAUSTED."""
+    retained_result_bytes: int = Field(default=RETAINED_BYTES, ge=ENTRY_BYTES, le=1 << 40)
+    """Bytes one run keeps for replaying its operations (child runs, capability calls):
+    each costs 512 plus its encoded result or error; once they are spent a new
+    operationId is RESOURCE_EXHAUSTED (known ones still join and replay)."""
     channels: ChannelBounds = Field(default_factory=ChannelBounds)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_count(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "retained_results" in data:
+            raise ValueError(
+                "retained_results (a count of operations) is now retained_result_bytes, "
+                "a byte budget; replace it (the default, 67108864, holds 65,535 small "
+                "operations)"
+            )
+        return data
 
 
 class HostConfig(_Strict):

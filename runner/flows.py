@@ -152,7 +152,7 @@ class FlowHost:
             stderr_sink=self.stderr_sink,
             depth=depth,
             on_stopped=None if on_stopped is None else partial(_nest, children, on_stopped),
-            retained_operations=self.config.limits.retained_results,
+            retained_bytes=self.config.limits.retained_result_bytes,
         )
         execution.report.children = children
         return execution

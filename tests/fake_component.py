@@ -147,6 +147,14 @@ def stderr_1mib() -> None:  # PX-06
     done("ok")
 
 
+@scenario
+def stderr_flood() -> None:
+    """Write stderr as fast as it is taken, never answer, ignore request/cancel."""
+    line = b"flood " * 10_922 + b"\n"  # 64 KiB
+    while True:
+        os.write(2, line)
+
+
 # ----- process exit and completion (PX) -----------------------------------------------
 
 
@@ -433,6 +441,33 @@ def lifetime_65537() -> None:  # RB-05
     time.sleep(5)
 
 
+@scenario
+def many_calls() -> None:
+    """``input["calls"]`` capability calls, each with a new operationId and the input
+    ``{"prefix": <input["bytes"] bytes>}``, ``input["window"]`` at a time, to slot ``kv``
+    and the methods ``input["methods"]`` in turn (default ``list``). Output: how many
+    succeeded, and the error codes of the rest with their counts."""
+    plan = ROOT["params"]["input"]
+    methods = [name.encode() for name in plan.get("methods", ["list"])]
+    head = b'{"jsonrpc":"2.0","id":"c:%d","method":"capability/call","params":{"operationId":'
+    body = b'"op:%d","slot":"kv","method":"%s","input":{"prefix":"%s"}}}\n'
+    prefix = b"p" * plan.get("bytes", 0)
+    codes: dict[str, int] = {}
+    succeeded = 0
+    for start in range(0, plan["calls"], plan.get("window", 1)):
+        batch = range(start, min(start + plan.get("window", 1), plan["calls"]))
+        for i in batch:
+            write(head % i + body % (i, methods[i % len(methods)], prefix))
+        for i in batch:
+            answer = response_to(f"c:{i}")
+            if "result" in answer:
+                succeeded += 1
+            else:
+                code = outcome_of(answer)
+                codes[code] = codes.get(code, 0) + 1
+    done({"succeeded": succeeded, "failed": codes})
+
+
 # ----- cancellation -------------------------------------------------------------------
 
 
@@ -465,6 +500,23 @@ def cooperative_cancel() -> None:
     after = outcome_of(call("c:1", "capability/call", {"operationId": "late", "slot": "tool",
                                                        "method": "do", "input": 1}))  # fmt: skip
     fail("CANCELLED", {"afterCancel": after})
+
+
+@scenario
+def record_stdin() -> None:
+    """Append every frame read to the file ``input["record"]``; stop cooperatively on the
+    root's ``request/cancel`` (answer CANCELLED), or ignore it with ``input["ignore"]``."""
+    plan = ROOT["params"]["input"]
+    with open(plan["record"], "a", encoding="utf-8") as record:
+        record.write(json.dumps(ROOT) + "\n")
+        record.flush()
+        while (message := receive(timeout=3600)) is not None:
+            record.write(json.dumps(message) + "\n")
+            record.flush()
+            if message.get("method") == "request/cancel" and not plan.get("ignore"):
+                fail("CANCELLED")
+                return
+    sys.exit(9)
 
 
 @scenario

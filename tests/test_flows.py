@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -150,6 +151,9 @@ def test_config_errors_name_the_file_and_the_key(tmp_path: Path) -> None:
     path = write_config(tmp_path, '[flows.a]\ndeadline = "soon"\nimage = "x"\n')
     with pytest.raises(ConfigError, match="not a duration"):
         load_config(path)
+    path = write_config(tmp_path, "[limits]\nretained_results = 1024\n")
+    with pytest.raises(ConfigError, match=r"limits: .*now retained_result_bytes, a byte budget"):
+        load_config(path)
 
 
 def test_children_stopped_by_a_root_cancel_stay_in_the_report(tmp_path: Path) -> None:
@@ -183,11 +187,12 @@ def test_children_stopped_by_a_root_cancel_stay_in_the_report(tmp_path: Path) ->
     assert bottom.error is not None and bottom.error.code == "CANCELLED"
 
 
-def test_retained_results_budget_from_the_configuration(tmp_path: Path) -> None:
+def test_retained_result_bytes_from_the_configuration(tmp_path: Path) -> None:
+    """512 bytes: one operation, its result on top; the next operationId is refused."""
     config = (
         relay_config(tmp_path)
         .read_text()
-        .replace("max_children = 8", "max_children = 8\nretained_results = 1")
+        .replace("max_children = 8", "max_children = 8\nretained_result_bytes = 512")
     )
     calls = [{"op": op, "slot": "next", "input": {}} for op in ("a", "b", "a")]
     execution = run_flow(write_config(tmp_path, config), "top", {"calls": calls})
@@ -196,3 +201,43 @@ def test_retained_results_budget_from_the_configuration(tmp_path: Path) -> None:
     assert second == "RESOURCE_EXHAUSTED"
     assert replay == first and first["outcome"] == "done"
     assert len(execution.report.children) == 1
+
+
+FAKE = [sys.executable, str(ROOT / "tests" / "fake_component.py")]
+
+
+@pytest.mark.parametrize("ignore", [False, True], ids=["cooperative", "ignores-cancel"])
+def test_a_child_of_a_root_past_its_deadline_gets_request_cancel(
+    tmp_path: Path, ignore: bool
+) -> None:
+    """The root's deadline cancels the child's call while the child's own request/cancel
+    is queued: it must still reach the child's stdin, then one grace (2 s), then the kill.
+    The child records every frame it reads (fake scenario ``record-stdin``)."""
+    relay = ", ".join(f'"{part}"' for part in RELAY)
+    fake = ", ".join(f'"{part}"' for part in [*FAKE, "record-stdin"])
+    config = write_config(tmp_path, f"""
+[flows.top]
+command = [{relay}]
+children = {{ rec = "rec" }}
+
+[flows.rec]
+command = [{fake}]
+""")  # fmt: skip
+    record = tmp_path / "stdin.jsonl"
+    plan = {"calls": [{"op": "r", "slot": "rec", "input": {"record": str(record),
+                                                             "ignore": ignore}}]}  # fmt: skip
+    started = time.monotonic()
+    execution = run_flow(config, "top", plan, seconds=2)
+    seconds = time.monotonic() - started
+    assert execution.verdict.error is not None
+    assert execution.verdict.error.code == "DEADLINE_EXCEEDED"
+    read = [json.loads(line).get("method") for line in record.read_text().splitlines()]
+    assert read == ["flow/run", "request/cancel"]
+    (child,) = execution.report.children
+    assert child.error is not None and child.error.code == "DEADLINE_EXCEEDED"
+    if ignore:
+        assert child.host_kill == "cancel" and child.exit_code == 137
+        assert seconds < 2 + 2 + 1.5, f"{seconds:.1f} s: deadline + one grace, not two"
+    else:
+        assert child.host_kill is None and child.exit_code == 0, child
+        assert seconds < 2 + 1.5, f"{seconds:.1f} s: the child stopped when asked"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from runner.host.operations import OperationLedger
+from runner.host.operations import ENTRY_BYTES, OperationLedger
 from runner.json1 import JSONValue
 from runner.protocol.codes import OperationError
 
@@ -121,19 +121,58 @@ def test_work_abandoned_by_every_waiter_is_cancelled_and_uncertain() -> None:
     anyio.run(main)
 
 
-def test_retained_operation_budget_refuses_new_ids_but_still_replays() -> None:
+def test_retained_byte_budget_refuses_new_ids_but_still_replays() -> None:
     async def main() -> None:
-        ledger = OperationLedger(limit=2)
+        kept = ENTRY_BYTES + len(b'"done"')  # an operation and its encoded result
+        ledger = OperationLedger(budget=2 * kept)
 
         async def work() -> JSONValue:
             return "done"
 
         assert await ledger.run("c:1", CALL, params(operationId="a"), work) == "done"
         assert await ledger.run("c:2", CALL, params(operationId="b"), work) == "done"
+        assert ledger.retained == 2 * kept
         with pytest.raises(OperationError) as refused:
             await ledger.run("c:3", CALL, params(operationId="c"), work)
         assert refused.value.code == "RESOURCE_EXHAUSTED"
         assert await ledger.run("c:4", CALL, params(operationId="a"), work) == "done"
         assert ledger.dispatches == 2
+
+    anyio.run(main)
+
+
+def test_results_and_errors_are_charged_and_params_are_not() -> None:
+    """Large params cost only their digest; a kept result or error costs its bytes, and a
+    replayed error is raised anew each time (the kept one holds no traceback)."""
+
+    async def main() -> None:
+        ledger = OperationLedger(budget=1 << 20)
+        big = params(operationId="big", input="p" * (8 << 20))
+
+        async def small() -> JSONValue:
+            return {"value": None}
+
+        async def large() -> JSONValue:
+            return {"value": "r" * 100_000}
+
+        async def failing() -> JSONValue:
+            raise OperationError("INVALID_INPUT", "no", {"why": "x" * 1000})
+
+        await ledger.run("c:1", CALL, big, small)
+        assert ledger.retained == ENTRY_BYTES + len(b'{"value":null}')
+        await ledger.run("c:2", CALL, params(operationId="large"), large)
+        assert ledger.retained > ENTRY_BYTES * 2 + 100_000
+        before = ledger.retained
+        with pytest.raises(OperationError):
+            await ledger.run("c:3", CALL, params(operationId="bad"), failing)
+        assert ledger.retained == before + ENTRY_BYTES + len(b"no") + 1000 + len(b'{"why":""}')
+        replays = []
+        for rid in ("c:4", "c:5"):
+            with pytest.raises(OperationError) as replay:
+                await ledger.run(rid, CALL, params(operationId="bad"), failing)
+            replays.append(replay.value)
+        assert replays[0] is not replays[1] and replays[0].details == {"why": "x" * 1000}
+        assert await ledger.run("c:6", CALL, big, small) == {"value": None}
+        assert ledger.dispatches == 3
 
     anyio.run(main)

@@ -26,11 +26,12 @@ from dataclasses import dataclass, field
 from functools import partial
 
 import anyio
+import anyio.lowlevel
 from anyio.abc import TaskGroup
 
 from runner.host.broker import Broker, CallContext
 from runner.host.channels import CHANNEL_METHODS, ChannelParty
-from runner.host.operations import OperationLedger, Ticket
+from runner.host.operations import RETAINED_BYTES, OperationLedger, Ticket
 from runner.json1 import JSONValue
 from runner.protocol import messages
 from runner.protocol.codes import LOCAL_CODES, OperationError
@@ -131,18 +132,18 @@ async def drive(
     graces: Graces = Graces(),
     control: RunControl | None = None,
     stderr_sink: Callable[[bytes], None] | None = None,
-    retained_operations: int = 65_536,
+    retained_bytes: int = RETAINED_BYTES,
     channels: ChannelParty | None = None,
 ) -> RunOutcome:
     """Run the Run/1 exchange with ``component`` to its judged end.
 
-    ``retained_operations`` bounds the operations kept for replay (new ones beyond it
-    are ``RESOURCE_EXHAUSTED``). ``channels`` serves the invocation's ``channel/*``
+    ``retained_bytes`` bounds what the operations kept for replay hold (new ones beyond
+    it are ``RESOURCE_EXHAUSTED``). ``channels`` serves the invocation's ``channel/*``
     requests; without it they are ``UNAVAILABLE``.
     """
     run = _Run(component, HostSession(params), broker, run_id, depth, graces, control)
     run.channels = channels
-    run.ledger.limit = retained_operations
+    run.ledger.budget = retained_bytes
     run.stderr_sink = stderr_sink
     try:
         await run.run()
@@ -254,7 +255,7 @@ class _Run:
         for rid in list(self.calls):
             self.session.respond_error(rid, OperationError("CANCELLED", "the run was stopped"))
         self.calls.clear()
-        self.session.cancel_root("CANCELLED")
+        self.session.cancel_root(self.condition or "CANCELLED")
         self.output_ready = None  # the old writer is gone; the new one starts idle
         self._flush()
         with anyio.move_on_after(self.graces.cancel):
@@ -312,6 +313,10 @@ class _Run:
         with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             while self.output or not self.stdin_closing:
                 if self.output:
+                    # Woken into a run being cancelled (a parent cancels a child's call
+                    # while the child's own request/cancel waits here): leave the frames
+                    # to the writer that stop_after_cancellation starts, or they are lost.
+                    await anyio.lowlevel.checkpoint_if_cancelled()
                     data = b"".join(self.output)
                     self.output.clear()
                     await stdin.send(data)

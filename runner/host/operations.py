@@ -13,13 +13,19 @@ waiter remains. Work stopped that way may have had effects, so the operation set
 ``UNCERTAIN`` and stays so for its id. It is cancelled through a cancel scope: the
 ledger's own, or the one the caller settles the dispatching request in (the driver's
 per-call scope, handed to :meth:`OperationLedger.admit`), which spares a scope per call.
+
+Every operation is kept until the Run ends, so what it keeps is small and bounded: the
+SHA-256 of its canonical identity (never the params, which may be megabytes), and once
+settled its result as encoded JSON/1 bytes (or its error, without a traceback that would
+hold the call's frames and params), charged with a fixed overhead to a byte budget.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Awaitable, Callable
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final
 
 import anyio
@@ -30,28 +36,36 @@ from runner.protocol.codes import OperationError
 
 Work = Callable[[], Awaitable[JSONValue]]
 _UNSCOPED: Final = nullcontext()  # the caller runs the work in the operation's scope
+RETAINED_BYTES: Final = 64 << 20
+"""Default budget of one Run's ledger: 65,535 small operations (the lifetime request
+limit of a channel, PROTOCOL.md §12) fit with room to spare; 150 results of 400 KiB too."""
+ENTRY_BYTES: Final = 512
+"""What one kept operation costs besides its result (entry, digest, id, dict slot;
+measured about 400 bytes), charged so that the budget bounds many tiny operations too."""
 
 
 @dataclass(slots=True)
 class _Operation:
-    key: bytes
+    digest: bytes
+    """SHA-256 of the canonical identity: enough to tell a conflict, 32 bytes to keep."""
     runner: str
     scope: anyio.CancelScope | None
     """The work runs in it and is cancelled through it when abandoned. Dropped once done:
     a Run keeps every operation it saw, and a settled one is only replayed."""
     own_scope: bool  # the ledger enters `scope` (else the caller settles inside it)
     runner_attached: bool = True
-    waiters: set[str] = field(default_factory=set)
+    waiters: set[str] | None = None  # made for the first joiner: an empty set is 216 bytes
     done: bool = False
     # Set once done; made only when a waiter has to wait (most operations have none).
     finished: anyio.Event | None = None
-    result: JSONValue = None
+    result: bytes = b"null"
+    """The settled result, encoded: compact, its size known, decoded fresh per replay."""
     error: OperationError | None = None
 
     def settled(self) -> JSONValue:
         if self.error is not None:
-            raise self.error
-        return self.result
+            raise _bare(self.error)  # raised anew: the kept one gathers no tracebacks
+        return json1.loads(self.result)
 
     async def wait(self) -> None:
         if not self.done:
@@ -82,13 +96,18 @@ class Ticket:
 class OperationLedger:
     """The operations of one root Run, keyed by ``operationId``.
 
-    Every operation is kept for replay until the Run ends, so their number is bounded:
-    past ``limit`` a new ``operationId`` is refused ``RESOURCE_EXHAUSTED`` (a host's
-    retained-result budget, PROTOCOL.md §5); joins and replays of known ones still work.
+    Every operation is kept for replay until the Run ends, so what they hold is bounded:
+    once ``budget`` bytes are retained (:data:`ENTRY_BYTES` per operation plus its
+    encoded result or error), a new ``operationId`` is refused ``RESOURCE_EXHAUSTED`` (a
+    host's retained-result budget, PROTOCOL.md §5); joins and replays of known ones still
+    work. Operations admitted before the budget ran out still keep their results, so it
+    is exceeded by at most the results of the calls in flight then (64 on the wire).
     """
 
-    def __init__(self, limit: int = 65_536) -> None:
-        self.limit = limit
+    def __init__(self, budget: int = RETAINED_BYTES) -> None:
+        self.budget = budget
+        self.retained = 0
+        """Bytes charged so far: :data:`ENTRY_BYTES` per operation plus settled results."""
         self._operations: dict[str, _Operation] = {}
         self._by_request: dict[str, _Operation] = {}
         self.dispatches = 0
@@ -119,26 +138,30 @@ class OperationLedger:
         """
         operation_id = params["operationId"]
         assert isinstance(operation_id, str)
-        key = self.identity(method, params)
+        digest = hashlib.sha256(self.identity(method, params)).digest()
         operation = self._operations.get(operation_id)
         if operation is None:
-            if len(self._operations) >= self.limit:
+            if self.retained + ENTRY_BYTES > self.budget:
                 raise OperationError(
                     "RESOURCE_EXHAUSTED",
-                    f"this run already holds {self.limit} operations for replay; "
+                    f"this run's {len(self._operations)} operations already hold "
+                    f"{self.retained} of the {self.budget} bytes kept for replay; "
                     "no new operationId is admitted",
                 )
-            operation = _Operation(key, request_id, scope or anyio.CancelScope(), scope is None)
+            self.retained += ENTRY_BYTES
+            operation = _Operation(digest, request_id, scope or anyio.CancelScope(), scope is None)
             self._operations[operation_id] = operation
             self._by_request[request_id] = operation
             self.dispatches += 1
             return Ticket(request_id, operation, dispatch=True)
-        if operation.key != key:
+        if operation.digest != digest:
             raise OperationError(
                 "OPERATION_CONFLICT",
                 f"operationId {operation_id!r} was already used with other method or params",
             )
         if not operation.done:
+            if operation.waiters is None:
+                operation.waiters = set()
             operation.waiters.add(request_id)
             self._by_request[request_id] = operation
         return Ticket(request_id, operation, dispatch=False)
@@ -151,7 +174,8 @@ class OperationLedger:
         try:
             await operation.wait()
         finally:
-            operation.waiters.discard(ticket.request_id)
+            if operation.waiters is not None:
+                operation.waiters.discard(ticket.request_id)
             self._by_request.pop(ticket.request_id, None)
             operation.abandon_if_unwatched()
         return operation.settled()
@@ -180,26 +204,41 @@ class OperationLedger:
         scope = operation.scope if operation.own_scope else None
         try:
             with scope or _UNSCOPED:
-                operation.result = await work()
-                return operation.settled()
+                result = await work()
+                # Copied: orjson's bytes keep a 4 KiB buffer however short they are.
+                operation.result = memoryview(json1.dumps(result)).tobytes()
+                self.retained += len(operation.result)
+                return result
             raise _uncertain()  # our own scope was cancelled
         except OperationError as exc:
-            operation.error = exc
+            self._keep_error(operation, exc)
             raise
         except Exception as exc:  # a provider's own failure is never a -32603
-            operation.error = OperationError(
+            error = OperationError(
                 "EXECUTION_FAILED", f"the operation failed: {type(exc).__name__}: {exc}"
             )
-            raise operation.error from exc
+            self._keep_error(operation, error)
+            raise error from exc
         except BaseException:  # cancelled from outside: effects unknown
-            operation.error = _uncertain()
+            self._keep_error(operation, _uncertain())
             raise
         finally:
             self._by_request.pop(operation.runner, None)
             operation.finish()
+
+    def _keep_error(self, operation: _Operation, error: OperationError) -> None:
+        operation.error = _bare(error)
+        details = 0 if error.details is None else len(json1.dumps(error.details))
+        self.retained += len(error.message.encode()) + details
 
 
 def _uncertain() -> OperationError:
     return OperationError(
         "UNCERTAIN", "the operation was stopped after dispatch; its effects are unknown"
     )
+
+
+def _bare(error: OperationError) -> OperationError:
+    """A copy with no traceback, cause or context: those hold the frames (and the params)
+    of the call that raised it, for as long as the copy is kept."""
+    return OperationError(error.code, error.message, error.details)

@@ -1,0 +1,111 @@
+"""What a hostile component can make the host hold, measured on a real ``flow-runner``.
+
+Each test runs ``python -m runner.cli exec`` as a subprocess and reads its peak RSS from
+``os.wait4`` (the runner alone: its component is a grandchild). The component is the fake
+(``fake_component.py``): ``many-calls`` issues capability calls to a ``kv`` binding
+(small answers: ``list`` returns no keys, ``get`` refuses the input ``INVALID_INPUT``),
+``stderr-flood`` writes stderr without end and never answers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+ROOT = Path(__file__).resolve().parents[1]
+FAKE = [sys.executable, str(ROOT / "tests" / "fake_component.py")]
+MIB = 1 << 20
+
+
+@dataclass
+class Measured:
+    returncode: int
+    stdout: str
+    peak_mib: float
+    seconds: float
+
+    @property
+    def output(self) -> Any:
+        assert self.returncode == 0, self.stdout
+        return json.loads(self.stdout)["output"]
+
+
+def measure(args: list[str], stderr: int | IO[bytes], timeout: float) -> tuple[Measured, Any]:
+    """Run ``flow-runner exec ARGS``; killed (and the test failed) after ``timeout`` s."""
+    started = time.monotonic()
+    process = subprocess.Popen(
+        [*FAKE[:1], "-m", "runner.cli", "exec", *args],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+    )
+    timer = threading.Timer(timeout, process.kill)
+    timer.start()
+    assert process.stdout is not None
+    stdout = process.stdout.read()  # one line, at the end
+    _, status, usage = os.wait4(process.pid, 0)
+    timer.cancel()
+    process.returncode = os.waitstatus_to_exitcode(status)
+    seconds = time.monotonic() - started
+    assert seconds < timeout, f"flow-runner exec {args} still ran after {timeout} s"
+    return Measured(process.returncode, stdout.decode(), usage.ru_maxrss / 1024, seconds), process
+
+
+def many_calls(tmp_path: Path, plan: dict[str, Any], timeout: float) -> Measured:
+    """The fake's ``many-calls`` as a configured flow with a kv binding, defaults limits."""
+    command = ", ".join(json.dumps(part) for part in [*FAKE, "many-calls"])
+    config = tmp_path / "flow-runner.toml"
+    config.write_text(f"""
+[flows.many]
+command = [{command}]
+
+[flows.many.capabilities.kv]
+provider = "kv"
+options = {{ path = "kv.sqlite3" }}
+""")  # fmt: skip
+    with (tmp_path / "stderr.txt").open("wb") as stderr:
+        args = ["many", "--config", str(config), "--input", json.dumps(plan)]
+        ran, _ = measure(args, stderr, timeout)
+    return ran
+
+
+def test_operations_with_large_params_keep_only_a_digest(tmp_path: Path) -> None:
+    """150 calls with 8 MiB of params each (1.2 GiB in all), half of them failing: the
+    ledger keeps a SHA-256 and a small result or error per operation. Bound: 400 MiB
+    (measured about 100; 1.3 GiB for 150 successes before, 1 GiB for 60 failures)."""
+    plan = {"calls": 150, "bytes": 8 * MIB, "methods": ["list", "get"]}
+    ran = many_calls(tmp_path, plan, timeout=300)  # 15-60 s on a busy machine
+    assert ran.output == {"succeeded": 75, "failed": {"INVALID_INPUT": 75}}
+    assert ran.peak_mib < 400, f"peak RSS {ran.peak_mib:.0f} MiB"
+
+
+def test_5000_small_operations_all_succeed_within_the_default_budget(tmp_path: Path) -> None:
+    """The default byte budget serves an ordinary component (was: 1,024 operations, then
+    RESOURCE_EXHAUSTED for the other 3,976). Bound: 150 MiB (measured about 55)."""
+    ran = many_calls(tmp_path, {"calls": 5000, "window": 64}, timeout=120)
+    assert ran.output == {"succeeded": 5000, "failed": {}}
+    assert ran.peak_mib < 150, f"peak RSS {ran.peak_mib:.0f} MiB"
+
+
+def test_a_stderr_pipe_nobody_reads_blocks_neither_the_deadline_nor_the_exit() -> None:
+    """The runner's own stderr is a pipe never read while it runs: the echo drops what
+    does not fit and says so, the deadline (2 s) wins and the runner exits 124 within one
+    grace (2 s) and the echo's give-up (1 s); it was still running at 40 s. The flood is
+    bounded in the host too. Bound: 15 s, 150 MiB (measured about 5 s and 45 MiB)."""
+    args = ["--process", "--deadline", "2s", "--", *FAKE, "stderr-flood"]
+    ran, process = measure(args, subprocess.PIPE, timeout=15)
+    stderr = process.stderr.read().decode()
+    process.stderr.close()
+    assert ran.returncode == 124, (ran.stdout, stderr[-2000:])
+    assert json.loads(ran.stdout)["error"]["code"] == "DEADLINE_EXCEEDED"
+    assert "bytes of the component's stderr dropped here" in stderr, stderr[-2000:]
+    assert "run failed: DEADLINE_EXCEEDED" in stderr, "the runner's own last line fits"
+    assert ran.peak_mib < 150, f"peak RSS {ran.peak_mib:.0f} MiB"
