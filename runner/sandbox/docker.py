@@ -180,12 +180,14 @@ class _Engine:
             return await anyio.to_thread.run_sync(
                 functools.partial(fn, *args, **kwargs), limiter=self.limiter
             )
-        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+        except docker.errors.DockerException as exc:  # first: an APIError is an HTTPError too
             if lease is not None:
                 raise lease.loss(exc) from exc
-            if isinstance(exc, requests.exceptions.RequestException):
-                raise engine_unavailable(exc) from exc
             raise
+        except requests.exceptions.RequestException as exc:
+            if lease is not None:
+                raise lease.loss(exc) from exc
+            raise engine_unavailable(exc) from exc
 
 
 _engines: weakref.WeakKeyDictionary[docker.DockerClient, _Engine] = weakref.WeakKeyDictionary()
