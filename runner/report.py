@@ -30,7 +30,7 @@ class SandboxLoss(BaseModel):
     step: str
     """The launch step that noticed it: attach, start, run or cleanup."""
     seconds: float
-    """How far into the run (from the start of its launch) it was noticed."""
+    """How far into the run (from just before its container was created) it was noticed."""
     container_id: str
     container_left: bool
     """True if cleanup could not remove the container: the next ``flow-runner gc`` does."""

@@ -129,7 +129,7 @@ class _Lease:
 
     container_id: str
     began: float
-    """``time.perf_counter()`` when the launch began."""
+    """``time.perf_counter()`` just before the container was created."""
     step: str = "attach"
     lost: SandboxLost | None = None
 

@@ -35,9 +35,9 @@ class SandboxLost(RuntimeError):
     """A created container, or the engine running it, went away during the run.
 
     ``step`` is the launch step that noticed it (``attach``, ``start``, ``run``,
-    ``cleanup``), ``seconds`` how far into the launch that was, and ``container_left``
-    whether the container is still on the engine because cleanup, which runs after the
-    loss, could not remove it.
+    ``cleanup``), ``seconds`` how long after the container's creation that was, and
+    ``container_left`` whether the container is still on the engine because cleanup,
+    which runs after the loss, could not remove it.
     """
 
     what: Literal["container", "engine"]
