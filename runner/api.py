@@ -30,8 +30,9 @@ from runner.package.checks import (
 from runner.package.errors import InvocationRefused
 from runner.protocol.codes import OperationError
 from runner.protocol.completion import Verdict
-from runner.report import ReportedError, RunReport
+from runner.report import ReportedError, RunReport, SandboxLoss
 from runner.sandbox.base import LaunchRequest, Sandbox
+from runner.sandbox.errors import SandboxLost
 
 if TYPE_CHECKING:
     from runner.package.reader import Package
@@ -95,6 +96,10 @@ async def execute(
     input (an ``INVALID_INPUT`` Run failure with no container created), and after the
     run the outcome and ``result.schema.json`` (``INVALID_RESULT``). A broken package
     raises :class:`~runner.package.PackageError` before anything runs.
+
+    A container, or the engine running it, that goes away once the container exists is
+    the run's failure (``CHANNEL_LOST``, the loss in ``report.lost``), not an exception:
+    the component's channel went with it, whatever it had said.
     """
     request = invocation.launch
     if not request.run_id:
@@ -127,6 +132,10 @@ async def execute(
             sandbox, invocation, request, package, target, backend, broker, graces, control,
             stderr_sink, depth, retained_bytes, offer.party, grants,
         )  # fmt: skip
+    except SandboxLost as lost:
+        execution = _lost(lost, request.run_id, target, backend)
+        offer.party.conclude(execution.verdict.error)
+        return execution
     except anyio.get_cancelled_exc_class():
         stopped = control.stopped
         if on_stopped is not None and stopped is not None:
@@ -232,6 +241,36 @@ def _refused(error: OperationError, run_id: str, target: str, backend: str) -> E
         status="failed",
         error=ReportedError(code=error.code, message=error.message, details=error.details),
         reasons=[reason],
+    )
+    return Execution(verdict, report)
+
+
+def _lost(lost: SandboxLost, run_id: str, target: str, backend: str) -> Execution:
+    """A Run whose container or engine went away under it (PROTOCOL.md §9.3: transport
+    loss is ``CHANNEL_LOST``); the details say which, so a caller can retry an engine's."""
+    loss = SandboxLoss(
+        what=lost.what,
+        step=lost.step,
+        seconds=round(lost.seconds, 3),
+        container_id=lost.container_id,
+        container_left=lost.container_left,
+    )
+    details: dict[str, JSONValue] = {"lost": loss.what, "step": loss.step, "seconds": loss.seconds}
+    error = OperationError("CHANNEL_LOST", str(lost)[:1024], details)
+    reasons = [lost.reason, f"noticed in the {loss.step} step, {loss.seconds:.1f} s into the run"]
+    if loss.container_left:
+        reasons.append(
+            "the container was left; `flow-runner gc` removes it once the engine answers"
+        )
+    verdict = Verdict(None, error, tuple(reasons))
+    report = RunReport(
+        run_id=run_id,
+        target=target,
+        backend="docker" if backend == "docker" else "process",
+        status="failed",
+        error=ReportedError(code=error.code, message=error.message, details=details),
+        reasons=reasons,
+        lost=loss,
     )
     return Execution(verdict, report)
 

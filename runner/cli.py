@@ -4,8 +4,9 @@ Heavy modules (docker-py, anyio, pydantic) are imported inside the commands, so 
 ``--help`` and ``--version`` are instant and ``exec`` pays only for what it uses.
 
 Exit status of ``exec``: 0 outcome ``done``; 3 a declared custom outcome; 124
-``DEADLINE_EXCEEDED``; 130 ``CANCELLED`` by the user; 4 any other Run failure; 2 bad usage
-or configuration.
+``DEADLINE_EXCEEDED``; 130 ``CANCELLED`` by the user; 4 any other Run failure (a container
+removed by someone else included); 5 infrastructure failure: the engine failed or went
+away during the run, retrying may succeed; 2 bad usage or configuration (nothing was run).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ EXIT_DONE = 0
 EXIT_USAGE = 2
 EXIT_CUSTOM_OUTCOME = 3
 EXIT_FAILED = 4
+EXIT_INFRASTRUCTURE = 5
 EXIT_DEADLINE = 124
 EXIT_CANCELLED = 130
 
@@ -476,6 +478,10 @@ def _print_verdict(execution: Execution) -> int:
     sys.stdout.buffer.write(json1.dumps({"error": body}) + b"\n")
     sys.stdout.flush()
     reasons = "; ".join(verdict.reasons)
+    lost = execution.report.lost
+    if lost is not None and lost.what == "engine":
+        typer.echo(f"flow-runner: infrastructure failure: {error.message} ({reasons})", err=True)
+        return EXIT_INFRASTRUCTURE
     typer.echo(f"flow-runner: run failed: {error.code}: {error.message} ({reasons})", err=True)
     if error.code == "DEADLINE_EXCEEDED":
         return EXIT_DEADLINE

@@ -1,7 +1,8 @@
 """RunReport: what happened in one run, for people (`--report FILE`) and for machines.
 
 The report keeps the classification reasons next to the verdict, so a failed run says why
-(trailing bytes, exit 7, killed after the deadline, out of memory) without re-running it.
+(trailing bytes, exit 7, killed after the deadline, out of memory, a container removed
+under it, an engine that went away) without re-running it.
 """
 
 from __future__ import annotations
@@ -19,6 +20,22 @@ class ReportedError(BaseModel):
     details: Any = None
 
 
+class SandboxLoss(BaseModel):
+    """The run's container, or the engine running it, went away during the run."""
+
+    what: Literal["container", "engine"]
+    """``container``: removed by someone else, a failure of the run (CLI exit 4);
+    ``engine``: the engine failed or stopped answering, an infrastructure failure (CLI
+    exit 5: retrying may succeed)."""
+    step: str
+    """The launch step that noticed it: attach, start, run or cleanup."""
+    seconds: float
+    """How far into the run (from just before its container was created) it was noticed."""
+    container_id: str
+    container_left: bool
+    """True if cleanup could not remove the container: the next ``flow-runner gc`` does."""
+
+
 class RunReport(BaseModel):
     """One run, judged."""
 
@@ -33,6 +50,7 @@ class RunReport(BaseModel):
     oom_killed: bool = False
     host_kill: str | None = None
     condition: str | None = None
+    lost: SandboxLoss | None = None
     timings: dict[str, float] = Field(default_factory=dict)
     bytes_from_component: int = 0
     bytes_to_component: int = 0

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,8 +64,10 @@ class Exec:
         return str(self.printed["error"]["code"])
 
 
-def start(*args: str | Path, report: Path | None = None) -> subprocess.Popen[str]:
-    """Start ``flow-runner exec ARGS`` (with ``--report``) without waiting for it."""
+def start(
+    *args: str | Path, report: Path | None = None, env: Mapping[str, str] | None = None
+) -> subprocess.Popen[str]:
+    """Start ``flow-runner exec ARGS`` (with ``--report``, in ``env``) without waiting."""
     options = []
     if report is not None:
         report.unlink(missing_ok=True)  # a report left by an earlier run must not be read
@@ -75,6 +78,7 @@ def start(*args: str | Path, report: Path | None = None) -> subprocess.Popen[str
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env=env,
     )
 
 
@@ -131,16 +135,23 @@ def finish(
     return Exec(process.returncode, out, err, written, seconds)
 
 
-def exec_run(*args: str | Path, report: Path | None = None, timeout: float = 60) -> Exec:
-    """Run ``flow-runner exec ARGS`` to its end."""
+def exec_run(
+    *args: str | Path,
+    report: Path | None = None,
+    timeout: float = 60,
+    env: Mapping[str, str] | None = None,
+) -> Exec:
+    """Run ``flow-runner exec ARGS`` (in ``env``) to its end."""
     started = time.monotonic()
-    return finish(start(*args, report=report), report, started, timeout)
+    return finish(start(*args, report=report, env=env), report, started, timeout)
 
 
-def flow_runner(*args: str) -> subprocess.CompletedProcess[str]:
-    """Any other ``flow-runner`` command, run to its end."""
+def flow_runner(
+    *args: str, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Any other ``flow-runner`` command, run to its end (in ``env``)."""
     return subprocess.run(
-        [*CLI, *args], cwd=ROOT, capture_output=True, text=True, timeout=60, check=False
+        [*CLI, *args], cwd=ROOT, capture_output=True, text=True, timeout=60, check=False, env=env
     )
 
 

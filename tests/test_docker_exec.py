@@ -38,6 +38,7 @@ from runner.sandbox.docker import DockerSandbox
 from runner.sandbox.profiles import load_profile
 
 MIB = 1 << 20
+SLOW = "flow-runner/examples-slow:latest"
 SPLIT = ("create", "attach", "start", "run", "cleanup")
 
 
@@ -286,6 +287,30 @@ def test_sigterm_cancels_a_cooperative_component_without_a_kill(
     assert written is not None
     assert (written["host_kill"], written["exit_code"]) == (None, 0)
     assert written["reasons"] == ["accepted: the component answered with an error"]
+
+
+@pytest.mark.docker
+def test_a_container_removed_under_a_live_run_fails_the_run(engine: Any, report: Path) -> None:
+    """``docker rm -f`` from outside (or a wrong gc): a Run failure, judged and reported."""
+    runner = start(SLOW, "--input", '{"seconds": 60}', report=report)
+    container = wait_running(engine, runner)
+    removed = time.monotonic()
+    container.remove(force=True)
+    ran = finish(runner, report, removed)
+    assert ran.returncode == 4, ran.stderr
+    assert "Traceback" not in ran.stderr
+    assert ran.error_code == "CHANNEL_LOST"
+    assert "removed by someone else" in ran.printed["error"]["message"]
+    assert ran.printed["error"]["details"]["lost"] == "container"
+    assert ran.seconds < 10, "ended when the container went, not after the component's 60 s"
+    written = ran.report
+    assert written is not None
+    assert written["status"] == "failed" and written["error"]["code"] == "CHANNEL_LOST"
+    assert written["reasons"][0] == "the container was removed by someone else"
+    lost = written["lost"]
+    assert (lost["what"], lost["step"], lost["container_id"]) == ("container", "run", container.id)
+    assert not lost["container_left"]
+    assert 0 < lost["seconds"] < 30
 
 
 # ----- refusals -------------------------------------------------------------------------

@@ -13,6 +13,7 @@ import dataclasses
 import json
 import os
 import socket
+import struct
 import subprocess
 import time
 from collections.abc import Iterator
@@ -22,7 +23,7 @@ from typing import Any
 import anyio
 import docker.errors
 import pytest
-from anyio.abc import ByteReceiveStream
+from anyio.abc import ByteReceiveStream, SocketStream
 
 from runner.sandbox import docker as docker_backend
 from runner.sandbox.attachments import AttachmentError, check_attachment, parse_attach
@@ -33,6 +34,7 @@ from runner.sandbox.docker import (
     EngineUnavailable,
     ImageMissing,
     RuntimeMissing,
+    _AttachConnection,
     connect,
 )
 from runner.sandbox.gc import sweep
@@ -155,6 +157,26 @@ def test_demuxer_hands_out_partial_payload_and_knows_it_is_mid_frame() -> None:
 def test_demuxer_refuses_an_unknown_stream_type() -> None:
     with pytest.raises(ValueError, match="out of step"):
         AttachDemuxer().feed(frame(7, b"x"))
+
+
+@pytest.mark.anyio
+async def test_a_reset_attach_connection_ends_the_stream_for_wait_to_inspect() -> None:
+    """An engine gone over TCP resets the attach socket. Waiting for exit must go on to
+    inspect the container (which tells whether it exited, was removed or lost its engine),
+    not fail on the read; every reader then sees the end of the stream."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        ours = socket.create_connection(server.getsockname())
+        theirs, _ = server.accept()
+    connection = _AttachConnection(await SocketStream.from_socket(ours))
+    theirs.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    theirs.close()  # linger 0: a reset, not an orderly end
+    try:
+        with anyio.fail_after(5):
+            await connection.drain()
+        with pytest.raises(anyio.EndOfStream):
+            await connection.receive(1, 100)
+    finally:
+        await connection.aclose()
 
 
 def test_no_engine_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -17,6 +17,13 @@ Leaving the ``async with`` block always kills (if needed), records the container
 and removes it with its anonymous volumes, shielded from cancellation: a deadline, Ctrl-C
 or a crash in the host cannot leak a container. Every container carries labels naming the
 run and the owning process, so ``runner.sandbox.gc`` can sweep up after a killed host.
+
+Once the container exists, every engine call goes through :meth:`_Engine.call` with the
+container's :class:`_Lease`, which turns whatever docker-py or requests raises into one of
+two losses: :class:`ContainerGone` (the engine no longer knows the container: someone
+else removed it) or :class:`EngineLost` (the engine failed or stopped answering). Cleanup
+still runs after a loss, and the launch then ends with the first loss, which the API
+reports as the run's failure rather than a traceback.
 """
 
 from __future__ import annotations
@@ -48,10 +55,13 @@ from docker.types import LogConfig, Mount, Ulimit
 from runner.sandbox.attachments import HeldPath, check_unique, hold
 from runner.sandbox.base import Attachment, LaunchRequest, RunningComponent, SandboxFacts
 from runner.sandbox.errors import (
+    ContainerGone,
     DockerSandboxError,
+    EngineLost,
     EngineUnavailable,
     ImageMissing,
     RuntimeMissing,
+    SandboxLost,
 )
 from runner.sandbox.labels import run_labels
 from runner.sandbox.profiles import SandboxProfile
@@ -97,11 +107,49 @@ def connect() -> docker.DockerClient:
 
 
 def engine_unavailable(exc: BaseException) -> EngineUnavailable:
-    where = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
     return EngineUnavailable(
-        f"no Docker engine answers at {where} ({exc}); start one with `make engine` "
-        "(runs images/engine.sh start)"
+        f"no Docker engine answers at {_engine_address()} ({exc}); start one with "
+        "`make engine` (runs images/engine.sh start)"
     )
+
+
+def _engine_address() -> str:
+    return os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+
+
+@dataclass
+class _Lease:
+    """One created container, from its creation to its removal: the launch step it is in
+    (for the report) and the first loss seen. Later losses (a removal refused by the engine
+    that already went away) add nothing to what happened to the run."""
+
+    container_id: str
+    began: float
+    """``time.perf_counter()`` just before the container was created."""
+    step: str = "attach"
+    lost: SandboxLost | None = None
+
+    def loss(self, exc: Exception) -> SandboxLost:
+        """``exc`` from docker-py or requests as a loss of this container; the first is kept."""
+        seconds = time.perf_counter() - self.began
+        when = f"{seconds:.1f} s into the run (step: {self.step})"
+        kind: type[SandboxLost]
+        if isinstance(exc, docker.errors.NotFound):
+            kind = ContainerGone
+            message = (
+                f"container {self.container_id[:12]} was removed by someone else {when}; "
+                "find who runs `docker rm -f` or `flow-runner gc` against this engine"
+            )
+        else:
+            kind = EngineLost
+            message = (
+                f"the Docker engine at {_engine_address()} failed or went away {when}: "
+                f"{exc}; retrying may succeed once it answers again"
+            )
+        lost = kind(message, container_id=self.container_id, step=self.step, seconds=seconds)
+        if self.lost is None:
+            self.lost = lost
+        return lost
 
 
 @dataclass
@@ -112,13 +160,29 @@ class _Engine:
     limiter: anyio.CapacityLimiter
     runtimes: frozenset[str] | None = None
 
-    async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run a blocking docker-py call in a worker thread behind the limiter."""
+    async def call(
+        self, fn: Callable[..., T], *args: Any, lease: _Lease | None = None, **kwargs: Any
+    ) -> T:
+        """Run a blocking docker-py call in a worker thread behind the limiter.
+
+        Before a container exists (no ``lease``) an engine that does not answer is
+        :class:`EngineUnavailable` (nothing was run) and docker-py's errors are the
+        caller's to read. For a created container's calls, every docker-py or requests
+        error becomes a loss of it (:meth:`_Lease.loss`), so none escapes a run as a
+        traceback; a caller that expects a particular refusal (409 "not running") reads
+        it inside ``fn``, in the worker thread.
+        """
         try:
             return await anyio.to_thread.run_sync(
                 functools.partial(fn, *args, **kwargs), limiter=self.limiter
             )
-        except requests.exceptions.ConnectionError as exc:
+        except docker.errors.DockerException as exc:  # first: an APIError is an HTTPError too
+            if lease is not None:
+                raise lease.loss(exc) from exc
+            raise
+        except requests.exceptions.RequestException as exc:
+            if lease is not None:
+                raise lease.loss(exc) from exc
             raise engine_unavailable(exc) from exc
 
 
@@ -228,9 +292,14 @@ class _AttachConnection:
         self._pending[fd].clear()
 
     async def drain(self) -> None:
-        """Read to the end of the stream, keeping what the readers have not taken yet."""
-        while not self._eof:
-            await self._read_or_wait()
+        """Read to the end of the stream, keeping what the readers have not taken yet.
+
+        A broken stream ends too: whether the container exited, was removed or lost its
+        engine is for the inspection that follows to tell.
+        """
+        with contextlib.suppress(anyio.BrokenResourceError):
+            while not self._eof:
+                await self._read_or_wait()
 
     async def _read_or_wait(self) -> None:
         """Read the socket once, or wait until whoever is reading it has read once."""
@@ -251,9 +320,13 @@ class _AttachConnection:
         except anyio.EndOfStream:
             self._eof = True
             return
+        except (anyio.BrokenResourceError, OSError) as exc:
+            self._eof = True  # nothing more will come: every reader sees the end
+            raise anyio.BrokenResourceError(str(exc)) from exc
         try:
             pieces = self._demuxer.feed(data)
         except ValueError as exc:
+            self._eof = True
             raise anyio.BrokenResourceError(str(exc)) from exc
         for fd, payload in pieces:
             if fd not in self._discard:
@@ -296,13 +369,14 @@ class _Container:
     def __init__(
         self,
         engine: _Engine,
-        container_id: str,
+        lease: _Lease,
         connection: _AttachConnection,
         attachments: tuple[Attachment, ...],
         facts: SandboxFacts,
     ) -> None:
         self._engine = engine
-        self._id = container_id
+        self._lease = lease
+        self._id = lease.container_id
         self._connection = connection
         self._started = time.perf_counter()
         self.stdin: ByteSendStream = _Stdin(connection)
@@ -325,16 +399,16 @@ class _Container:
         return self._record(state)
 
     async def kill(self) -> None:
-        """SIGKILL the container; a no-op once it has stopped or is gone."""
+        """SIGKILL the container; a no-op once it has stopped.
+
+        Raises :class:`SandboxLost` if it was removed meanwhile or its engine is gone.
+        """
         if self.facts.exit_code is not None:
             return
         was_killed = self.facts.killed_by_host
         self.facts.killed_by_host = True  # recorded first: 137 is read as our doing
-        try:
-            await self._engine.call(self._engine.client.api.kill, self._id)
-        except docker.errors.APIError as exc:
-            if exc.status_code not in (404, 409):  # gone / not running
-                raise
+        api = self._engine.client.api
+        if not await self._engine.call(_kill, api, self._id, lease=self._lease):
             self.facts.killed_by_host = was_killed
 
     async def stop(self) -> None:
@@ -345,12 +419,17 @@ class _Container:
         with anyio.move_on_after(_STOP_TIMEOUT):
             self._record(await self._stopped_state())
 
+    async def _inspect(self) -> dict[str, Any]:
+        api = self._engine.client.api
+        info = await self._engine.call(api.inspect_container, self._id, lease=self._lease)
+        state: dict[str, Any] = info["State"]
+        return state
+
     async def _stopped_state(self) -> dict[str, Any]:
         """Inspect until the engine reports the container stopped (polling, backing off)."""
         delay = 0.005
         while True:
-            info = await self._engine.call(self._engine.client.api.inspect_container, self._id)
-            state: dict[str, Any] = info["State"]
+            state = await self._inspect()
             if not state["Running"]:
                 return state
             await anyio.sleep(delay)
@@ -362,9 +441,9 @@ class _Container:
         must not be reported as a plain kill."""
         for _ in range(5):
             await anyio.sleep(0.05)
-            info = await self._engine.call(self._engine.client.api.inspect_container, self._id)
-            if info["State"]["OOMKilled"]:
-                return dict(info["State"])
+            latest = await self._inspect()
+            if latest["OOMKilled"]:
+                return latest
         return state
 
     def _record(self, state: dict[str, Any]) -> int:
@@ -421,22 +500,27 @@ class DockerSandbox:
             engine = _engine_for(client)
             await self._check_runtime(engine)
             facts = SandboxFacts()
-            container_id = await self._create(engine, request, mounts, facts)
+            began = time.perf_counter()
+            lease = _Lease(await self._create(engine, request, mounts, facts), began)
             connection: _AttachConnection | None = None
             container: _Container | None = None
             try:
                 for path in mounts.values():
                     path.recheck()  # swapped after the check, before the engine mounts it?
-                connection = await _timed(facts, "attach", _attach(engine, container_id))
-                await _timed(facts, "start", self._start(engine, container_id))
-                await _verify_mounts(engine, container_id, mounts, facts)
+                connection = await _timed(facts, "attach", _attach(engine, lease))
+                lease.step = "start"
+                await _timed(facts, "start", self._start(engine, lease))
+                await _verify_mounts(engine, lease, mounts, facts)
                 held.close()  # the mounts are what was judged; the descriptors can go
-                container = _Container(engine, container_id, connection, request.attachments, facts)
+                lease.step = "run"
+                container = _Container(engine, lease, connection, request.attachments, facts)
                 yield container
             finally:
                 with anyio.CancelScope(shield=True):
-                    cleanup = _cleanup(engine, container_id, connection, container)
+                    cleanup = _cleanup(engine, lease, connection, container)
                     await _timed(facts, "cleanup", cleanup)
+                if lease.lost is not None:
+                    raise lease.lost  # the run's failure, in place of what it caused in the host
 
     def _hold(self, request: LaunchRequest, stack: contextlib.ExitStack) -> dict[str, HeldPath]:
         """Judge and hold every bind source: mount target -> held path (closed by ``stack``)."""
@@ -452,15 +536,22 @@ class DockerSandbox:
             stack.callback(mounts[SCRATCH_PATH].close)
         return mounts
 
-    async def _start(self, engine: _Engine, container_id: str) -> None:
-        try:
-            await engine.call(engine.client.api.start, container_id)
-        except docker.errors.APIError as exc:
-            raise DockerSandboxError(
-                f"container {container_id[:12]} (image {self.image!r}, runtime "
-                f"{self.profile.runtime!r}) did not start: {exc.explanation}; check the "
-                "image's command and the engine's log"
-            ) from exc
+    async def _start(self, engine: _Engine, lease: _Lease) -> None:
+        container_id = lease.container_id
+
+        def start() -> None:
+            try:
+                engine.client.api.start(container_id)
+            except docker.errors.APIError as exc:
+                if exc.status_code == 404 or not exc.is_client_error():
+                    raise  # removed meanwhile, or the engine failed: a loss
+                raise DockerSandboxError(
+                    f"container {container_id[:12]} (image {self.image!r}, runtime "
+                    f"{self.profile.runtime!r}) did not start: {exc.explanation}; check the "
+                    "image's command and the engine's log"
+                ) from exc
+
+        await engine.call(start, lease=lease)
 
     async def _check_runtime(self, engine: _Engine) -> None:
         runtime = self.profile.runtime
@@ -558,7 +649,7 @@ def _host_config(profile: SandboxProfile, held: Mapping[str, HeldPath]) -> dict[
 
 
 async def _verify_mounts(
-    engine: _Engine, container_id: str, held: Mapping[str, HeldPath], facts: SandboxFacts
+    engine: _Engine, lease: _Lease, held: Mapping[str, HeldPath], facts: SandboxFacts
 ) -> None:
     """Refuse the run unless every bind mount is the very file that was judged and held.
 
@@ -574,7 +665,7 @@ async def _verify_mounts(
     """
     if not held:
         return
-    info = await engine.call(engine.client.api.inspect_container, container_id)
+    info = await engine.call(engine.client.api.inspect_container, lease.container_id, lease=lease)
     pid = int(info["State"]["Pid"])
     if not info["State"]["Running"] or pid <= 0:
         facts.details["mounts_verified"] = False
@@ -592,10 +683,11 @@ async def _verify_mounts(
     facts.details["mounts_verified"] = True
 
 
-async def _attach(engine: _Engine, container_id: str) -> _AttachConnection:
+async def _attach(engine: _Engine, lease: _Lease) -> _AttachConnection:
     """Attach to stdin, stdout and stderr, and take the socket over from docker-py."""
     params = {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
-    hijacked = await engine.call(engine.client.api.attach_socket, container_id, params)
+    attach = engine.client.api.attach_socket
+    hijacked = await engine.call(attach, lease.container_id, params, lease=lease)
     raw = getattr(hijacked, "_sock", hijacked)
     if type(raw) is not socket.socket:
         hijacked.close()
@@ -623,22 +715,55 @@ async def _attach(engine: _Engine, container_id: str) -> _AttachConnection:
 
 async def _cleanup(
     engine: _Engine,
-    container_id: str,
+    lease: _Lease,
     connection: _AttachConnection | None,
     container: _Container | None,
 ) -> None:
-    """Kill, record, remove (with anonymous volumes) and close; run shielded."""
+    """Kill, record, remove (with anonymous volumes) and close; run shielded.
+
+    A loss on the way is kept in ``lease`` and the next step is still tried: a container
+    removed by someone else needs nothing more, and an engine that went away refuses the
+    removal at once, which leaves the container for the next sweep (``flow-runner gc``).
+    """
+    lease.step = "cleanup"
     try:
         if container is not None:
-            await container.stop()
+            with contextlib.suppress(SandboxLost):
+                await container.stop()
     finally:
         try:
-            await engine.call(engine.client.api.remove_container, container_id, v=True, force=True)
-        except docker.errors.NotFound:
-            pass
+            api = engine.client.api
+            await engine.call(_remove, api, lease.container_id, lease=lease)
+        except SandboxLost:
+            if lease.lost is not None:  # always: this loss, or the earlier one it followed
+                lease.lost.container_left = True
         finally:
             if connection is not None:
                 await connection.aclose()
+
+
+def _kill(api: docker.APIClient, container_id: str) -> bool:
+    """SIGKILL the container (in a worker thread); ``False`` if it was not running."""
+    try:
+        api.kill(container_id)
+    except docker.errors.APIError as exc:
+        if exc.status_code != 409:
+            raise
+        return False
+    return True
+
+
+def _remove(api: docker.APIClient, container_id: str) -> None:
+    """Force-remove the container with its anonymous volumes (in a worker thread).
+
+    Gone already (404: removed by someone else) or being removed (409: by a sweep) is
+    the end wanted.
+    """
+    try:
+        api.remove_container(container_id, v=True, force=True)
+    except docker.errors.APIError as exc:
+        if exc.status_code not in (404, 409):
+            raise
 
 
 async def _timed(facts: SandboxFacts, name: str, step: Awaitable[T]) -> T:

@@ -2,9 +2,17 @@
 
 They live apart from the backends so that callers (the CLI, the API) can catch them
 without importing docker-py for a run that never touches Docker.
+
+Two families, because they mean different things to whoever started the run: a
+:class:`DockerSandboxError` is raised *before* anything runs (no engine, no image, no
+runtime: fix the set-up; nothing was run), a :class:`SandboxLost` *after* the run's
+container was created, when the container or the engine goes away under it (the run has
+failed; it is judged and reported, not refused).
 """
 
 from __future__ import annotations
+
+from typing import Literal
 
 
 class SandboxError(RuntimeError):
@@ -29,3 +37,45 @@ class ImageMissing(DockerSandboxError):
 
 class RuntimeMissing(DockerSandboxError):
     """The profile's container runtime (e.g. gVisor's runsc) is not registered."""
+
+
+class SandboxLost(RuntimeError):
+    """A created container, or the engine running it, went away during the run.
+
+    ``step`` is the launch step that noticed it (``attach``, ``start``, ``run``,
+    ``cleanup``), ``seconds`` how long after the container's creation that was, and
+    ``container_left`` whether the container is still on the engine because cleanup,
+    which runs after the loss, could not remove it.
+    """
+
+    what: Literal["container", "engine"]
+    reason: str
+    """One line for the report's reasons."""
+
+    def __init__(self, message: str, *, container_id: str, step: str, seconds: float) -> None:
+        super().__init__(message)
+        self.container_id = container_id
+        self.step = step
+        self.seconds = seconds
+        self.container_left = False
+
+
+class ContainerGone(SandboxLost):
+    """The run's container was removed by someone else (``docker rm -f``, a wrong gc).
+
+    A failure of the run: its component's channel was lost with the container.
+    """
+
+    what = "container"
+    reason = "the container was removed by someone else"
+
+
+class EngineLost(SandboxLost):
+    """The engine failed or stopped answering after the run's container was created.
+
+    An infrastructure failure, not the component's: retrying may succeed. The container
+    may be left on the engine; the next ``flow-runner gc`` (or ``exec``) removes it.
+    """
+
+    what = "engine"
+    reason = "the Docker engine failed or went away"
