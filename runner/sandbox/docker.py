@@ -388,11 +388,15 @@ class DockerSandbox:
         profile: SandboxProfile,
         command: list[str] | None = None,
         client: docker.DockerClient | None = None,
+        record_engine: bool = False,
     ) -> None:
         self.image = image
         self.profile = profile
         self.command = command
         self._client = client
+        self.record_engine = record_engine
+        """Inspect once started and keep what the engine put in effect in
+        ``facts.details["engine"]`` (``policy verify``'s engine column)."""
 
     async def package(self) -> Package | None:
         """The image's FLOW package, read inertly (cached per image id), or ``None``."""
@@ -432,6 +436,9 @@ class DockerSandbox:
         try:
             connection = await _timed(facts, "attach", _attach(engine, container_id))
             await _timed(facts, "start", self._start(engine, container_id))
+            if self.record_engine:
+                info = await engine.call(engine.client.api.inspect_container, container_id)
+                facts.details["engine"] = {**info["HostConfig"], "User": info["Config"]["User"]}
             container = _Container(engine, container_id, connection, request.attachments, facts)
             yield container
         finally:
@@ -552,6 +559,8 @@ def _host_config(
     security_opt = ["no-new-privileges"] if profile.no_new_privileges else []
     if profile.seccomp_json is not None:
         security_opt.append(f"seccomp={profile.seccomp_json}")
+    elif profile.seccomp == "unconfined":
+        security_opt.append("seccomp=unconfined")
     return {
         "network_mode": profile.network,
         "read_only": profile.read_only_root,
