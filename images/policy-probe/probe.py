@@ -224,9 +224,9 @@ def mount_of(mounts: list[dict[str, Any]], path: str) -> dict[str, Any] | None:
     best = None
     for entry in mounts:
         point = entry["point"]
-        if path == point or path.startswith(point.rstrip("/") + "/") or point == "/":
-            if best is None or len(point) >= len(best["point"]):
-                best = entry
+        holds = path == point or path.startswith(point.rstrip("/") + "/") or point == "/"
+        if holds and (best is None or len(point) >= len(best["point"])):
+            best = entry
     return best
 
 
@@ -260,7 +260,7 @@ def flags_of(entry: dict[str, Any] | None) -> str:
 def filesystem(values: Observations, attachments: dict[str, str]) -> None:
     mounts = mountinfo()
     root = mount_of(mounts, "/")
-    writes = {path: try_write(f"{path.rstrip('/')}/.policy-probe") for path in ("/", "/etc", "/usr")}
+    writes = {p: try_write(f"{p.rstrip('/')}/.policy-probe") for p in ("/", "/etc", "/usr")}
     observe(
         values, "fs.root",
         {"read_only": root is not None and "ro" in root["options"], "writes": writes},
@@ -307,7 +307,7 @@ def proc_file(path: str, mounts: list[dict[str, Any]]) -> str:
 
 
 def cgroup(values: Observations, mounts: list[dict[str, Any]]) -> None:
-    targets = [f for f in ("/sys/fs/cgroup/pids/pids.max", "/sys/fs/cgroup/pids.max")]
+    targets = ("/sys/fs/cgroup/pids/pids.max", "/sys/fs/cgroup/pids.max")
     target = next((f for f in targets if os.path.exists(f)), None)
     entries = [m for m in mounts if m["fstype"] in ("cgroup", "cgroup2")]
     writable = [m["point"] for m in entries if "ro" not in m["options"]]
