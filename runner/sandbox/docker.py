@@ -463,11 +463,15 @@ class DockerSandbox:
         profile: SandboxProfile,
         command: list[str] | None = None,
         client: docker.DockerClient | None = None,
+        record_engine: bool = False,
     ) -> None:
         self.image = image
         self.profile = profile
         self.command = command
         self._client = client
+        self.record_engine = record_engine
+        """Inspect once started and keep what the engine put in effect in
+        ``facts.details["engine"]`` (``policy verify``'s engine column)."""
 
     async def package(self) -> Package | None:
         """The image's FLOW package, read inertly (cached per image id), or ``None``."""
@@ -511,6 +515,10 @@ class DockerSandbox:
                 lease.step = "start"
                 await _timed(facts, "start", self._start(engine, lease))
                 await _verify_mounts(engine, lease, mounts, facts)
+                if self.record_engine:
+                    api = engine.client.api
+                    info = await engine.call(api.inspect_container, lease.container_id, lease=lease)
+                    facts.details["engine"] = {**info["HostConfig"], "User": info["Config"]["User"]}
                 held.close()  # the mounts are what was judged; the descriptors can go
                 lease.step = "run"
                 container = _Container(engine, lease, connection, request.attachments, facts)
@@ -629,6 +637,8 @@ def _host_config(profile: SandboxProfile, held: Mapping[str, HeldPath]) -> dict[
     security_opt = ["no-new-privileges"] if profile.no_new_privileges else []
     if profile.seccomp_json is not None:
         security_opt.append(f"seccomp={profile.seccomp_json}")
+    elif profile.seccomp == "unconfined":
+        security_opt.append("seccomp=unconfined")
     return {
         "network_mode": profile.network,
         "read_only": profile.read_only_root,

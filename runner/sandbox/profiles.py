@@ -85,7 +85,9 @@ class SandboxProfile(BaseModel):
     cap_drop: tuple[CapabilityName, ...] = Field(default=("ALL",), strict=False)
     cap_add: tuple[CapabilityName, ...] = Field(default=(), strict=False)
     no_new_privileges: bool = True
-    seccomp: HostPath | None = None
+    seccomp: Literal["unconfined"] | HostPath | None = None
+    """A seccomp profile file, ``"unconfined"`` (no filter: spelt out, never a default),
+    or ``None`` for the engine's default filter."""
     init: bool = True
     cancel_grace: float = Field(default=2.0, ge=0)
     exit_grace: float = Field(default=2.0, ge=0)
@@ -100,8 +102,8 @@ class SandboxProfile(BaseModel):
 
     @field_validator("seccomp", mode="after")
     @classmethod
-    def _resolve_seccomp(cls, value: Path | None, info: ValidationInfo) -> Path | None:
-        return None if value is None else _resolve(value, info)
+    def _resolve_seccomp(cls, value: Path | str | None, info: ValidationInfo) -> Path | str | None:
+        return _resolve(value, info) if isinstance(value, Path) else value
 
     @field_validator("allowed_mounts", mode="after")
     @classmethod
@@ -117,7 +119,7 @@ class SandboxProfile(BaseModel):
                 f"key 'network' = {self.network!r} is refused: components run with network "
                 "'none'; set allow_network = true next to it to open the network on purpose"
             )
-        if self.seccomp is not None:
+        if isinstance(self.seccomp, Path):
             self._seccomp_json = _read_seccomp(self.seccomp)
         return self
 

@@ -1,0 +1,496 @@
+"""The battery: one row per sandbox guarantee, and how each is judged.
+
+A row is judged against the guarantee flow-runner promises for every run (the policy
+floor), not against the profile's own TOML: a profile that adds a capability declares it,
+and still fails the capability row. Where a profile sets a value (memory, pids, scratch
+size...), the row also fails when what is in effect differs from it, and when it exceeds
+the most any shipped profile grants (the ``CEILINGS``, which are the ``dev`` profile's).
+
+Each row carries three views: what the profile *declares*, what the *engine* reports
+(the running container's ``HostConfig``), and what the probe *observed* inside
+(images/policy-probe/probe.py, whose observation ids are the row ids).
+
+Under gVisor (``runsc``) the probe talks to gVisor's user-space kernel, not the host's:
+Linux mechanisms (seccomp mode, NoNewPrivs, mount flags, cgroup files) are not visible
+from inside, and a syscall gVisor implements says nothing about the host kernel. Those
+rows SKIP with that reason instead of passing or failing on what cannot be seen.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from runner.sandbox.base import Attachment
+from runner.sandbox.profiles import SandboxProfile
+
+Verdict = Literal["PASS", "FAIL", "SKIP", "ERROR"]
+VERDICTS: tuple[Verdict, ...] = ("PASS", "FAIL", "SKIP", "ERROR")
+
+CEILINGS = {
+    "memory": 2 << 30,
+    "cpus": 2.0,
+    "pids": 1024,
+    "nofile": 4096,
+    "scratch_size": 1 << 30,
+    "tmp_size": 256 << 20,
+}
+"""The most any shipped profile grants (``dev``); a profile above it fails the row."""
+
+SYSCALLS = (
+    "mount", "umount2", "pivot_root", "chroot", "unshare.user", "unshare.mount",
+    "unshare.net", "setns", "keyctl", "add_key", "bpf", "perf_event_open", "ptrace",
+    "process_vm_readv", "kexec_load", "init_module", "finit_module", "reboot", "swapon",
+    "open_by_handle_at", "userfaultfd", "io_uring_setup", "personality",
+)  # fmt: skip
+REFUSED = ("EPERM", "ENOSYS", "EACCES")
+ALLOWED_DEVICES = frozenset(
+    f"/dev/{name}" for name in ("full", "null", "random", "urandom", "tty", "zero", "pts/ptmx")
+)
+NO_ROUTE = ("ENETUNREACH", "EHOSTUNREACH")
+
+
+@dataclass(frozen=True)
+class Row:
+    """One guarantee as verified: stable keys, plain strings (the JSON output's shape)."""
+
+    id: str
+    group: str
+    guarantee: str
+    declared: str
+    engine: str
+    observed: str
+    verdict: Verdict
+    evidence: str
+    reason: str = ""
+
+    def as_json(self) -> dict[str, str]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a row is judged with: the profile, the engine's view and the probe's."""
+
+    profile: SandboxProfile
+    engine: Mapping[str, Any]
+    observations: Mapping[str, Mapping[str, Any]]
+    attachments: tuple[Attachment, ...] = ()
+    oom_killed: bool = False
+
+    @property
+    def gvisor(self) -> bool:
+        return self.profile.runtime == "runsc"
+
+
+Judgement = tuple[Verdict, str]
+"""(verdict, reason); the reason says why a row is not PASS."""
+
+
+@dataclass(frozen=True)
+class Check:
+    """A row's definition: its guarantee, how to show the declared and engine views, and
+    its judge (given the observed value; ``None`` when the probe could not observe)."""
+
+    id: str
+    guarantee: str
+    declared: Callable[[SandboxProfile], object]
+    engine: Callable[[Mapping[str, Any]], object]
+    judge: Callable[[Any, Context], Judgement]
+    gvisor_blind: bool = False
+    """Not visible from inside gVisor: SKIP under runsc unless the check passes."""
+
+    @property
+    def group(self) -> str:
+        return self.id.split(".", 1)[0]
+
+
+def judge_row(check: Check, ctx: Context) -> Row:
+    observation = ctx.observations.get(check.id)
+    declared = _text(check.declared(ctx.profile))
+    engine = _text(check.engine(ctx.engine)) if ctx.engine else "(not inspected)"
+    if observation is None:
+        return Row(
+            check.id, check.group, check.guarantee, declared, engine, "(none)", "ERROR",
+            "", "the probe reported no observation for this row",
+        )  # fmt: skip
+    value = observation.get("value")
+    evidence = str(observation.get("evidence", ""))
+    try:
+        verdict, reason = check.judge(value, ctx)
+    except (TypeError, KeyError, ValueError) as exc:  # a probe value of the wrong shape
+        verdict, reason = "ERROR", f"cannot judge the observation {value!r}: {exc}"
+    if verdict != "PASS" and ctx.gvisor and check.gvisor_blind:
+        verdict = "SKIP"
+        reason = (
+            "runsc: from inside, this shows gVisor's user-space kernel, not the host's "
+            f"(would fail on runc: {reason})"
+        )
+    return Row(check.id, check.group, check.guarantee, declared, engine, _text(value),
+               verdict, evidence, reason)  # fmt: skip
+
+
+def _text(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, list | tuple):
+        return ", ".join(_text(v) for v in value) or "none"
+    if isinstance(value, dict):
+        return "; ".join(f"{k}={_text(v)}" for k, v in value.items())
+    return str(value)
+
+
+def _ok(condition: bool, reason: str) -> Judgement:
+    return ("PASS", "") if condition else ("FAIL", reason)
+
+
+def _security_opt(engine: Mapping[str, Any], prefix: str) -> str:
+    found = [o for o in engine.get("SecurityOpt") or [] if o.startswith(prefix)]
+    return ", ".join(o if len(o) < 40 else o[:37] + "..." for o in found) or "(engine default)"
+
+
+def _declared_ids(profile: SandboxProfile) -> tuple[int | None, int | None]:
+    user, _, group = profile.user.partition(":")
+    return (
+        int(user) if user.isdigit() else None,
+        int(group) if group.isdigit() else None,
+    )
+
+
+# --- judges ------------------------------------------------------------------------------
+
+
+def _uid(value: int, ctx: Context) -> Judgement:
+    want = _declared_ids(ctx.profile)[0]
+    if value == 0:
+        return "FAIL", "runs as root (uid 0)"
+    return _ok(want is None or value == want, f"uid {value}, the profile says {want}")
+
+
+def _gid(value: int, ctx: Context) -> Judgement:
+    want = _declared_ids(ctx.profile)[1]
+    if value == 0:
+        return "FAIL", "primary group is root (gid 0)"
+    return _ok(want is None or value == want, f"gid {value}, the profile says {want}")
+
+
+def _groups(value: list[int], ctx: Context) -> Judgement:
+    return _ok(0 not in value, "supplementary group 0 (root)")
+
+
+def _no_caps(value: int | None, ctx: Context) -> Judgement:
+    if value is None:
+        return "FAIL", "not reported"
+    return _ok(value == 0, f"capabilities {_cap_names(value)}")
+
+
+def _cap_names(mask: int) -> str:
+    names = [_CAP_NAMES[bit] if bit < len(_CAP_NAMES) else f"cap{bit}" for bit in range(64)
+             if mask >> bit & 1]  # fmt: skip
+    return ", ".join(names)
+
+
+_CAP_TEXT = (
+    "CHOWN DAC_OVERRIDE DAC_READ_SEARCH FOWNER FSETID KILL SETGID SETUID SETPCAP "
+    "LINUX_IMMUTABLE NET_BIND_SERVICE NET_BROADCAST NET_ADMIN NET_RAW IPC_LOCK IPC_OWNER "
+    "SYS_MODULE SYS_RAWIO SYS_CHROOT SYS_PTRACE SYS_PACCT SYS_ADMIN SYS_BOOT SYS_NICE "
+    "SYS_RESOURCE SYS_TIME SYS_TTY_CONFIG MKNOD LEASE AUDIT_WRITE AUDIT_CONTROL SETFCAP "
+    "MAC_OVERRIDE MAC_ADMIN SYSLOG WAKE_ALARM BLOCK_SUSPEND AUDIT_READ PERFMON BPF "
+    "CHECKPOINT_RESTORE"
+)
+_CAP_NAMES = tuple(_CAP_TEXT.split())
+
+
+def _nnp(value: int | None, ctx: Context) -> Judgement:
+    return _ok(value == 1, "NoNewPrivs is not set: setuid binaries and file caps elevate")
+
+
+def _seccomp(value: dict[str, int | None], ctx: Context) -> Judgement:
+    mode, filters = value["mode"], value["filters"]
+    return _ok(mode == 2 and (filters or 0) >= 1, f"seccomp mode {mode}, {filters} filter(s)")
+
+
+def _refused(value: str | None, ctx: Context) -> Judgement:
+    if value is None:
+        return "ERROR", "no syscall table for this machine"
+    return _ok(value in REFUSED, "the syscall got past the filter and the permission checks")
+
+
+def _root(value: dict[str, Any], ctx: Context) -> Judgement:
+    written = [path for path, result in value["writes"].items() if result == "written"]
+    if written:
+        return "FAIL", f"written: {', '.join(written)}"
+    return _ok(value["read_only"], "the root file system is mounted read-write")
+
+
+def _kcore(value: str, ctx: Context) -> Judgement:
+    return _ok(value in ("absent", "masked") or value.startswith("unreadable"), "readable")
+
+
+def _sysrq(value: str, ctx: Context) -> Judgement:
+    return _ok(value != "writable", "/proc/sysrq-trigger opens for writing")
+
+
+def _proc_sys(value: dict[str, Any], ctx: Context) -> Judgement:
+    if value["write"] == "writable":
+        return "FAIL", "a /proc/sys file opens for writing"
+    return _ok(value["read_only"], "/proc/sys is mounted read-write")
+
+
+def _sysfs(value: bool, ctx: Context) -> Judgement:
+    return _ok(value is True, "/sys is mounted read-write")
+
+
+def _cgroupfs(value: dict[str, Any], ctx: Context) -> Judgement:
+    if value["write"] == "writable":
+        return "FAIL", "a cgroup limit file opens for writing"
+    return _ok(not value["writable_mounts"], f"writable: {_text(value['writable_mounts'])}")
+
+
+def _tmpfs(key: str) -> Callable[[Any, Context], Judgement]:
+    def judge(value: dict[str, Any] | None, ctx: Context) -> Judgement:
+        if value is None:
+            return "FAIL", "not mounted"
+        want = getattr(ctx.profile, key)
+        problems = [flag for flag in ("nosuid", "nodev") if not value[flag]]
+        if value["size"] != want:
+            problems.append(f"size {value['size']} bytes, the profile says {want}")
+        if want > CEILINGS[key]:
+            problems.append(f"{key} {want} exceeds the ceiling {CEILINGS[key]}")
+        if value["write"] != "written":
+            problems.append(f"not writable ({value['write']})")
+        return _ok(not problems, "; ".join(f"missing {p}" if p in ("nosuid", "nodev") else p
+                                          for p in problems))  # fmt: skip
+
+    return judge
+
+
+def _attachment(value: dict[str, Any] | None, ctx: Context) -> Judgement:
+    if value is None:
+        return "FAIL", "not mounted"
+    want = value["declared"] == "read-write"
+    if value["writable"] == want:
+        return "PASS", ""
+    if value["aliases"]:
+        return "FAIL", f"declared read-only, writable through {_text(value['aliases'])}"
+    return "FAIL", f"declared {value['declared']}, observed writable={value['writable']}"
+
+
+def _setuid(value: dict[str, Any], ctx: Context) -> Judgement:
+    return _ok(not value["files"] or value["no_new_privs"],
+               "setuid binaries and no NoNewPrivs: they elevate")  # fmt: skip
+
+
+def _devices(value: list[str], ctx: Context) -> Judgement:
+    extra = sorted(set(value) - ALLOWED_DEVICES)
+    return _ok(not extra, f"not in the allowed set: {', '.join(extra)}")
+
+
+def _mknod(value: str, ctx: Context) -> Judgement:
+    return _ok(value != "created", "a device node was created")
+
+
+def _interfaces(value: list[str], ctx: Context) -> Judgement:
+    return _ok(value == ["lo"], f"interfaces {', '.join(value)}: a network is attached")
+
+
+def _connect(value: str | None, ctx: Context) -> Judgement:
+    return _ok(value in NO_ROUTE, f"connect to 192.0.2.1:9 gave {value}, not 'no route'")
+
+
+def _dns(value: str | None, ctx: Context) -> Judgement:
+    return _ok(value is not None and value.startswith("failed"), f"DNS: {value}")
+
+
+def _sockets(value: dict[str, Any], ctx: Context) -> Judgement:
+    return _ok(not value["reachable"], f"connectable: {_text(value['reachable'])}")
+
+
+def _limit(key: str) -> Callable[[Any, Context], Judgement]:
+    def judge(value: float | None, ctx: Context) -> Judgement:
+        want = getattr(ctx.profile, key)
+        if value is None:
+            return "FAIL", "no limit in effect"
+        if want > CEILINGS[key]:
+            return "FAIL", f"{key} {want} exceeds the ceiling {CEILINGS[key]}"
+        return _ok(math.isclose(value, want), f"in effect {value}, the profile says {want}")
+
+    return judge
+
+
+def _stress_pids(value: dict[str, Any], ctx: Context) -> Judgement:
+    if value["refusal"] != "EAGAIN":
+        return "FAIL", f"fork was not refused: {value['refusal']}"
+    return _ok(value["tasks"] <= ctx.profile.pids, f"{value['tasks']} tasks > {ctx.profile.pids}")
+
+
+def _stress_memory(value: bool, ctx: Context) -> Judgement:
+    if not value:
+        return "FAIL", "the allocating child was not killed"
+    return _ok(ctx.oom_killed, "killed, but the engine did not report an OOM kill")
+
+
+def _stress_cpu(value: float, ctx: Context) -> Judgement:
+    bound = ctx.profile.cpus * 1.2 + 0.05
+    return _ok(value <= bound, f"used {value} CPUs, more than {ctx.profile.cpus} (+20 %)")
+
+
+# --- the rows ----------------------------------------------------------------------------
+
+
+def _secopt(prefix: str) -> Callable[[Mapping[str, Any]], object]:
+    return lambda engine: _security_opt(engine, prefix)
+
+
+def _engine(key: str) -> Callable[[Mapping[str, Any]], object]:
+    return lambda engine: engine.get(key)
+
+
+def _ulimit(engine: Mapping[str, Any]) -> object:
+    return [f"{u['Name']}={u['Hard']}" for u in engine.get("Ulimits") or []]
+
+
+def _nano(engine: Mapping[str, Any]) -> object:
+    return (engine.get("NanoCpus") or 0) / 1e9
+
+
+def _tmpfs_opt(path: str) -> Callable[[Mapping[str, Any]], object]:
+    return lambda engine: (engine.get("Tmpfs") or {}).get(path)
+
+
+def _caps(profile: SandboxProfile) -> object:
+    return f"drop {_text(profile.cap_drop)}; add {_text(profile.cap_add)}"
+
+
+def _capset(engine: Mapping[str, Any]) -> object:
+    return f"drop {_text(engine.get('CapDrop'))}; add {_text(engine.get('CapAdd'))}"
+
+
+def _seccomp_declared(profile: SandboxProfile) -> object:
+    return profile.seccomp or "engine default"
+
+
+def _none(_: object) -> object:
+    return None
+
+
+def checks(attachments: tuple[Attachment, ...] = (), stress: bool = False) -> list[Check]:
+    """Every row, in the order they are shown; attachments and stress add theirs."""
+    user = _engine("User")
+    rows = [
+        Check("identity.uid", "runs as a non-root user", lambda p: p.user, user, _uid),
+        Check("identity.gid", "primary group is not root", lambda p: p.user, user, _gid),
+        Check("identity.groups", "no supplementary root group", lambda p: p.user,
+              _engine("GroupAdd"), _groups),
+    ]  # fmt: skip
+    for name in ("eff", "prm", "bnd", "amb"):
+        rows.append(Check(f"caps.{name}", f"no capabilities ({name} set)", _caps, _capset,
+                          _no_caps, gvisor_blind=name == "amb"))  # fmt: skip
+    rows += [
+        Check("nnp", "no new privileges", lambda p: p.no_new_privileges,
+              _secopt("no-new-privileges"), _nnp, gvisor_blind=True),
+        Check("seccomp", "a seccomp filter is in force", _seccomp_declared,
+              _secopt("seccomp"), _seccomp, gvisor_blind=True),
+    ]  # fmt: skip
+    rows += [
+        Check(f"syscall.{name}", f"{name.replace('.', ' ')} is refused",
+              lambda p: "refused", _secopt("seccomp"), _refused, gvisor_blind=True)
+        for name in SYSCALLS
+    ]  # fmt: skip
+    rows += [
+        Check("fs.root", "root file system is read-only (/, /etc, /usr)",
+              lambda p: p.read_only_root, _engine("ReadonlyRootfs"), _root),
+        Check("fs.proc_kcore", "/proc/kcore is absent or masked", _none,
+              lambda e: "/proc/kcore" in (e.get("MaskedPaths") or []), _kcore),
+        Check("fs.proc_sysrq", "/proc/sysrq-trigger is not writable", _none,
+              lambda e: "/proc/sysrq-trigger" in (e.get("ReadonlyPaths") or []), _sysrq),
+        Check("fs.proc_sys", "/proc/sys is read-only", _none,
+              lambda e: "/proc/sys" in (e.get("ReadonlyPaths") or []), _proc_sys,
+              gvisor_blind=True),
+        Check("fs.sys", "/sys is read-only", _none, _engine("Privileged"), _sysfs),
+        Check("fs.cgroup", "cgroupfs is not writable", _none, _engine("CgroupnsMode"),
+              _cgroupfs),
+        Check("fs.scratch", "scratch: its size, nosuid, nodev", lambda p: p.scratch_size,
+              _tmpfs_opt("/flow/scratch"), _tmpfs("scratch_size"), gvisor_blind=True),
+        Check("fs.tmp", "/tmp: its size, nosuid, nodev", lambda p: p.tmp_size,
+              _tmpfs_opt("/tmp"), _tmpfs("tmp_size"), gvisor_blind=True),
+    ]  # fmt: skip
+    rows += [_attachment_check(att) for att in attachments]
+    rows += [
+        Check("fs.setuid", "setuid binaries are harmless (NoNewPrivs)",
+              lambda p: p.no_new_privileges, _secopt("no-new-privileges"), _setuid,
+              gvisor_blind=True),
+        Check("dev.nodes", "only the allowed /dev nodes", _none,
+              lambda e: len(e.get("Devices") or []), _devices, gvisor_blind=True),
+        Check("dev.mknod", "mknod is refused", lambda p: "MKNOD" in p.cap_add, _capset,
+              _mknod, gvisor_blind=True),
+        Check("net.interfaces", "no network: only lo", lambda p: p.network,
+              _engine("NetworkMode"), _interfaces),
+        Check("net.connect", "no route out (connect fails at once)", lambda p: p.network,
+              _engine("NetworkMode"), _connect),
+        Check("net.dns", "DNS resolution fails", lambda p: p.network,
+              _engine("NetworkMode"), _dns),
+        Check("engine.sockets", "no engine socket reachable", _none,
+              lambda e: _text([m.get("Source") for m in e.get("Mounts") or []]), _sockets),
+        Check("limits.memory", "memory limit", lambda p: p.memory, _engine("Memory"),
+              _limit("memory"), gvisor_blind=True),
+        Check("limits.pids", "pids limit", lambda p: p.pids, _engine("PidsLimit"),
+              _limit("pids"), gvisor_blind=True),
+        Check("limits.cpu", "CPU quota", lambda p: p.cpus, _nano, _limit("cpus"),
+              gvisor_blind=True),
+        Check("limits.nofile", "open files limit", lambda p: p.nofile, _ulimit,
+              _limit("nofile")),
+    ]  # fmt: skip
+    if stress:
+        rows += [
+            Check("stress.pids", "fork is refused at the pids limit", lambda p: p.pids,
+                  _engine("PidsLimit"), _stress_pids),
+            Check("stress.memory", "allocating past the limit is OOM-killed",
+                  lambda p: p.memory, _engine("Memory"), _stress_memory),
+            Check("stress.cpu", "CPU use stays within the quota", lambda p: p.cpus, _nano,
+                  _stress_cpu),
+        ]  # fmt: skip
+    return rows
+
+
+def _attachment_check(att: Attachment) -> Check:
+    return Check(
+        f"fs.attachment.{att.name}", f"attachment {att.name} is {att.access} only",
+        lambda _: att.access, lambda engine: _mount_mode(engine, att.name), _attachment,
+    )  # fmt: skip
+
+
+def _mount_mode(engine: Mapping[str, Any], name: str) -> object:
+    for mount in engine.get("Mounts") or []:
+        if mount.get("Target") == f"/flow/attachments/{name}":
+            return "ro" if mount.get("ReadOnly") else "rw"
+    return None
+
+
+def judge(ctx: Context, stress: bool = False) -> list[Row]:
+    """Every row for one probe run."""
+    return [judge_row(check, ctx) for check in checks(ctx.attachments, stress)]
+
+
+def skipped(
+    profile: SandboxProfile,
+    attachments: tuple[Attachment, ...],
+    stress: bool,
+    verdict: Verdict,
+    reason: str,
+) -> list[Row]:
+    """Every row with one verdict and reason: the probe could not run (SKIP or ERROR)."""
+    return [
+        Row(c.id, c.group, c.guarantee, _text(c.declared(profile)), "-", "-", verdict, "",
+            reason)
+        for c in checks(attachments, stress)
+    ]  # fmt: skip
+
+
+def failed(rows: list[Row]) -> bool:
+    """True when any row failed or could not be judged."""
+    return any(row.verdict in ("FAIL", "ERROR") for row in rows)

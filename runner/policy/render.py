@@ -1,0 +1,71 @@
+"""Rows out: a table for a terminal (rich), JSON for policy-as-code tools, JUnit for CI."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable, Sequence
+from xml.etree import ElementTree
+
+from runner.policy.battery import Row
+
+_STYLE = {"PASS": "green", "FAIL": "bold red", "SKIP": "yellow", "ERROR": "bold magenta"}
+
+
+def table(title: str, rows: Sequence[Row]) -> None:
+    """The rows as a table on standard output; the evidence column says what was seen."""
+    from rich.console import Console
+    from rich.table import Table
+
+    grid = Table(title=title, show_lines=False, expand=False)
+    for column in ("row", "guarantee", "declared", "engine", "observed", "verdict"):
+        grid.add_column(column, overflow="fold")
+    grid.add_column("evidence / reason", overflow="fold", ratio=2)
+    for row in rows:
+        detail = row.evidence + (f" — {row.reason}" if row.reason else "")
+        grid.add_row(
+            row.id, row.guarantee, row.declared, row.engine, row.observed,
+            f"[{_STYLE[row.verdict]}]{row.verdict}[/]", detail,
+        )  # fmt: skip
+    console = Console(width=None if sys.stdout.isatty() else 200)
+    console.print(grid)
+    console.print(summary(rows))
+
+
+def summary(rows: Iterable[Row]) -> str:
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[row.verdict] = counts.get(row.verdict, 0) + 1
+    return ", ".join(f"{counts[v]} {v}" for v in ("PASS", "FAIL", "SKIP", "ERROR") if v in counts)
+
+
+def as_json(rows: Sequence[Row]) -> str:
+    """A JSON array with one object per row, its keys always the same and in one order."""
+    return json.dumps([row.as_json() for row in rows], indent=1) + "\n"
+
+
+def junit(suite: str, rows: Sequence[Row], seconds: float) -> bytes:
+    """A JUnit XML report: one testcase per row; FAIL a failure, ERROR an error, SKIP skipped."""
+    failures = sum(row.verdict == "FAIL" for row in rows)
+    errors = sum(row.verdict == "ERROR" for row in rows)
+    skipped = sum(row.verdict == "SKIP" for row in rows)
+    root = ElementTree.Element("testsuites")
+    element = ElementTree.SubElement(
+        root, "testsuite", name=suite, tests=str(len(rows)), failures=str(failures),
+        errors=str(errors), skipped=str(skipped), time=f"{seconds:.3f}",
+    )  # fmt: skip
+    for row in rows:
+        case = ElementTree.SubElement(
+            element, "testcase", classname=f"{suite}.{row.group}", name=row.id, time="0"
+        )
+        text = f"guarantee: {row.guarantee}\ndeclared: {row.declared}\nengine: {row.engine}\n"
+        text += f"observed: {row.observed}\nevidence: {row.evidence}"
+        if row.verdict == "FAIL":
+            ElementTree.SubElement(case, "failure", message=row.reason).text = text
+        elif row.verdict == "ERROR":
+            ElementTree.SubElement(case, "error", message=row.reason).text = text
+        elif row.verdict == "SKIP":
+            ElementTree.SubElement(case, "skipped", message=row.reason)
+        ElementTree.SubElement(case, "system-out").text = text
+    data: bytes = ElementTree.tostring(root, encoding="utf-8", xml_declaration=True)
+    return data
