@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
+import anyio.lowlevel
 import docker
 import docker.errors
 import requests.exceptions
@@ -46,7 +47,14 @@ from docker.constants import DEFAULT_MAX_POOL_SIZE
 from docker.types import LogConfig, Mount, Ulimit
 
 from runner.sandbox.attachments import check_attachment, check_attachments
-from runner.sandbox.base import Attachment, LaunchRequest, RunningComponent, SandboxFacts
+from runner.sandbox.base import (
+    Attachment,
+    DiskBreach,
+    LaunchRequest,
+    RunningComponent,
+    SandboxFacts,
+)
+from runner.sandbox.disk import DiskBound, DiskWatch, launch_bounds
 from runner.sandbox.errors import (
     DockerSandboxError,
     EngineUnavailable,
@@ -425,6 +433,9 @@ class DockerSandbox:
             client = await anyio.to_thread.run_sync(default_client)
         engine = _engine_for(client)
         await self._check_runtime(engine)
+        bounds = await anyio.to_thread.run_sync(
+            launch_bounds, self.profile, request.attachments, scratch
+        )
         facts = SandboxFacts()
         container_id = await self._create(engine, request, scratch, facts)
         connection: _AttachConnection | None = None
@@ -433,7 +444,8 @@ class DockerSandbox:
             connection = await _timed(facts, "attach", _attach(engine, container_id))
             await _timed(facts, "start", self._start(engine, container_id))
             container = _Container(engine, container_id, connection, request.attachments, facts)
-            yield container
+            async with _disk_watch(container, bounds, self.profile.disk_poll):
+                yield container
         finally:
             with anyio.CancelScope(shield=True):
                 cleanup = _cleanup(engine, container_id, connection, container)
@@ -504,6 +516,35 @@ class DockerSandbox:
         return container_id
 
 
+@asynccontextmanager
+async def _disk_watch(
+    container: _Container, bounds: tuple[DiskBound, ...], interval: float
+) -> AsyncIterator[None]:
+    """Poll the run's bounded host directories while it runs; kill it on a breach.
+
+    The breach is recorded in the facts before the kill, so the run is reported as
+    having exceeded its disk bound (by ``runner.api``), not as a plain kill.
+    """
+    if not bounds:
+        yield
+        return
+    token = anyio.lowlevel.current_token()
+
+    def breached(breach: DiskBreach) -> None:
+        container.facts.disk_breach = breach
+        # A failed kill is not fatal here: cleanup kills the container in any case.
+        with contextlib.suppress(DockerSandboxError, docker.errors.APIError):
+            anyio.from_thread.run(container.kill, token=token)
+
+    watch = DiskWatch(bounds, interval, breached)
+    watch.start()
+    try:
+        yield
+    finally:
+        with anyio.CancelScope(shield=True):
+            container.facts.disk_breach = await anyio.to_thread.run_sync(watch.stop)
+
+
 def _scratch_attachment(request: LaunchRequest) -> Attachment | None:
     """The run's own scratch directory, judged like an attachment before it is bound."""
     if request.scratch_dir is None:
@@ -535,7 +576,7 @@ def _host_config(
     profile: SandboxProfile, request: LaunchRequest, scratch: Attachment | None
 ) -> dict[str, Any]:
     """The profile and the request as ``create_host_config`` arguments."""
-    tmpfs = {"/tmp": f"rw,nosuid,nodev,size={profile.tmp_size},mode=1777"}
+    tmpfs = {"/tmp": _tmpfs(profile.tmp_size, profile)}
     mounts = [
         Mount(
             f"{ATTACHMENTS_DIR}/{att.name}",
@@ -546,7 +587,7 @@ def _host_config(
         for att in request.attachments
     ]
     if scratch is None:
-        tmpfs[SCRATCH_PATH] = f"rw,nosuid,nodev,size={profile.scratch_size},mode=1777"
+        tmpfs[SCRATCH_PATH] = _tmpfs(profile.scratch_size, profile)
     else:
         mounts.append(Mount(SCRATCH_PATH, str(scratch.host_path), type="bind"))
     security_opt = ["no-new-privileges"] if profile.no_new_privileges else []
@@ -569,6 +610,11 @@ def _host_config(
         "mounts": mounts,
         "log_config": LogConfig(type="none"),  # output goes to the host, not to disk too
     }
+
+
+def _tmpfs(size: int, profile: SandboxProfile) -> str:
+    """Options of a private tmpfs: the kernel bounds its bytes and its files (inodes)."""
+    return f"rw,nosuid,nodev,size={size},nr_inodes={profile.disk_entries},mode=1777"
 
 
 async def _attach(engine: _Engine, container_id: str) -> _AttachConnection:

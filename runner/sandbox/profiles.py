@@ -81,6 +81,12 @@ class SandboxProfile(BaseModel):
     nofile: int = Field(default=1024, ge=16)
     scratch_size: Size = 256 << 20
     tmp_size: Size = 64 << 20
+    attachment_quota: Size | None = None
+    """Bytes each read-write attachment may grow by during a run; ``None``: unbounded."""
+    disk_entries: int = Field(default=65536, ge=16)
+    """Files and directories scratch, /tmp and each bounded host directory may gain."""
+    disk_poll: float = Field(default=0.2, ge=0.02, le=5.0)
+    """Seconds between two measurements of a bounded host directory (see disk.py)."""
     cap_drop: tuple[CapabilityName, ...] = Field(default=("ALL",), strict=False)
     cap_add: tuple[CapabilityName, ...] = Field(default=(), strict=False)
     no_new_privileges: bool = True
@@ -206,7 +212,7 @@ def _explain_one(error: ErrorDetails) -> str:
         known = ", ".join(SandboxProfile.model_fields)
         return f"unknown key {key!r}; remove or rename it (known keys: {known})"
     message = str(error["msg"]).removeprefix("Value error, ")
-    if key in {"memory", "scratch_size", "tmp_size"}:
+    if key in {"memory", "scratch_size", "tmp_size", "attachment_quota"}:
         message += ' (write a size such as "512m" or "2g")'
     if key == "(profile)":
         return message
