@@ -21,9 +21,11 @@ from runner.sandbox.errors import DockerSandboxError
 
 MIB = 1 << 20
 WRITER = (Path(__file__).with_name("components") / "disk_writer.py").read_text()
-OVERSHOOT = 256 * MIB
-"""What a writer may add past its bound before it is stopped: at about 600 MiB/s (this
-machine), one 0.1 s interval, a walk and the kill are well under this."""
+OVERSHOOT = 768 * MIB
+"""What a writer at about 600 MiB/s (this machine) may add past its bound before it is
+stopped: 7-25 MiB on a quiet machine, up to 760 MiB seen with the engine saturated by
+other test runs (the kill itself then takes over a second). The writer sets out to
+write 2 GiB, so a run that was not stopped fails the test."""
 
 
 def writer(*args: str | Path, profile: Path, input_: str) -> Exec:
@@ -103,14 +105,14 @@ def test_a_directory_already_over_the_entry_cap_is_refused_at_launch(tmp_path: P
 def test_a_host_scratch_dir_is_held_to_the_scratch_size(tmp_path: Path) -> None:
     scratch = shared_dir(tmp_path / "scratch")
     profile = profile_file(tmp_path, scratch_size="64m", disk_poll=0.1)
-    ran = writer("--scratch", scratch, profile=profile, input_='{"into": "scratch", "mib": 1024}')
+    ran = writer("--scratch", scratch, profile=profile, input_='{"into": "scratch", "mib": 2048}')
     assert ran.returncode == 4, ran.stderr
     error = ran.printed["error"]
     assert error["code"] == "RESOURCE_EXHAUSTED", error
     disk = error["details"]["disk"]
     assert (disk["name"], disk["path"], disk["reason"]) == ("scratch", str(scratch), "bytes")
     assert disk["limitBytes"] == 64 * MIB < disk["addedBytes"] <= on_disk(scratch)
-    assert on_disk(scratch) < 64 * MIB + OVERSHOOT  # not the 1 GiB it set out to write
+    assert on_disk(scratch) < 64 * MIB + OVERSHOOT  # not the 2 GiB it set out to write
     assert ran.seconds < 20
 
 
@@ -120,7 +122,7 @@ def test_a_read_write_attachment_is_held_to_its_quota(tmp_path: Path) -> None:
     out = shared_dir(tmp_path / "out")
     (out / "kept").write_bytes(b"x" * (8 * MIB))  # there before the run: not counted
     profile = profile_file(tmp_path, attachment_quota="32m", disk_poll=0.1)
-    spec = '{"into": "out", "mib": 1024}'
+    spec = '{"into": "out", "mib": 2048}'
     ran = writer("--attach", f"out={out}:rw", profile=profile, input_=spec)
     assert ran.returncode == 4, ran.stderr
     error = ran.printed["error"]
