@@ -31,7 +31,7 @@ from runner.package.errors import InvocationRefused
 from runner.protocol.codes import OperationError
 from runner.protocol.completion import Verdict
 from runner.report import ReportedError, RunReport, SandboxLoss
-from runner.sandbox.base import LaunchRequest, Sandbox
+from runner.sandbox.base import DiskBreach, LaunchRequest, Sandbox
 from runner.sandbox.errors import SandboxLost
 
 if TYPE_CHECKING:
@@ -194,11 +194,24 @@ async def _launch_and_drive(
         failure = result_failure(package, verdict.result)
         if failure is not None:
             verdict = Verdict(None, failure, (*verdict.reasons, "result refused by the package"))
+    if facts.disk_breach is not None:
+        verdict = _disk_failure(facts.disk_breach, verdict)
     verdict = _settle_channels(channels, verdict)
     report = _report(outcome, verdict, request.run_id, target, backend)
     report.timings.update(facts.timings)
     report.oom_killed = report.oom_killed or facts.oom_killed
     return Execution(verdict, report)
+
+
+def _disk_failure(breach: DiskBreach, verdict: Verdict) -> Verdict:
+    """A run whose host directory grew past its disk bound fails, whatever it answered.
+
+    The backend stopped it on the breach, or found the breach in its last measurement
+    after the component ended; either way the bytes are on the host's disk.
+    """
+    details: dict[str, JSONValue] = {"disk": dict(breach.details())}
+    error = OperationError("RESOURCE_EXHAUSTED", breach.message(), details)
+    return Verdict(None, error, (*verdict.reasons, f"disk bound exceeded ({breach.reason})"))
 
 
 def _settle_channels(channels: ChannelParty, verdict: Verdict) -> Verdict:

@@ -586,14 +586,20 @@ def profiles_list() -> None:
 def profiles_show(
     name: Annotated[str, typer.Argument(help="A profile name or a TOML file.")],
 ) -> None:
-    """Print a profile's effective settings as JSON."""
-    from runner.sandbox.profiles import ProfileError, load_profile
+    """Print a profile's effective settings as JSON, with how its bounds are enforced."""
+    import json
+
+    from runner.sandbox.profiles import ProfileError, disk_summary, load_profile, seccomp_summary
 
     try:
         profile = load_profile(name)
     except ProfileError as exc:
         _fail_usage(str(exc))
-    typer.echo(profile.model_dump_json(indent=2))
+    shown = {
+        **profile.model_dump(mode="json"),
+        "enforcement": {"seccomp": seccomp_summary(profile), "disk": disk_summary(profile)},
+    }
+    typer.echo(json.dumps(shown, indent=2))
 
 
 AttachOption = Annotated[

@@ -252,10 +252,12 @@ async def test_container_carries_labels_and_the_profile_limits(
     assert host["NanoCpus"] == 1_000_000_000
     assert host["PidsLimit"] == 256
     assert host["CapDrop"] == ["ALL"]
-    assert host["SecurityOpt"] == ["no-new-privileges"]
+    no_new_privileges, seccomp = host["SecurityOpt"]
+    assert no_new_privileges == "no-new-privileges"
+    assert json.loads(seccomp.removeprefix("seccomp="))["defaultAction"] == "SCMP_ACT_ERRNO"
     assert host["Init"] is True
     assert host["Ulimits"] == [{"Name": "nofile", "Soft": 1024, "Hard": 1024}]
-    assert "size=268435456" in host["Tmpfs"]["/flow/scratch"]
+    assert "size=268435456,nr_inodes=65536" in host["Tmpfs"]["/flow/scratch"]
     assert container.attrs["Config"]["User"] == "65534:65534"
     assert container.attrs["Config"]["StdinOnce"] is True
     [mount] = [m for m in container.attrs["Mounts"] if m["Type"] == "bind"]

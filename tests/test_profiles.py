@@ -55,7 +55,9 @@ def test_default_profile_values() -> None:
     assert (p.cap_drop, p.cap_add) == (("ALL",), ())
     assert (p.memory, p.cpus, p.pids, p.nofile) == (512 * MIB, 1.0, 256, 1024)
     assert (p.scratch_size, p.cancel_grace, p.exit_grace) == (256 * MIB, 2.0, 2.0)
-    assert (p.seccomp, p.seccomp_json, p.allowed_mounts) == (None, None, ())
+    assert p.seccomp == ROOT / "sandbox-profiles" / "seccomp-components.json"
+    assert p.seccomp_json is not None and p.allowed_mounts == ()
+    assert (p.attachment_quota, p.disk_entries, p.disk_poll) == (None, 65536, 0.2)
 
 
 def test_strict_profile_is_default_on_gvisor_but_tighter() -> None:
@@ -76,6 +78,19 @@ def test_dev_profile_has_a_writable_root_and_still_no_network() -> None:
     assert not dev.read_only_root
     assert dev.memory == 2048 * MIB
     assert (dev.network, dev.allow_network, dev.cap_drop) == ("none", False, ("ALL",))
+
+
+def test_disk_keys_are_validated_with_the_file_named(tmp_path: Path) -> None:
+    quota = load_profile_file_text(tmp_path, 'attachment_quota = "2g"\n')
+    assert quota.attachment_quota == 2 << 30
+    with pytest.raises(ProfileError, match=r"attachment_quota.*write a size"):
+        load_profile_file_text(tmp_path, 'attachment_quota = "lots"\n')
+    with pytest.raises(ProfileError, match=r"disk_poll"):
+        load_profile_file_text(tmp_path, "disk_poll = 0.001\n")
+
+
+def load_profile_file_text(directory: Path, text: str) -> SandboxProfile:
+    return load_profile(write_profile(directory, text))
 
 
 def test_a_profile_is_frozen() -> None:

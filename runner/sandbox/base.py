@@ -43,6 +43,55 @@ class LaunchRequest:
     parent_run_id: str | None = None
 
 
+@dataclass(frozen=True)
+class DiskBreach:
+    """A bounded host directory grew past its bound during a run, so the run was stopped.
+
+    ``added_bytes`` and ``added_entries`` are measured against what the directory held at
+    launch; ``reason`` says which bound was crossed, or that the directory could not be
+    measured (a subdirectory the runner cannot read hides what is in it).
+    """
+
+    name: str
+    """``scratch`` or the attachment's name."""
+    path: str
+    reason: Literal["bytes", "entries", "unreadable"]
+    added_bytes: int
+    limit_bytes: int
+    added_entries: int
+    limit_entries: int
+    unreadable: str = ""
+
+    def message(self) -> str:
+        """One sentence for the run's error."""
+        where = f"{self.name} ({self.path})"
+        if self.reason == "unreadable":
+            return (
+                f"{where} could not be measured against its disk bound: the runner cannot "
+                f"read {self.unreadable}"
+            )
+        if self.reason == "entries":
+            return f"{where} gained more than {self.limit_entries} files and directories, its bound"
+        return (
+            f"{where} grew by {self.added_bytes} bytes, past its bound of {self.limit_bytes} bytes"
+        )
+
+    def details(self) -> dict[str, str | int]:
+        """The breach as JSON-ready error details."""
+        details: dict[str, str | int] = {
+            "name": self.name,
+            "path": self.path,
+            "reason": self.reason,
+            "addedBytes": self.added_bytes,
+            "limitBytes": self.limit_bytes,
+            "addedEntries": self.added_entries,
+            "limitEntries": self.limit_entries,
+        }
+        if self.unreadable:
+            details["unreadable"] = self.unreadable
+        return details
+
+
 @dataclass
 class SandboxFacts:
     """What the backend observed; filled in as the run proceeds, read for the report."""
@@ -50,6 +99,7 @@ class SandboxFacts:
     exit_code: int | None = None
     oom_killed: bool = False
     killed_by_host: bool = False
+    disk_breach: DiskBreach | None = None
     timings: dict[str, float] = field(default_factory=dict)
     details: dict[str, object] = field(default_factory=dict)
 

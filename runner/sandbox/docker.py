@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
+import anyio.lowlevel
 import docker
 import docker.errors
 import requests.exceptions
@@ -53,7 +54,14 @@ from docker.constants import DEFAULT_MAX_POOL_SIZE
 from docker.types import LogConfig, Mount, Ulimit
 
 from runner.sandbox.attachments import HeldPath, check_unique, hold
-from runner.sandbox.base import Attachment, LaunchRequest, RunningComponent, SandboxFacts
+from runner.sandbox.base import (
+    Attachment,
+    DiskBreach,
+    LaunchRequest,
+    RunningComponent,
+    SandboxFacts,
+)
+from runner.sandbox.disk import DiskBound, DiskWatch, launch_bounds
 from runner.sandbox.errors import (
     ContainerGone,
     DockerSandboxError,
@@ -503,6 +511,9 @@ class DockerSandbox:
                 client = await anyio.to_thread.run_sync(default_client)
             engine = _engine_for(client)
             await self._check_runtime(engine)
+            bounds = await anyio.to_thread.run_sync(
+                launch_bounds, self.profile, request.attachments, _scratch_attachment(request)
+            )
             facts = SandboxFacts()
             began = time.perf_counter()
             lease = _Lease(await self._create(engine, request, mounts, facts), began)
@@ -522,7 +533,8 @@ class DockerSandbox:
                 held.close()  # the mounts are what was judged; the descriptors can go
                 lease.step = "run"
                 container = _Container(engine, lease, connection, request.attachments, facts)
-                yield container
+                async with _disk_watch(container, bounds, self.profile.disk_poll):
+                    yield container
             finally:
                 with anyio.CancelScope(shield=True):
                     cleanup = _cleanup(engine, lease, connection, container)
@@ -616,6 +628,35 @@ class DockerSandbox:
         return container_id
 
 
+@asynccontextmanager
+async def _disk_watch(
+    container: _Container, bounds: tuple[DiskBound, ...], interval: float
+) -> AsyncIterator[None]:
+    """Poll the run's bounded host directories while it runs; kill it on a breach.
+
+    The breach is recorded in the facts before the kill, so the run is reported as
+    having exceeded its disk bound (by ``runner.api``), not as a plain kill.
+    """
+    if not bounds:
+        yield
+        return
+    token = anyio.lowlevel.current_token()
+
+    def breached(breach: DiskBreach) -> None:
+        container.facts.disk_breach = breach
+        # A failed kill is not fatal here: cleanup kills the container in any case.
+        with contextlib.suppress(DockerSandboxError, SandboxLost, docker.errors.APIError):
+            anyio.from_thread.run(container.kill, token=token)
+
+    watch = DiskWatch(bounds, interval, breached)
+    watch.start()
+    try:
+        yield
+    finally:
+        with anyio.CancelScope(shield=True):
+            container.facts.disk_breach = await anyio.to_thread.run_sync(watch.stop)
+
+
 def _scratch_attachment(request: LaunchRequest) -> Attachment | None:
     """The run's own scratch directory, judged like an attachment before it is bound."""
     if request.scratch_dir is None:
@@ -626,14 +667,14 @@ def _scratch_attachment(request: LaunchRequest) -> Attachment | None:
 def _host_config(profile: SandboxProfile, held: Mapping[str, HeldPath]) -> dict[str, Any]:
     """The profile and the held bind sources (target -> path) as ``create_host_config``
     arguments; without a held scratch directory the scratch is a tmpfs."""
-    tmpfs = {"/tmp": f"rw,nosuid,nodev,size={profile.tmp_size},mode=1777"}
+    tmpfs = {"/tmp": _tmpfs(profile.tmp_size, profile)}
     # The judged path, not the one asked for: the kernel's name for the held descriptor.
     mounts = [
         Mount(target, str(path.path), type="bind", read_only=path.attachment.access == "read")
         for target, path in held.items()
     ]
     if SCRATCH_PATH not in held:
-        tmpfs[SCRATCH_PATH] = f"rw,nosuid,nodev,size={profile.scratch_size},mode=1777"
+        tmpfs[SCRATCH_PATH] = _tmpfs(profile.scratch_size, profile)
     security_opt = ["no-new-privileges"] if profile.no_new_privileges else []
     if profile.seccomp_json is not None:
         security_opt.append(f"seccomp={profile.seccomp_json}")
@@ -691,6 +732,11 @@ async def _verify_mounts(
         if (mounted.st_dev, mounted.st_ino) != path.identity:
             raise path.changed(f"the engine mounted another file at {target}")
     facts.details["mounts_verified"] = True
+
+
+def _tmpfs(size: int, profile: SandboxProfile) -> str:
+    """Options of a private tmpfs: the kernel bounds its bytes and its files (inodes)."""
+    return f"rw,nosuid,nodev,size={size},nr_inodes={profile.disk_entries},mode=1777"
 
 
 async def _attach(engine: _Engine, lease: _Lease) -> _AttachConnection:

@@ -82,6 +82,12 @@ class SandboxProfile(BaseModel):
     nofile: int = Field(default=1024, ge=16)
     scratch_size: Size = 256 << 20
     tmp_size: Size = 64 << 20
+    attachment_quota: Size | None = None
+    """Bytes each read-write attachment may grow by during a run; ``None``: unbounded."""
+    disk_entries: int = Field(default=65536, ge=16)
+    """Files and directories scratch, /tmp and each bounded host directory may gain."""
+    disk_poll: float = Field(default=0.2, ge=0.02, le=5.0)
+    """Seconds between two measurements of a bounded host directory (see disk.py)."""
     cap_drop: tuple[CapabilityName, ...] = Field(default=("ALL",), strict=False)
     cap_add: tuple[CapabilityName, ...] = Field(default=(), strict=False)
     no_new_privileges: bool = True
@@ -233,8 +239,118 @@ def _explain_one(error: ErrorDetails) -> str:
         known = ", ".join(SandboxProfile.model_fields)
         return f"unknown key {key!r}; remove or rename it (known keys: {known})"
     message = str(error["msg"]).removeprefix("Value error, ")
-    if key in {"memory", "scratch_size", "tmp_size"}:
+    if key in {"memory", "scratch_size", "tmp_size", "attachment_quota"}:
         message += ' (write a size such as "512m" or "2g")'
     if key == "(profile)":
         return message
     return f"key {key!r} = {error['input']!r}: {message}; fix the value"
+
+
+# --- what a profile enforces, and how (for `flow-runner profiles show`) ----------------
+
+SECCOMP_FAMILIES: dict[str, tuple[str, ...]] = {
+    "io_uring": ("io_uring_setup", "io_uring_enter", "io_uring_register"),
+    "keyrings": ("keyctl", "add_key", "request_key"),
+    "bpf": ("bpf",),
+    "perf_event_open": ("perf_event_open",),
+    "userfaultfd": ("userfaultfd",),
+    "kernel modules and kexec": (
+        "init_module",
+        "finit_module",
+        "delete_module",
+        "kexec_load",
+        "kexec_file_load",
+    ),
+    "mounts and root changes": (
+        "mount",
+        "umount2",
+        "pivot_root",
+        "chroot",
+        "fsopen",
+        "fsmount",
+        "move_mount",
+        "open_tree",
+    ),
+    "namespaces": ("setns", "unshare", "clone"),
+    "tracing other processes": ("ptrace", "process_vm_readv", "process_vm_writev"),
+    "swap and reboot": ("swapon", "swapoff", "reboot"),
+    "file handles": ("open_by_handle_at", "name_to_handle_at"),
+    "accounting, quotas, kernel log": ("acct", "quotactl", "syslog", "lookup_dcookie"),
+    "port I/O": ("iopl", "ioperm"),
+    "setting clocks": ("settimeofday", "clock_settime", "clock_adjtime", "adjtimex"),
+    "personality": ("personality",),
+}
+"""Families of system calls no component needs, as ``profiles show`` reports them."""
+
+_ERRNO_NAMES = {1: "EPERM", 38: "ENOSYS"}
+
+
+def seccomp_summary(profile: SandboxProfile) -> dict[str, object]:
+    """The profile's seccomp filter in brief: where it is, its default, what it allows.
+
+    A family is ``denied`` when no call of it is allowed, ``restricted`` when its calls are
+    allowed only with argument conditions (clone without namespace flags), else ``allowed``.
+    """
+    if profile.seccomp is None or profile.seccomp_json is None:
+        return {"file": None, "filter": "the engine's built-in seccomp profile"}
+    document = json.loads(profile.seccomp_json)
+    rules = [rule for rule in document.get("syscalls", []) if isinstance(rule, dict)]
+    plain: set[str] = set()
+    conditional: set[str] = set()
+    for rule in rules:
+        if rule.get("action") == "SCMP_ACT_ALLOW":
+            (conditional if rule.get("args") else plain).update(rule.get("names", []))
+    families = {}
+    for family, names in SECCOMP_FAMILIES.items():
+        if plain.intersection(names):
+            families[family] = "allowed"
+        elif conditional.intersection(names):
+            families[family] = "restricted"
+        else:
+            families[family] = "denied"
+    errno = document.get("defaultErrnoRet", 1)
+    summary: dict[str, object] = {
+        "file": str(profile.seccomp),
+        "defaultAction": document.get("defaultAction"),
+        "defaultErrno": _ERRNO_NAMES.get(errno, errno),
+        "allowedCalls": len(plain),
+        "allowedWithConditions": sorted(conditional - plain),
+        "families": families,
+    }
+    if profile.runtime == "runsc":
+        summary["runtime"] = (
+            "gVisor answers the component's system calls in its own kernel, and applies "
+            "this filter inside its sandbox only when the engine runs runsc with "
+            "--oci-seccomp; without it the filter is not applied"
+        )
+    return summary
+
+
+def disk_summary(profile: SandboxProfile) -> dict[str, str]:
+    """How each writable place is bounded under the profile, and by whom."""
+    entries, poll = profile.disk_entries, profile.disk_poll
+    polled = (
+        f"enforced by polling every {poll:g} s: the run is stopped once over, and what it "
+        "writes within one interval can overshoot the bound"
+    )
+    summary = {
+        "scratch": (
+            f"a private tmpfs of {profile.scratch_size} bytes and {entries} entries, "
+            f"enforced by the kernel; a host directory (--scratch DIR) may grow by "
+            f"{profile.scratch_size} bytes and {entries} entries, {polled}"
+        ),
+        "tmp": f"a tmpfs of {profile.tmp_size} bytes and {entries} entries, enforced by the kernel",
+        "read-write attachments": (
+            "not bounded; set attachment_quota to bound them"
+            if profile.attachment_quota is None
+            else f"each may grow by {profile.attachment_quota} bytes and {entries} entries, "
+            + polled
+        ),
+        "root": (
+            "read-only"
+            if profile.read_only_root
+            else "writable and not bounded (Docker bounds a container's root only with "
+            "--storage-opt size, on overlay2 over XFS with pquota; flow-runner does not set it)"
+        ),
+    }
+    return summary
