@@ -2,9 +2,10 @@
 
 tests/components/syscalls.py runs in the fake-component image under each profile and
 reports what the kernel answered to calls no component needs, and whether ordinary
-Python work (threads, fork, subprocess, multiprocessing, asyncio) still runs. ``dev``
-keeps the engine's built-in filter, which lets io_uring through: the contrast shows that
-the refusals come from our filter, not from the dropped capabilities.
+Python work (threads, fork, subprocess, multiprocessing, asyncio) still runs. Every shipped
+profile names the filter; a profile without a ``seccomp`` key gets the engine's built-in
+filter, which lets io_uring through: the contrast shows that the refusals come from our
+filter, not from the dropped capabilities.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from runner.sandbox.base import LaunchRequest
 from runner.sandbox.docker import DockerSandbox
 from runner.sandbox.profiles import load_profile
 
+ROOT = Path(__file__).resolve().parents[1]
 SYSCALLS = (Path(__file__).with_name("components") / "syscalls.py").read_text()
 REFUSED = ("EPERM", "ENOSYS")
 WORK = {"fork": 7, "subprocess": "hi", "pool": [2, 3], "asyncio": 0}
@@ -31,7 +33,7 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-async def probe(docker_client: Any, profile: str) -> dict[str, Any]:
+async def probe(docker_client: Any, profile: str | Path) -> dict[str, Any]:
     sandbox = DockerSandbox(
         FAKE_IMAGE, load_profile(profile), ["python3", "-c", SYSCALLS], client=docker_client
     )
@@ -63,19 +65,23 @@ async def test_the_default_profile_refuses_what_no_component_needs(docker_client
 @pytest.mark.docker
 @pytest.mark.anyio
 @pytest.mark.usefixtures("no_leaks")
-async def test_dev_keeps_the_engine_filter_which_allows_io_uring(docker_client: Any) -> None:
-    report = await probe(docker_client, "dev")
+async def test_without_our_filter_the_engines_lets_io_uring_through(
+    docker_client: Any, tmp_path: Path
+) -> None:
+    shipped = (ROOT / "sandbox-profiles" / "default.toml").read_text()
+    engine_filter = tmp_path / "engine-filter.toml"
+    engine_filter.write_text(shipped.replace('seccomp = "seccomp-components.json"', ""))
+    report = await probe(docker_client, engine_filter)
     assert report["calls"]["io_uring_setup"] == "ok"
     assert report["calls"]["ptrace"] == "ESRCH"  # allowed: pid 1 is only not being traced
     assert report["work"] == WORK
 
 
 def test_default_and_strict_name_the_shipped_filter_and_show_summarises_it() -> None:
-    for name in ("default", "strict"):
+    for name in ("default", "strict", "dev"):
         profile = load_profile(name)
         assert profile.seccomp is not None and profile.seccomp.name == "seccomp-components.json"
         assert profile.seccomp_json is not None
-    assert load_profile("dev").seccomp is None
     shown = json.loads(flow_runner("profiles", "show", "default").stdout)
     seccomp = shown["enforcement"]["seccomp"]
     assert seccomp["file"] == str(load_profile("default").seccomp)
@@ -91,7 +97,7 @@ def test_default_and_strict_name_the_shipped_filter_and_show_summarises_it() -> 
         ]
     )
     dev = json.loads(flow_runner("profiles", "show", "dev").stdout)["enforcement"]
-    assert dev["seccomp"]["file"] is None
+    assert dev["seccomp"]["file"] == str(load_profile("dev").seccomp)
     assert "not bounded" in dev["disk"]["root"]
 
 
