@@ -299,7 +299,8 @@ class _Batch:
         attempt = 0
         while True:
             run_id = f"{new_run_id()[:8]}-{row.id}"
-            attempt = self.store.start(row.id, run_id)
+            self.store.start(row.id, run_id)
+            attempt += 1
             outcome = await self._attempt(row, run_id)
             took = time.monotonic() - started
             if self.control.stopping and _cancelled(outcome):

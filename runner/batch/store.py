@@ -115,7 +115,10 @@ class Store:
         return _Transaction(self.db)
 
     def queue(self, entry: dict[str, Any]) -> None:
-        """Make a row pending (new, changed or rerun), clearing any earlier result."""
+        """Make a row pending (new, changed or rerun), clearing any earlier result.
+
+        A row resumed with the same key (stopped or lost in flight) keeps its count of
+        attempts, so the store shows it was started before."""
         self.db.execute(
             "INSERT INTO runs (id, manifest, line, key, input_digest, target, image_id, "
             "state, attempts, queued_at) VALUES (:id, :manifest, :line, :key, "
@@ -125,22 +128,21 @@ class Store:
             "input_digest = excluded.input_digest, target = excluded.target, "
             "image_id = excluded.image_id, state = 'pending', status = NULL, "
             "outcome = NULL, error_code = NULL, error_message = NULL, output = NULL, "
-            "exit_code = NULL, run_id = NULL, attempts = 0, queued_at = excluded.queued_at, "
+            "exit_code = NULL, run_id = NULL, queued_at = excluded.queued_at, "
+            "attempts = CASE WHEN runs.key = excluded.key AND runs.state != 'done' "
+            "THEN runs.attempts ELSE 0 END, "
             "started_at = NULL, ended_at = NULL, seconds = NULL, stderr_tail = NULL, "
             "report = NULL",
             {**entry, "now": time.time()},
         )
 
-    def start(self, row_id: str, run_id: str) -> int:
-        """Record an attempt starting; return its number (1 for the first)."""
-        with self.transaction():
-            self.db.execute(
-                "UPDATE runs SET state = 'running', run_id = ?, attempts = attempts + 1, "
-                "started_at = ? WHERE id = ?",
-                (run_id, time.time(), row_id),
-            )
-            return int(self.db.execute("SELECT attempts FROM runs WHERE id = ?", (row_id,))
-                       .fetchone()[0])  # fmt: skip
+    def start(self, row_id: str, run_id: str) -> None:
+        """Record an attempt starting (committed before its container is created)."""
+        self.db.execute(
+            "UPDATE runs SET state = 'running', run_id = ?, attempts = attempts + 1, "
+            "started_at = ? WHERE id = ?",
+            (run_id, time.time(), row_id),
+        )
 
     def finish(self, row_id: str, final: Final, *, seconds: float) -> None:
         """Commit a result: ``done``, or ``pending`` again if it was interrupted."""
