@@ -65,6 +65,9 @@ class Progress:
         self.stream = stream
         self.every = every
 
+    def note(self, text: str) -> None:
+        self._print(text)
+
     def failure(self, row_id: str, status: str, summary: str) -> None:
         self._print(f"{status.upper()} {row_id}: {summary}")
 

@@ -232,9 +232,15 @@ class _Batch:
         return lines
 
     async def run(self, lines: set[int]) -> None:
-        if not lines:
-            return
         self.counts.total, self.counts.skipped = len(lines), self.result.skipped
+        if not lines:
+            shown = progress(self.options.progress, self.counts)
+            shown.note(
+                f"nothing to run: all {self.result.skipped} row(s) have a final result "
+                "for their key (--rerun failed|all runs them again)"
+            )
+            shown.close()
+            return
         await anyio.to_thread.run_sync(_sweep)
         shown = progress(self.options.progress, self.counts, self.options.progress_every)
         send, receive = anyio.create_memory_object_stream[Row](max(1, self.options.jobs))
