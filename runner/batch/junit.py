@@ -1,0 +1,73 @@
+"""JUnit XML from the store, in the shape Jenkins, GitLab and GitHub test reporters read.
+
+One ``testsuite`` per manifest; a ``testcase`` per row with ``classname`` = manifest
+name and ``name`` = row id (unique in a manifest), ``time`` in seconds, ``properties``
+with the key and image id (and the outcome and attempts). A failed run is a ``failure``
+(message: error code and the first line of its message; body: the stderr tail), an
+infra-failed run an ``error``, a row without a final result ``skipped``.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from .store import FAILED, INFRA_FAILED, Store
+
+
+def write_junit(store: Store, path: Path, manifest: str | None = None) -> None:
+    """Write the store's rows (of ``manifest``, or all) as JUnit XML to ``path``."""
+    suites = ET.Element("testsuites", name="flow-runner batch")
+    current: ET.Element | None = None
+    where, params = ("manifest = ?", (manifest,)) if manifest is not None else ("1", ())
+    totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    seconds = 0.0
+    for row in store.rows(where, params):
+        if current is None or current.get("name") != row["manifest"]:
+            current = ET.SubElement(suites, "testsuite", name=row["manifest"])
+            _init(current)
+        case = ET.SubElement(
+            current, "testcase", classname=row["manifest"], name=row["id"],
+            time=f"{row['seconds'] or 0:.3f}",
+        )  # fmt: skip
+        props = ET.SubElement(case, "properties")
+        for name in ("key", "image_id", "outcome", "attempts", "run_id"):
+            if row[name] is not None:
+                ET.SubElement(props, "property", name=name, value=str(row[name]))
+        kind = None
+        if row["state"] != "done":
+            kind = "skipped"
+            ET.SubElement(
+                case, "skipped", message=f"not finished ({row['status'] or row['state']})"
+            )
+        elif row["status"] in (FAILED, INFRA_FAILED):
+            kind = "failures" if row["status"] == FAILED else "errors"
+            first = (row["error_message"] or "").strip().partition("\n")[0]
+            element = ET.SubElement(
+                case, "failure" if row["status"] == FAILED else "error",
+                message=f"{row['error_code']}: {first}", type=row["error_code"] or "",
+            )  # fmt: skip
+            element.text = row["stderr_tail"] or row["error_message"] or ""
+        _add(current, "tests")
+        if kind is not None:
+            _add(current, kind)
+        current.set("time", f"{float(current.get('time', '0')) + (row['seconds'] or 0):.3f}")
+    for suite in suites:
+        for name in totals:
+            totals[name] += int(suite.get(name, "0"))
+        seconds += float(suite.get("time", "0"))
+    for name, value in totals.items():
+        suites.set(name, str(value))
+    suites.set("time", f"{seconds:.3f}")
+    ET.indent(suites)
+    ET.ElementTree(suites).write(path, encoding="utf-8", xml_declaration=True)
+
+
+def _init(suite: ET.Element) -> None:
+    for name in ("tests", "failures", "errors", "skipped"):
+        suite.set(name, "0")
+    suite.set("time", "0")
+
+
+def _add(suite: ET.Element, name: str) -> None:
+    suite.set(name, str(int(suite.get(name, "0")) + 1))

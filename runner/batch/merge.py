@@ -1,0 +1,74 @@
+"""Joining shard stores (``batch merge``) and comparing two stores (``batch diff``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from .store import COLUMNS, Store, StoreError
+
+
+def merge(sources: list[Path], target: Path) -> int:
+    """Copy every row of ``sources`` into ``target``; return the rows written.
+
+    An id in more than one source keeps one row: a final result over one without, then
+    the one that ended last. The target may be one of the sources' earlier merges.
+    """
+    out = Store(target)
+    written = 0
+    placeholders = ", ".join("?" for _ in COLUMNS)
+    try:
+        with out.transaction():
+            for path in sources:
+                if path.resolve() == target.resolve():
+                    raise StoreError(f"{path}: the output must not be one of the inputs")
+                source = Store(path, create=False)
+                try:
+                    for row in source.rows():
+                        if _keep_existing(out, row):
+                            continue
+                        out.db.execute(
+                            f"INSERT OR REPLACE INTO runs ({', '.join(COLUMNS)}) "
+                            f"VALUES ({placeholders})",
+                            tuple(row[c] for c in COLUMNS),
+                        )
+                        written += 1
+                finally:
+                    source.close()
+    finally:
+        out.close()
+    return written
+
+
+def _keep_existing(out: Store, row: Any) -> bool:
+    have = out.db.execute("SELECT state, ended_at FROM runs WHERE id = ?", (row["id"],)).fetchone()
+    if have is None:
+        return False
+    rank = (have[0] == "done", have[1] or 0.0)
+    return rank >= (row["state"] == "done", row["ended_at"] or 0.0)
+
+
+def diff(old: Path, new: Path) -> Iterator[dict[str, Any]]:
+    """Rows with the same id and input whose status, outcome, error code or output changed.
+
+    Rows are matched by id and input digest (not by key: the key changes with the image
+    and the runner, which is what a regression report compares).
+    """
+    a, b = Store(old, create=False), Store(new, create=False)
+    fields = ("status", "outcome", "error_code", "output")
+    try:
+        for row in b.rows("state = 'done'"):
+            before = a.db.execute(
+                "SELECT * FROM runs WHERE id = ? AND input_digest = ? AND state = 'done'",
+                (row["id"], row["input_digest"]),
+            ).fetchone()
+            if before is None:
+                continue
+            changed = {f: {"old": before[f], "new": row[f]} for f in fields if before[f] != row[f]}
+            if changed:
+                yield {"manifest": row["manifest"], "id": row["id"], "changed": changed,
+                       "image_id": {"old": before["image_id"], "new": row["image_id"]}}  # fmt: skip
+    finally:
+        a.close()
+        b.close()

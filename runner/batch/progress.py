@@ -1,0 +1,150 @@
+"""What a batch shows while it runs: a live display, plain lines, or nothing.
+
+On a terminal (``rich``, imported only then) a live bar with done / failed / running /
+retried counts and the ETA, failures printed above it as they happen. Elsewhere (a CI
+log) one plain line every few seconds and a last one at the end, e.g.
+``412/1000 done=400 failed=8 retried=4 running=2 eta 3m``, failures on lines of their
+own. ``quiet`` shows nothing.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import IO, Any, Literal
+
+import anyio
+
+Mode = Literal["auto", "rich", "plain", "quiet"]
+
+
+@dataclass
+class Counts:
+    """The batch's counters, shared by every display."""
+
+    total: int = 0
+    skipped: int = 0
+    done: int = 0
+    failed: int = 0
+    retried: int = 0
+    running: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def finished(self) -> int:
+        return self.done + self.failed
+
+    def eta(self) -> str:
+        left = self.total - self.finished
+        if self.finished == 0 or left <= 0:
+            return "-" if left > 0 else "0s"
+        seconds = (time.monotonic() - self.started) / self.finished * left
+        return _duration(seconds)
+
+    def line(self) -> str:
+        return (
+            f"{self.finished}/{self.total} done={self.done} failed={self.failed} "
+            f"retried={self.retried} running={self.running} eta {self.eta()}"
+        )
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.0f}s"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds / 3600:.1f}h"
+
+
+class Progress:
+    """Plain lines (also the base: counters and failure lines)."""
+
+    def __init__(self, counts: Counts, stream: IO[str], every: float) -> None:
+        self.counts = counts
+        self.stream = stream
+        self.every = every
+
+    def note(self, text: str) -> None:
+        self._print(text)
+
+    def failure(self, row_id: str, status: str, summary: str) -> None:
+        self._print(f"{status.upper()} {row_id}: {summary}")
+
+    def retry(self, row_id: str, attempt: int, summary: str) -> None:
+        self._print(f"RETRY {row_id} (attempt {attempt + 1}): {summary}")
+
+    async def show(self) -> None:
+        """Print a line every ``every`` seconds until cancelled."""
+        while True:
+            await anyio.sleep(self.every)
+            self._print(self.counts.line())
+
+    def close(self) -> None:
+        self._print(self.counts.line())
+
+    def _print(self, text: str) -> None:
+        print(f"flow-runner batch: {text}", file=self.stream, flush=True)
+
+
+class Quiet(Progress):
+    def _print(self, text: str) -> None:
+        pass
+
+    async def show(self) -> None:
+        await anyio.sleep_forever()
+
+
+class Live(Progress):
+    """A rich live display on a terminal."""
+
+    def __init__(self, counts: Counts, stream: IO[str], every: float) -> None:
+        super().__init__(counts, stream, every)
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.console = Console(file=stream)
+        self.bar = Progress(
+            TextColumn("[bold]batch"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total}"),
+            TextColumn("{task.fields[counts]}"),
+            TimeRemainingColumn(),
+            console=self.console,
+            refresh_per_second=4,
+        )
+        self.task: Any = self.bar.add_task("batch", total=counts.total, counts="")
+        self.bar.start()
+
+    def _update(self) -> None:
+        c = self.counts
+        self.bar.update(
+            self.task,
+            total=c.total,
+            completed=c.finished,
+            counts=f"done={c.done} failed={c.failed} running={c.running} retried={c.retried}",
+        )
+
+    async def show(self) -> None:
+        while True:
+            self._update()
+            await anyio.sleep(0.25)
+
+    def close(self) -> None:
+        self._update()
+        self.bar.stop()
+
+    def _print(self, text: str) -> None:
+        self.bar.console.print(text, markup=False, highlight=False)
+
+
+def progress(
+    mode: Mode, counts: Counts, every: float = 5.0, stream: IO[str] | None = None
+) -> Progress:
+    """The display for ``mode`` (``auto``: live on a terminal, else plain lines)."""
+    out = stream or sys.stderr
+    if mode == "quiet":
+        return Quiet(counts, out, every)
+    if mode == "rich" or (mode == "auto" and out.isatty()):
+        return Live(counts, out, every)
+    return Progress(counts, out, every)

@@ -1,0 +1,63 @@
+"""Reading a store back: the summary table (``batch report``) and JSON Lines results."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, TextIO
+
+from .store import Store
+
+_RESULT_FIELDS = (
+    "id", "manifest", "key", "state", "status", "outcome", "error_code", "error_message",
+    "exit_code", "attempts", "seconds", "image_id",
+)  # fmt: skip
+
+
+def result_of(row: Any) -> dict[str, Any]:
+    """One row as a JSON-able result (output decoded; the run report left in the store)."""
+    result = {name: row[name] for name in _RESULT_FIELDS}
+    result["output"] = json.loads(row["output"]) if row["output"] is not None else None
+    return result
+
+
+def write_jsonl(store: Store, path: Path, manifest: str | None = None) -> None:
+    """One result per line, in manifest order."""
+    where, params = ("manifest = ?", (manifest,)) if manifest is not None else ("1", ())
+    with path.open("w", encoding="utf-8") as out:
+        for row in store.rows(where, params):
+            out.write(json.dumps(result_of(row), ensure_ascii=False) + "\n")
+
+
+def summary(store: Store) -> dict[str, Any]:
+    """Counts by status per manifest, and the rows that did not succeed."""
+    manifests: dict[str, dict[str, int]] = {}
+    problems: list[dict[str, Any]] = []
+    seconds = 0.0
+    for row in store.rows():
+        status = row["status"] if row["state"] == "done" else (row["status"] or row["state"])
+        counts = manifests.setdefault(row["manifest"], {})
+        counts[status] = counts.get(status, 0) + 1
+        counts["total"] = counts.get("total", 0) + 1
+        seconds += row["seconds"] or 0
+        if status != "succeeded":
+            problems.append({
+                "manifest": row["manifest"], "id": row["id"], "status": status,
+                "error_code": row["error_code"],
+                "message": (row["error_message"] or "").strip().partition("\n")[0][:200],
+            })  # fmt: skip
+    return {"manifests": manifests, "not_succeeded": problems, "run_seconds": round(seconds, 3)}
+
+
+def print_summary(info: dict[str, Any], out: TextIO) -> None:
+    """The summary as a table for people."""
+    columns = ("total", "succeeded", "failed", "infra-failed", "interrupted", "pending", "running")
+    print(f"{'manifest':24} " + " ".join(f"{c:>12}" for c in columns), file=out)
+    for name, counts in info["manifests"].items():
+        cells = " ".join(f"{counts.get(c, 0):>12}" for c in columns)
+        print(f"{name[:24]:24} {cells}", file=out)
+    if info["not_succeeded"]:
+        print("\nnot succeeded:", file=out)
+        for p in info["not_succeeded"]:
+            print(f"  {p['manifest']}/{p['id']:20} {p['status']:13} {p['error_code'] or ''}"
+                  f" {p['message']}", file=out)  # fmt: skip

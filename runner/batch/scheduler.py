@@ -1,0 +1,423 @@
+"""The batch scheduler: plan against the store, admit runs into ``jobs`` slots, commit.
+
+One pass checks the whole manifest (nothing runs from a manifest with a bad line); a
+second computes every row's key, keeps the rows of the shard and queues, in one
+transaction, those without a committed final result for that key; a third streams the
+queued rows to the slots. A producer prepares the next rows (parsed, profile loaded,
+sandbox object built) ahead of the slots, so a slot that commits its result takes the
+next run at once and the engine always has a container being created, started or run
+for every slot while any run is pending. A slot commits its finished run before it
+takes the next one.
+
+Stopping (Ctrl-C, SIGTERM, ``--halt now``) cancels the runs in flight with their grace;
+they are committed as ``pending`` / ``interrupted`` and run again on resume. A second
+signal kills them at once; every container is still removed (the sandbox's cleanup is
+shielded).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import anyio
+from anyio.abc import ObjectReceiveStream
+
+from runner import json1
+from runner.api import Execution, Invocation, execute, new_run_id
+from runner.config import ConfigError, HostConfig
+from runner.host.driver import Graces, RunControl
+from runner.package.errors import InvocationRefused, PackageError
+from runner.sandbox.attachments import AttachmentError
+from runner.sandbox.base import LaunchRequest
+from runner.sandbox.errors import ImageMissing, SandboxError
+
+from .keys import Digests, ImageIds, input_digest, invocation_key, key_document, shard_of
+from .manifest import Defaults, Row, check
+from .progress import Counts, Mode, progress
+from .retry import backoff, is_infrastructure_failure
+from .store import FAILED, INFRA_FAILED, INTERRUPTED, SUCCEEDED, Final, Store
+
+if TYPE_CHECKING:
+    from runner.flows import FlowHost
+
+Rerun = Literal["none", "failed", "all"]
+STDERR_TAIL = 4096
+"""Characters of a run's stderr kept in its row (JUnit shows them); the report keeps more."""
+
+EXIT_OK, EXIT_FAILED, EXIT_INFRA, EXIT_INTERRUPTED = 0, 4, 5, 130
+
+
+@dataclass(frozen=True)
+class Halt:
+    """``--halt-on-failure``: ``count`` failures, or ``percent`` of the rows to run."""
+
+    count: int | None = None
+    percent: float | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> Halt:
+        """``N`` or ``N%``; a ValueError names the form."""
+        try:
+            if text.endswith("%"):
+                percent = float(text[:-1])
+                if 0 < percent <= 100:
+                    return cls(percent=percent)
+            elif int(text) >= 1:
+                return cls(count=int(text))
+        except ValueError:
+            pass
+        raise ValueError(f"{text!r} is not a failure count or share; use e.g. 5 or 10%")
+
+    def reached(self, failures: int, total: int) -> bool:
+        if self.count is not None:
+            return failures >= self.count
+        assert self.percent is not None
+        return failures >= max(1, math.ceil(total * self.percent / 100))
+
+
+@dataclass
+class BatchOptions:
+    """Everything ``flow-runner batch`` takes, as the Python API takes it."""
+
+    manifest: Path
+    results: Path = Path("flow-runner-results.sqlite")
+    defaults: Defaults = field(default_factory=Defaults)
+    config: HostConfig | None = None
+    jobs: int = field(default_factory=lambda: os.cpu_count() or 1)
+    retries: int = 2
+    rerun: Rerun = "none"
+    halt: Halt | None = None
+    halt_now: bool = False
+    """With ``halt``: cancel the runs in flight too, not only stop admitting."""
+    shard: tuple[int, int] | None = None
+    """``(I, N)``: only the rows whose key falls in shard I of N."""
+    progress: Mode = "auto"
+    progress_every: float = 5.0
+    backoff: float = 0.5
+    """Seconds before the first retry; doubles with each further attempt."""
+    client: Any = None
+    """A docker-py client; the process-wide default when ``None``."""
+
+
+@dataclass
+class BatchResult:
+    """What the batch did; ``statuses`` counts the final statuses over the shard's rows."""
+
+    planned: int = 0
+    """Rows of the manifest (of the shard) this batch looked at."""
+    queued: int = 0
+    skipped: int = 0
+    statuses: dict[str, int] = field(default_factory=dict)
+    interrupted: bool = False
+    halted: bool = False
+
+    @property
+    def exit_status(self) -> int:
+        """130 interrupted, else 5 any infra-failed, else 4 any failed (or not run after a
+        halt), else 0."""
+        if self.interrupted:
+            return EXIT_INTERRUPTED
+        if self.statuses.get(INFRA_FAILED):
+            return EXIT_INFRA
+        if self.statuses.get(FAILED) or self.halted:
+            return EXIT_FAILED
+        return EXIT_OK
+
+
+class BatchControl:
+    """Stops a batch from outside (signals): ``stop()`` gracefully, ``kill()`` at once."""
+
+    def __init__(self) -> None:
+        self.stopping = False
+        self.killing = False
+        self._runs: set[RunControl] = set()
+
+    def stop(self) -> None:
+        """Admit nothing more and cancel the runs in flight (grace, then kill)."""
+        self.stopping = True
+        for run in self._runs:
+            run.cancel()
+
+    def kill(self) -> None:
+        """Kill the runs in flight now."""
+        self.stopping = self.killing = True
+        for run in self._runs:
+            run.kill()
+
+    def _add(self, run: RunControl) -> None:
+        self._runs.add(run)
+        if self.killing:
+            run.kill()
+        elif self.stopping:
+            run.cancel()
+
+
+def manifest_name(path: Path) -> str:
+    """The manifest's name in the store and in JUnit: its file name without suffix."""
+    return path.name.removesuffix(".jsonl").removesuffix(".json") or path.name
+
+
+async def run_batch(options: BatchOptions, control: BatchControl | None = None) -> BatchResult:
+    """Run a manifest; raises ManifestError / StoreError / SandboxError before any run.
+
+    Must be called in an anyio event loop; ``control`` lets the caller stop it.
+    """
+    rows = check(options.manifest, options.defaults, options.config)
+    store = Store(options.results)
+    try:
+        batch = _Batch(options, store, control or BatchControl())
+        lines = await anyio.to_thread.run_sync(batch.plan, rows)
+        await batch.run(lines)
+        return batch.result
+    finally:
+        store.close()
+
+
+class _Batch:
+    def __init__(self, options: BatchOptions, store: Store, control: BatchControl) -> None:
+        self.options = options
+        self.store = store
+        self.control = control
+        self.result = BatchResult()
+        self.counts = Counts()
+        self.name = manifest_name(options.manifest)
+        self._client = options.client
+        self._flows: FlowHost | None = None
+
+    def client(self) -> Any:
+        if self._client is None:
+            from runner.sandbox.docker import default_client
+
+            self._client = default_client()
+        return self._client
+
+    def plan(self, rows: Any) -> set[int]:
+        """Key every row; queue those of the shard that have no final result for their key.
+
+        Returns the line numbers to run. Rows already final count into the result now.
+        """
+        image_ids, digests = ImageIds(self.client), Digests()
+        rerun, shard = self.options.rerun, self.options.shard
+        lines: set[int] = set()
+        with self.store.transaction():
+            for row in rows:
+                key = invocation_key(key_document(row, image_ids, digests, self.options.config))
+                if shard is not None and shard_of(key, shard[1]) != shard[0]:
+                    continue
+                self.result.planned += 1
+                known = self.store.known(row.id)
+                final = known is not None and known.key == key and known.state == "done"
+                if (
+                    known is not None
+                    and final
+                    and known.status is not None
+                    and (rerun == "none" or (rerun == "failed" and known.status == SUCCEEDED))
+                ):
+                    self.result.skipped += 1
+                    self._count(known.status)
+                    continue
+                image_id = image_ids(row.image) if row.image is not None else None
+                self.store.queue({
+                    "id": row.id, "manifest": self.name, "line": row.line, "key": key,
+                    "input_digest": input_digest(row), "target": row.image or f"flow {row.flow}",
+                    "image_id": image_id,
+                })  # fmt: skip
+                lines.add(row.line)
+        self.result.queued = len(lines)
+        return lines
+
+    async def run(self, lines: set[int]) -> None:
+        self.counts.total, self.counts.skipped = len(lines), self.result.skipped
+        if not lines:
+            shown = progress(self.options.progress, self.counts)
+            shown.note(
+                f"nothing to run: all {self.result.skipped} row(s) have a final result "
+                "for their key (--rerun failed|all runs them again)"
+            )
+            shown.close()
+            return
+        await anyio.to_thread.run_sync(_sweep)
+        shown = progress(self.options.progress, self.counts, self.options.progress_every)
+        send, receive = anyio.create_memory_object_stream[Row](max(1, self.options.jobs))
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(shown.show)
+                async with anyio.create_task_group() as slots:
+                    slots.start_soon(self._produce, send, lines)
+                    for _ in range(max(1, self.options.jobs)):
+                        slots.start_soon(self._slot, receive.clone(), shown)
+                    receive.close()
+                tg.cancel_scope.cancel()
+        finally:
+            shown.close()
+            if self._flows is not None:
+                await self._flows.aclose()
+        self.result.interrupted = self.control.stopping and not self.result.halted
+
+    async def _produce(self, send: Any, lines: set[int]) -> None:
+        rows = check(self.options.manifest, self.options.defaults, self.options.config)
+        async with send:
+            for row in rows:
+                if row.line not in lines:
+                    continue
+                if self.control.stopping:
+                    return
+                await send.send(row)
+
+    async def _slot(self, receive: ObjectReceiveStream[Row], shown: Any) -> None:
+        async with receive:
+            async for row in receive:
+                if self.control.stopping:
+                    return
+                self.counts.running += 1
+                try:
+                    final, seconds = await self._run_row(row, shown)
+                finally:
+                    self.counts.running -= 1
+                self.store.finish(row.id, final, seconds=seconds)
+                self._count(final.status)
+                if final.status in (SUCCEEDED,):
+                    self.counts.done += 1
+                elif final.status != INTERRUPTED:
+                    self.counts.failed += 1
+                    shown.failure(row.id, final.status, _summary(final))
+                    self._check_halt()
+
+    def _check_halt(self) -> None:
+        halt = self.options.halt
+        failures = self.result.statuses.get(FAILED, 0) + self.result.statuses.get(INFRA_FAILED, 0)
+        if halt is None or self.result.halted or not halt.reached(failures, self.counts.total):
+            return
+        self.result.halted = True
+        if self.options.halt_now:
+            self.control.stop()
+        else:
+            self.control.stopping = True
+
+    async def _run_row(self, row: Row, shown: Any) -> tuple[Final, float]:
+        """Run a row's attempts: retry infrastructure failures only, with backoff."""
+        started = time.monotonic()
+        attempt = 0
+        while True:
+            run_id = f"{new_run_id()[:8]}-{row.id}"
+            self.store.start(row.id, run_id)
+            attempt += 1
+            outcome = await self._attempt(row, run_id)
+            took = time.monotonic() - started
+            if self.control.stopping and _cancelled(outcome):
+                stopped = "the batch was stopped before the run finished"
+                return Final(INTERRUPTED, error_code="CANCELLED", error_message=stopped), took
+            if not is_infrastructure_failure(outcome):
+                return _final(outcome), took
+            if attempt > self.options.retries or self.control.stopping:
+                message = _final(outcome).error_message
+                return Final(INFRA_FAILED, error_code="INFRASTRUCTURE", error_message=message), took
+            self.counts.retried += 1
+            shown.retry(row.id, attempt, _first_line(str(outcome)))
+            await anyio.sleep(backoff(attempt, self.options.backoff))
+
+    async def _attempt(self, row: Row, run_id: str) -> Execution | Exception:
+        run = RunControl()
+        self.control._add(run)
+        try:
+            if row.flow is not None:
+                return await self._flow_host().run(
+                    row.flow, row.input, deadline_seconds=row.deadline, control=run
+                )
+            from runner.sandbox.docker import DockerSandbox
+
+            assert row.image is not None and row.profile is not None
+            command = list(row.command) if row.command is not None else None
+            sandbox = DockerSandbox(row.image, row.profile, command, client=self.client())
+            invocation = Invocation.within(
+                row.deadline,
+                input=row.input,
+                settings=row.settings,
+                launch=LaunchRequest(row.attachments, None, run_id),
+            )
+            graces = Graces(cancel=row.profile.cancel_grace, exit=row.profile.exit_grace)
+            return await execute(
+                sandbox, invocation, target=row.image, backend="docker", graces=graces,
+                control=run,
+            )  # fmt: skip
+        except Exception as exc:  # judged below: final, retried, or infra-failed
+            return exc
+        finally:
+            self.control._runs.discard(run)
+
+    def _flow_host(self) -> FlowHost:
+        if self._flows is None:
+            from runner.flows import FlowHost
+
+            assert self.options.config is not None
+            self._flows = FlowHost(self.options.config)
+        return self._flows
+
+    def _count(self, status: str) -> None:
+        self.result.statuses[status] = self.result.statuses.get(status, 0) + 1
+
+
+def _sweep() -> None:
+    """Remove containers of batches (or execs) that died, before starting more."""
+    from runner.sandbox.gc import sweep
+
+    sweep()
+
+
+def _cancelled(outcome: Execution | Exception) -> bool:
+    if isinstance(outcome, Execution):
+        error = outcome.verdict.error
+        return error is not None and error.code == "CANCELLED"
+    return True  # anything that broke while the batch stopped it: run it again on resume
+
+
+def _final(outcome: Execution | Exception) -> Final:
+    """A run's result as the store keeps it."""
+    if isinstance(outcome, Execution):
+        report, verdict = outcome.report, outcome.verdict
+        tail = report.stderr[-STDERR_TAIL:]
+        if verdict.result is not None:
+            return Final(
+                SUCCEEDED, outcome=report.outcome, output=_json(verdict.result.get("output")),
+                exit_code=report.exit_code, stderr_tail=tail, report=report.model_dump_json(),
+            )  # fmt: skip
+        assert report.error is not None
+        return Final(
+            FAILED, error_code=report.error.code, error_message=report.error.message,
+            exit_code=report.exit_code, stderr_tail=tail, report=report.model_dump_json(),
+        )  # fmt: skip
+    return Final(FAILED, error_code=_code_of(outcome), error_message=str(outcome))
+
+
+def _code_of(exc: Exception) -> str:
+    """An error code for a run refused or broken before it had a verdict."""
+    if isinstance(exc, InvocationRefused):
+        return exc.code
+    if isinstance(exc, ImageMissing):
+        return "IMAGE_MISSING"
+    if isinstance(exc, AttachmentError):
+        return "ATTACHMENT_REFUSED"
+    if isinstance(exc, PackageError):
+        return "PACKAGE_ERROR"
+    if isinstance(exc, ConfigError):
+        return "CONFIG_ERROR"
+    if isinstance(exc, SandboxError):
+        return "SANDBOX_ERROR"
+    return "RUNNER_ERROR"
+
+
+def _json(value: object) -> str:
+    return json1.dumps(value).decode()
+
+
+def _first_line(text: str) -> str:
+    return text.strip().partition("\n")[0][:300]
+
+
+def _summary(final: Final) -> str:
+    return f"{final.error_code}: {_first_line(final.error_message or '')}"

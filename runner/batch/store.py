@@ -1,0 +1,186 @@
+"""The result store: one SQLite database (WAL), one row per invocation.
+
+Every state change is its own committed transaction, so ``kill -9`` of the batch loses at
+most the runs in flight (left ``running``, run again on resume), never a committed
+result. ``synchronous = NORMAL`` in WAL mode keeps committed transactions across a crash
+of the process (only a crash of the machine could lose the last ones) and costs no fsync
+per row.
+
+States: ``pending`` (to run, or stopped before it finished), ``running`` (an attempt is
+under way), ``done`` (a final result). Statuses of a done row: ``succeeded`` (outcome
+``done`` or a declared custom outcome), ``failed`` (a Run error, or a refusal before
+launch), ``infra-failed`` (the infrastructure failed every attempt). A pending row that
+was stopped carries status ``interrupted``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+COLUMNS = (
+    "id", "manifest", "line", "key", "input_digest", "target", "image_id", "state", "status",
+    "outcome", "error_code", "error_message", "output", "exit_code", "run_id", "attempts",
+    "queued_at", "started_at", "ended_at", "seconds", "stderr_tail", "report",
+)  # fmt: skip
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    id TEXT PRIMARY KEY,
+    manifest TEXT NOT NULL,
+    line INTEGER NOT NULL,
+    key TEXT NOT NULL,
+    input_digest TEXT NOT NULL,
+    target TEXT NOT NULL,
+    image_id TEXT,
+    state TEXT NOT NULL CHECK (state IN ('pending', 'running', 'done')),
+    status TEXT,
+    outcome TEXT,
+    error_code TEXT,
+    error_message TEXT,
+    output TEXT,
+    exit_code INTEGER,
+    run_id TEXT,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    queued_at REAL,
+    started_at REAL,
+    ended_at REAL,
+    seconds REAL,
+    stderr_tail TEXT,
+    report TEXT
+);
+"""
+SUCCEEDED, FAILED, INFRA_FAILED, INTERRUPTED = "succeeded", "failed", "infra-failed", "interrupted"
+
+
+class StoreError(ValueError):
+    """The results file is not a batch store (or cannot be opened); says which and why."""
+
+
+@dataclass(frozen=True)
+class Known:
+    """What the store holds for an id already: enough to decide whether to run it."""
+
+    key: str
+    state: str
+    status: str | None
+
+
+@dataclass(frozen=True)
+class Final:
+    """A run's final (or interrupted) result, as the store keeps it."""
+
+    status: str
+    outcome: str | None = None
+    error_code: str | None = None
+    error_message: str | None = None
+    output: str | None = None
+    exit_code: int | None = None
+    stderr_tail: str | None = None
+    report: str | None = None
+
+
+class Store:
+    """The batch's SQLite database; every method commits what it changed."""
+
+    def __init__(self, path: Path, *, create: bool = True) -> None:
+        if not create and not path.is_file():
+            raise StoreError(f"{path}: no such results file")
+        try:
+            self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            self.db.execute("PRAGMA journal_mode = WAL")
+            self.db.execute("PRAGMA synchronous = NORMAL")
+            self.db.execute("PRAGMA busy_timeout = 5000")
+            self.db.executescript(SCHEMA)
+            self.db.execute("SELECT id FROM runs LIMIT 1").fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{path}: not a flow-runner results database ({exc})") from exc
+        self.db.row_factory = sqlite3.Row
+        self.path = path
+
+    def close(self) -> None:
+        self.db.close()
+
+    def known(self, row_id: str) -> Known | None:
+        found = self.db.execute(
+            "SELECT key, state, status FROM runs WHERE id = ?", (row_id,)
+        ).fetchone()
+        return None if found is None else Known(found[0], found[1], found[2])
+
+    def transaction(self) -> _Transaction:
+        """One transaction around many writes (the planning pass)."""
+        return _Transaction(self.db)
+
+    def queue(self, entry: dict[str, Any]) -> None:
+        """Make a row pending (new, changed or rerun), clearing any earlier result.
+
+        A row resumed with the same key (stopped or lost in flight) keeps its count of
+        attempts, so the store shows it was started before."""
+        self.db.execute(
+            "INSERT INTO runs (id, manifest, line, key, input_digest, target, image_id, "
+            "state, attempts, queued_at) VALUES (:id, :manifest, :line, :key, "
+            ":input_digest, :target, :image_id, 'pending', 0, :now) "
+            "ON CONFLICT (id) DO UPDATE SET manifest = excluded.manifest, "
+            "line = excluded.line, key = excluded.key, "
+            "input_digest = excluded.input_digest, target = excluded.target, "
+            "image_id = excluded.image_id, state = 'pending', status = NULL, "
+            "outcome = NULL, error_code = NULL, error_message = NULL, output = NULL, "
+            "exit_code = NULL, run_id = NULL, queued_at = excluded.queued_at, "
+            "attempts = CASE WHEN runs.key = excluded.key AND runs.state != 'done' "
+            "THEN runs.attempts ELSE 0 END, "
+            "started_at = NULL, ended_at = NULL, seconds = NULL, stderr_tail = NULL, "
+            "report = NULL",
+            {**entry, "now": time.time()},
+        )
+
+    def start(self, row_id: str, run_id: str) -> None:
+        """Record an attempt starting (committed before its container is created)."""
+        self.db.execute(
+            "UPDATE runs SET state = 'running', run_id = ?, attempts = attempts + 1, "
+            "started_at = ? WHERE id = ?",
+            (run_id, time.time(), row_id),
+        )
+
+    def finish(self, row_id: str, final: Final, *, seconds: float) -> None:
+        """Commit a result: ``done``, or ``pending`` again if it was interrupted."""
+        state = "pending" if final.status == INTERRUPTED else "done"
+        self.db.execute(
+            "UPDATE runs SET state = ?, status = ?, outcome = ?, error_code = ?, "
+            "error_message = ?, output = ?, exit_code = ?, stderr_tail = ?, report = ?, "
+            "ended_at = ?, seconds = ? WHERE id = ?",
+            (
+                state, final.status, final.outcome, final.error_code, final.error_message,
+                final.output, final.exit_code, final.stderr_tail, final.report, time.time(),
+                seconds, row_id,
+            ),
+        )  # fmt: skip
+
+    def rows(self, where: str = "1", params: tuple[Any, ...] = ()) -> Iterator[sqlite3.Row]:
+        """Rows in manifest order (``where`` is SQL written here, never a user's text)."""
+        yield from self.db.execute(
+            f"SELECT * FROM runs WHERE {where} ORDER BY manifest, line", params
+        )
+
+    def counts(self) -> dict[str, int]:
+        """Rows by status (``pending``/``running`` for rows without a final result)."""
+        counts: dict[str, int] = {}
+        for state, status, n in self.db.execute(
+            "SELECT state, status, count(*) FROM runs GROUP BY state, status"
+        ):
+            name = status if state == "done" else (status or state)
+            counts[name] = counts.get(name, 0) + n
+        return counts
+
+
+class _Transaction:
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+
+    def __enter__(self) -> None:
+        self.db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, kind: object, *_: object) -> None:
+        self.db.execute("COMMIT" if kind is None else "ROLLBACK")
