@@ -34,6 +34,7 @@ from runner.sandbox.docker import (
     engine_unavailable,
 )
 from runner.sandbox.errors import DockerSandboxError
+from runner.sandbox.pathmap import runner_container_abandoned
 
 _CONFLICT = 409
 _CLOCK_SLACK_MS = 2_000
@@ -54,7 +55,9 @@ def sweep(client: docker.DockerClient | None = None) -> list[str]:
     except (docker.errors.DockerException, requests.exceptions.ConnectionError) as exc:
         raise engine_unavailable(exc) from exc
     for summary in summaries:
-        if not is_abandoned(summary.get("Labels") or {}, host):
+        labels = summary.get("Labels") or {}
+        verdict = runner_container_abandoned(labels, api)
+        if not (is_abandoned(labels, host) if verdict is None else verdict):
             continue
         try:
             api.remove_container(summary["Id"], v=True, force=True)

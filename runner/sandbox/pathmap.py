@@ -1,0 +1,223 @@
+"""Bind sources as the engine's host sees them, when flow-runner itself runs in a container.
+
+With the engine's socket mounted into a runner container, every container the runner
+makes is the engine's sibling, and the engine resolves a bind source on *its* host, not
+in the runner's container: ``/work/in.txt`` in the runner is whatever the host has at
+``/work/in.txt``, or nothing (nektos/act#555). So every attachment and scratch path, for
+the root and every child, is judged on the runner's own view (the held descriptor, see
+``runner.sandbox.attachments``) and only the bind source handed to the engine is
+translated, here, by the longest bind-mount prefix among the runner container's own
+mounts, as the engine reports them when asked about that container.
+
+A path that no bind mount covers (the runner's own image, a tmpfs) is refused before any
+container, naming the ``-v`` that would cover it. A named volume is handed on as that
+volume when the path is the volume's root; a path inside one is refused (this engine
+offers no volume subpaths). Outside a container the map is the identity.
+
+The runner's container is found through ``/proc/self/mountinfo``: the engine bind-mounts
+its ``/etc/hostname``, ``/etc/hosts`` and ``/etc/resolv.conf`` from
+``<data-root>/containers/<id>/``, which names the id whatever the hostname was set to.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any, Literal
+
+from runner.sandbox.attachments import AttachmentError
+
+MOUNTINFO = Path("/proc/self/mountinfo")
+_CONTAINER_ROOT = re.compile(r"/containers/([0-9a-f]{64})/(?:hostname|hosts|resolv\.conf)$")
+
+
+class PathNotCovered(AttachmentError):
+    """A path the engine cannot see at the same place (or at all) from its host."""
+
+
+@dataclass(frozen=True)
+class HostSource:
+    """What to give the engine as a mount's source: a host path, or a named volume."""
+
+    type: Literal["bind", "volume"]
+    source: str
+
+
+@dataclass(frozen=True)
+class RunnerMount:
+    """One of the runner container's mounts: where it is inside, what it is outside."""
+
+    destination: PurePosixPath
+    type: str
+    source: str
+    """The host path of a bind mount; the volume's name for a named volume."""
+
+
+@dataclass(frozen=True)
+class PathMap:
+    """The runner's view of paths -> the engine host's; the identity outside a container."""
+
+    in_container: bool = False
+    container_id: str | None = None
+    """The runner's container on this engine; ``None`` in a container the engine does
+    not know (another engine, another host), where no path can be translated."""
+    mounts: tuple[RunnerMount, ...] = ()
+    sees_engine_pids: bool = True
+    """Whether a pid the engine reports names the same process here (the runner is not in
+    a container, or shares the host's pid namespace): only then can the mounts of a
+    started container be looked at through ``/proc/<pid>/root``."""
+
+    @classmethod
+    def from_self(cls, api: Any) -> PathMap:
+        """The map of the container this process runs in (``api``: docker-py's APIClient).
+
+        Outside a container, the identity. In one that the engine does not know (another
+        engine, another host), a map that refuses every path, saying why.
+        """
+        container_id = own_container_id()
+        if container_id is None:
+            return cls(in_container=True, sees_engine_pids=False) if in_container() else cls()
+        import docker.errors
+
+        try:
+            info = api.inspect_container(container_id)
+        except docker.errors.NotFound:
+            return cls(in_container=True, sees_engine_pids=False)
+        mounts = tuple(
+            RunnerMount(
+                PurePosixPath(m["Destination"]),
+                m.get("Type", ""),
+                m.get("Name") if m.get("Type") == "volume" else m.get("Source", ""),
+            )
+            for m in info.get("Mounts") or ()
+        )
+        pid_mode = (info.get("HostConfig") or {}).get("PidMode", "")
+        return cls(True, container_id, mounts, sees_engine_pids=pid_mode == "host")
+
+    def translate(self, path: Path) -> HostSource:
+        """The source the engine must be given to mount what ``path`` is here.
+
+        ``path`` is absolute and resolved (the kernel's name of a held descriptor).
+        """
+        if not self.in_container:
+            return HostSource("bind", str(path))
+        if self.container_id is None:
+            raise PathNotCovered(
+                f"{path} cannot be attached: flow-runner runs in a container that the "
+                "Docker engine it talks to does not know (another engine or host), so it "
+                "cannot tell where that path is on the engine's host; run flow-runner "
+                "on the engine's host, or in a container of that engine"
+            )
+        inner = PurePosixPath(path)
+        covering = [m for m in self.mounts if _within(inner, m.destination)]
+        if not covering:
+            raise PathNotCovered(
+                f"{path} cannot be attached: no bind mount of the runner's container "
+                f"({self.container_id[:12]}) covers it, so the engine's host does not have "
+                f"it; start the runner with `-v HOSTDIR:{_suggested(inner)}` (the host "
+                "directory that holds it) and attach it from there"
+            )
+        mount = max(covering, key=lambda m: len(m.destination.parts))
+        rest = inner.relative_to(mount.destination)
+        if mount.type == "bind":
+            return HostSource("bind", str(PurePosixPath(mount.source) / rest))
+        if mount.type == "volume" and mount.source:
+            if rest == PurePosixPath("."):
+                return HostSource("volume", mount.source)
+            raise PathNotCovered(
+                f"{path} cannot be attached: it is inside the named volume "
+                f"{mount.source!r} (mounted at {mount.destination}), and this engine can "
+                f"mount only a whole volume; attach {mount.destination} itself, or bind a "
+                "host directory there instead (`-v HOSTDIR:"
+                f"{mount.destination}`)"
+            )
+        raise PathNotCovered(
+            f"{path} cannot be attached: it is on a {mount.type or 'private'} mount of the "
+            f"runner's container ({mount.destination}), which the engine's host cannot "
+            f"see; bind a host directory there (`-v HOSTDIR:{mount.destination}`)"
+        )
+
+    def describe(self) -> list[str]:
+        """One line per mapping, for ``flow-runner doctor``."""
+        if not self.in_container:
+            return ["identity (not in a container): host paths are the engine's paths"]
+        if self.container_id is None:
+            return ["unknown: in a container the engine does not know; nothing can be attached"]
+        return [
+            f"{m.destination} -> {m.type}:{m.source}"
+            for m in sorted(self.mounts, key=lambda m: m.destination)
+        ]
+
+
+def _suggested(path: PurePosixPath) -> PurePosixPath:
+    """The directory to mount for ``path``: its top-level directory (``/work/a/b`` -> ``/work``)."""
+    return PurePosixPath(*path.parts[:2]) if len(path.parts) > 1 else path
+
+
+def _within(path: PurePosixPath, tree: PurePosixPath) -> bool:
+    return path == tree or tree in path.parents
+
+
+def in_container() -> bool:
+    """Whether this process looks containerised: podman's and systemd's ``container``
+    variable, Docker's ``/.dockerenv``, or (:func:`own_container_id`) its mountinfo."""
+    marked = os.environ.get("container")  # noqa: SIM112 (podman's name for it)
+    return bool(marked) or Path("/.dockerenv").exists() or own_container_id() is not None
+
+
+def own_container_id(mountinfo: Path = MOUNTINFO) -> str | None:
+    """The id of the engine's container this process runs in, from mountinfo, or ``None``.
+
+    The hostname is not used: ``--hostname`` sets it to anything. This is also what the
+    owner label records (``runner_container_labels``) so that gc can tell the containers
+    of a runner container that is gone.
+    """
+    try:
+        text = mountinfo.read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) > 4 and (match := _CONTAINER_ROOT.search(fields[3])):
+            return match.group(1)
+    return None
+
+
+LABEL_RUNNER_CONTAINER = "flow-runner.runner-container"
+"""On every container a runner in a container makes: the runner's own container id."""
+
+
+def runner_container_labels() -> dict[str, str]:
+    """The owner label part that names the runner's container (none outside one)."""
+    container_id = _own_container_id_once()
+    return {LABEL_RUNNER_CONTAINER: container_id} if container_id else {}
+
+
+@functools.cache
+def _own_container_id_once() -> str | None:
+    return own_container_id()
+
+
+def runner_container_abandoned(labels: Mapping[str, str], api: Any) -> bool | None:
+    """The gc rule for a container a runner container made (``api``: docker-py's APIClient).
+
+    True when that runner container no longer exists or no longer runs (``docker kill``,
+    ``docker rm -f``): nothing is left in it to remove what it made. False while it runs:
+    its own runner sweeps its own leftovers, by the owner pid, which only it can judge.
+    ``None`` when the rule does not apply (no such label, or the label names this very
+    container): the owner-pid rule decides.
+    """
+    import docker.errors
+
+    runner = labels.get(LABEL_RUNNER_CONTAINER, "")
+    if not re.fullmatch(r"[0-9a-f]{64}", runner) or runner == _own_container_id_once():
+        return None
+    try:
+        state = api.inspect_container(runner)["State"]
+    except docker.errors.NotFound:
+        return True
+    return not (state.get("Running") or state.get("Restarting"))
