@@ -12,7 +12,10 @@ mounts, as the engine reports them when asked about that container.
 A path that no bind mount covers (the runner's own image, a tmpfs) is refused before any
 container, naming the ``-v`` that would cover it. A named volume is handed on as that
 volume when the path is the volume's root; a path inside one is refused (this engine
-offers no volume subpaths). Outside a container the map is the identity.
+offers no volume subpaths). Outside a container the map is the identity, and so it is in
+a container that is none of this engine's: the engine then runs beside the runner (in
+the same container, as in CI sandboxes) or elsewhere, and ``flow-runner doctor`` proves
+which.
 
 The runner's container is found through ``/proc/self/mountinfo``: the engine bind-mounts
 its ``/etc/hostname``, ``/etc/hosts`` and ``/etc/resolv.conf`` from
@@ -63,8 +66,8 @@ class PathMap:
 
     in_container: bool = False
     container_id: str | None = None
-    """The runner's container on this engine; ``None`` in a container the engine does
-    not know (another engine, another host), where no path can be translated."""
+    """The runner's container on this engine; ``None`` outside one, or in a container
+    the engine does not know (paths are then taken as they are)."""
     mounts: tuple[RunnerMount, ...] = ()
     sees_engine_pids: bool = True
     """Whether a pid the engine reports names the same process here (the runner is not in
@@ -75,18 +78,17 @@ class PathMap:
     def from_self(cls, api: Any) -> PathMap:
         """The map of the container this process runs in (``api``: docker-py's APIClient).
 
-        Outside a container, the identity. In one that the engine does not know (another
-        engine, another host), a map that refuses every path, saying why.
+        The identity outside a container, and in one the engine does not know.
         """
         container_id = own_container_id()
         if container_id is None:
-            return cls(in_container=True, sees_engine_pids=False) if in_container() else cls()
+            return cls(in_container=in_container())
         import docker.errors
 
         try:
             info = api.inspect_container(container_id)
         except docker.errors.NotFound:
-            return cls(in_container=True, sees_engine_pids=False)
+            return cls(in_container=True)
         mounts = tuple(
             RunnerMount(
                 PurePosixPath(m["Destination"]),
@@ -103,23 +105,16 @@ class PathMap:
 
         ``path`` is absolute and resolved (the kernel's name of a held descriptor).
         """
-        if not self.in_container:
-            return HostSource("bind", str(path))
         if self.container_id is None:
-            raise PathNotCovered(
-                f"{path} cannot be attached: flow-runner runs in a container that the "
-                "Docker engine it talks to does not know (another engine or host), so it "
-                "cannot tell where that path is on the engine's host; run flow-runner "
-                "on the engine's host, or in a container of that engine"
-            )
+            return HostSource("bind", str(path))
         inner = PurePosixPath(path)
         covering = [m for m in self.mounts if _within(inner, m.destination)]
         if not covering:
             raise PathNotCovered(
                 f"{path} cannot be attached: no bind mount of the runner's container "
                 f"({self.container_id[:12]}) covers it, so the engine's host does not have "
-                f"it; start the runner with `-v HOSTDIR:{_suggested(inner)}` (the host "
-                "directory that holds it) and attach it from there"
+                f"it; start the runner with `-v HOSTPATH:{inner}` (or a directory above "
+                "it), HOSTPATH being where the engine's host has it"
             )
         mount = max(covering, key=lambda m: len(m.destination.parts))
         rest = inner.relative_to(mount.destination)
@@ -143,19 +138,12 @@ class PathMap:
 
     def describe(self) -> list[str]:
         """One line per mapping, for ``flow-runner doctor``."""
-        if not self.in_container:
-            return ["identity (not in a container): host paths are the engine's paths"]
         if self.container_id is None:
-            return ["unknown: in a container the engine does not know; nothing can be attached"]
+            return ["identity: paths here are the engine's paths"]
         return [
             f"{m.destination} -> {m.type}:{m.source}"
             for m in sorted(self.mounts, key=lambda m: m.destination)
         ]
-
-
-def _suggested(path: PurePosixPath) -> PurePosixPath:
-    """The directory to mount for ``path``: its top-level directory (``/work/a/b`` -> ``/work``)."""
-    return PurePosixPath(*path.parts[:2]) if len(path.parts) > 1 else path
 
 
 def _within(path: PurePosixPath, tree: PurePosixPath) -> bool:
