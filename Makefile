@@ -8,9 +8,9 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: setup venv engine images test lint typecheck pytest hello engine-stop clean
+.PHONY: setup venv engine compose images image test lint typecheck pytest hello engine-stop clean
 
-setup: venv engine images
+setup: venv engine compose images
 
 venv: $(STAMP)
 
@@ -25,8 +25,18 @@ engine:
 	./images/engine.sh start
 	if [ -f /run/flow-runner-dockerd.pid ]; then ./images/engine.sh runsc; fi
 
+# Debian's docker-compose (1.29): pytest-docker drives the runner-image tests with it.
+compose:
+	command -v docker-compose >/dev/null || { export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get update -qq && apt-get install -y -qq --no-install-recommends docker-compose >/dev/null; }
+
+# Every image, the runner image included (its wheels are downloaded by this venv's pip).
 images: venv engine
-	./images/build.sh
+	PYTHON=$(abspath $(BIN)/python) ./images/build.sh
+
+# The runner image alone: flow-runner:VERSION and flow-runner:latest.
+image: venv engine
+	PYTHON=$(abspath $(BIN)/python) ./images/build.sh runner
 
 lint: venv
 	$(BIN)/ruff check runner tests bench images examples

@@ -11,7 +11,11 @@ Side by side in one process run, interleaved round by round, the same image and 
 - (b)  the Python API, ``runner.api.execute`` with ``DockerSandbox`` and the profile, in
   this process (after one warm-up run, as a long-lived API user would have it);
 - (b') the same API call in a fresh Python process (interpreter, imports, one run);
-- (c)  the ``flow-runner exec`` CLI as a subprocess (``--report`` for its time split).
+- (c)  the ``flow-runner exec`` CLI as a subprocess (``--report`` for its time split);
+- (d)  the runner image: ``docker run --rm -v SOCKET flow-runner:latest exec IMAGE``, the
+  run's container a sibling of the runner's (``--report`` into a mounted directory);
+- (e)  the runner container's own start cost: ``docker run --rm flow-runner:latest
+  --version`` (tini, the entrypoint's group and user switch, the interpreter, the CLI).
 
 Reported: the median wall time of each with its minimum and quartiles, its ratio to (a)
 and (a') (the median of the per-round ratios), the median split create/attach/start/run/
@@ -20,6 +24,7 @@ outside the run: one more CLI run per round, with timestamps taken around the im
 the sweep and ``execute`` (``--phases 0`` skips it).
 
     .venv/bin/python bench/exec_overhead.py [--runs 9] [--image IMAGE] [--profile NAME]
+                                            [--runner-image flow-runner:latest]
 """
 
 from __future__ import annotations
@@ -168,6 +173,29 @@ def cli_run(image: str, profile: str, report: Path) -> Timed:
     return elapsed, timings
 
 
+def runner_image_run(runner_image: str, image: str, profile: str, reports: Path) -> Timed:
+    """(d): ``flow-runner exec`` in the runner image, driving this engine through its socket."""
+    command = ["docker", "run", "--rm", "--network", "none",
+               "-v", "/var/run/docker.sock:/var/run/docker.sock", "-v", f"{reports}:/reports",
+               runner_image, "exec", "--input", json.dumps(INPUT), "--profile", profile,
+               "--report", "/reports/r.json", image]  # fmt: skip
+    started = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, check=False)
+    elapsed = time.perf_counter() - started
+    if done.returncode != 0:
+        raise RuntimeError(f"the runner image's exec failed: {done.returncode} {done.stderr!r}")
+    timings: dict[str, float] = json.loads((reports / "r.json").read_text())["timings"]
+    return elapsed, timings
+
+
+def runner_start(runner_image: str) -> Timed:
+    """(e): the runner container started and gone, running nothing but ``--version``."""
+    command = ["docker", "run", "--rm", "--network", "none", runner_image, "--version"]
+    started = time.perf_counter()
+    subprocess.run(command, capture_output=True, check=True)
+    return time.perf_counter() - started, {}
+
+
 def cli_phases(image: str, profile: str, marks_file: Path) -> dict[str, float]:
     """The CLI once more, instrumented: seconds spent in each of PHASE_NAMES."""
     command = [str(PYTHON), "-c", PHASES, "exec", "--input", json.dumps(INPUT),
@@ -202,6 +230,7 @@ def main() -> None:
     parser.add_argument("--phases", type=int, default=1, help="instrumented CLI runs per round")
     parser.add_argument("--image", default="flow-runner/fake-component:latest")
     parser.add_argument("--profile", default="default")
+    parser.add_argument("--runner-image", default="flow-runner:latest")
     parser.add_argument("--api-once", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.api_once:
@@ -209,6 +238,9 @@ def main() -> None:
         return
     flags = secure_flags(load_profile(args.profile))
     scratch = Path(tempfile.mkdtemp())
+    reports = scratch / "runner-image"
+    reports.mkdir()
+    os.chown(reports, 10001, 10001)  # the runner image's user writes its report there
     image, profile = args.image, args.profile
 
     cases: dict[str, Callable[[], Timed]] = {
@@ -217,6 +249,10 @@ def main() -> None:
         "(b) `runner.api.execute`, in process": lambda: api_run(image, profile),
         "(b') `runner.api.execute`, fresh process": lambda: api_process_run(image, profile),
         "(c) `flow-runner exec`, subprocess": lambda: cli_run(image, profile, scratch / "r.json"),
+        "(d) `docker run flow-runner:latest exec`": lambda: runner_image_run(
+            args.runner_image, image, profile, reports
+        ),
+        "(e) `docker run flow-runner:latest --version`": lambda: runner_start(args.runner_image),
     }
     walls: dict[str, list[float]] = {name: [] for name in cases}
     splits: dict[str, list[dict[str, float]]] = {name: [] for name in cases}
@@ -245,7 +281,7 @@ def main() -> None:
     keys = (*SPLIT, "response", "exit")
     print("\n| time split, median ms | " + " | ".join(keys) + " | outside create..cleanup |")
     print("|---|" + "---:|" * (len(keys) + 1))
-    for name in names[2:]:
+    for name in names[2:6]:
         cells = [
             f"{statistics.median(v) * 1000:.1f}" if (v := [t[k] for t in splits[name] if k in t])
             else ""

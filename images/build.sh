@@ -3,6 +3,8 @@
 #   flow-runner/base:bookworm     Debian bookworm + python3, from mmdebstrap + docker import
 #   images/*/Dockerfile           built on the base with --network none
 #   examples/*/Dockerfile         the example flows (examples/*/*/Dockerfile: one per flow)
+#   Dockerfile                    flow-runner:VERSION and :latest, the runner image
+# `build.sh runner` builds only the base and the runner image.
 # Each image carries the label flow-runner.recipe = hash of its inputs; an image whose label
 # already matches is not rebuilt, so a second run takes a second or two.
 set -euo pipefail
@@ -42,7 +44,32 @@ build_dir() { # image-name dockerfile-dir [recipe-dir: what the image copies, de
   rm -f "$log"
 }
 
+# The runner image (the top-level Dockerfile): flow-runner:VERSION and :latest, from the
+# wheels and the tini that images/runner/inputs.sh prepares on this host (PYTHON: the
+# interpreter whose pip downloads them). README.md is copied only because pyproject.toml
+# names it, so it is not part of the recipe.
+build_runner() {
+  PYTHON=${PYTHON:-python3} images/runner/inputs.sh
+  local version recipe log
+  version=$(sed -n 's/^version = "\(.*\)"$/\1/p' pyproject.toml)
+  recipe=$({ recipe_of Dockerfile images/runner runner sandbox-profiles pyproject.toml \
+               .build/wheels .build/tini-static
+             current_recipe "$BASE"; } | sha256sum | cut -c1-16)
+  [ "$(current_recipe flow-runner:latest)" = "$recipe" ] \
+    && [ "$(current_recipe "flow-runner:$version")" = "$recipe" ] && return 0
+  echo "images: building flow-runner:$version (the runner image)"
+  log=$(mktemp)
+  if ! docker build --quiet --network none --label "flow-runner.recipe=$recipe" \
+      -t "flow-runner:$version" -t flow-runner:latest . >"$log" 2>&1; then
+    cat "$log" >&2; rm -f "$log"; return 1
+  fi
+  rm -f "$log"
+}
 build_base
+if [ "${1:-}" = runner ]; then # `make image`: the base and the runner image only
+  build_runner
+  exit 0
+fi
 for df in images/*/Dockerfile; do
   d=$(dirname "$df"); build_dir "flow-runner/$(basename "$d"):latest" "$d"
 done
@@ -54,5 +81,6 @@ for df in examples/*/*/Dockerfile; do
   d=$(dirname "$df"); p=$(dirname "$d")
   build_dir "flow-runner/examples-$(basename "$p")-$(basename "$d"):latest" "$d" "$p"
 done
+build_runner
 # A rebuilt image leaves its predecessor untagged; remove those (only ours, by label).
 docker image prune --force --filter label=flow-runner.recipe >/dev/null

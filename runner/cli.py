@@ -835,6 +835,27 @@ def gc() -> None:
     typer.echo(f"removed {len(removed)} container(s)" + "".join(f"\n  {c}" for c in removed))
 
 
+@app.command()
+def doctor(
+    directories: Annotated[
+        list[Path] | None,
+        typer.Argument(
+            help="Directories to prove the path map for: a nonce written to each is read "
+            "back by a sibling container.",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Check the engine, runtimes, socket and path map; prove the map for DIRECTORIES."""
+    from runner.doctor import diagnose
+
+    failed = False
+    for finding in diagnose(directories or []):
+        typer.echo(finding.render())
+        failed = failed or not finding.ok
+    raise typer.Exit(1 if failed else 0)
+
+
 @profiles_app.command("list")
 def profiles_list() -> None:
     """List the shipped sandbox profiles."""

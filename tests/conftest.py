@@ -7,7 +7,9 @@ the fix in the message. The images they need are built once per session by
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,7 +29,9 @@ def docker_client() -> Iterator[Any]:
         client.ping()
     except Exception as exc:  # the engine is part of the test set-up: fail loudly
         pytest.fail(f"Docker engine not reachable ({exc}); run `make engine` or `make test`")
-    subprocess.run([str(ROOT / "images" / "build.sh")], check=True)
+    # PYTHON: whose pip downloads the runner image's wheels, if they are not there yet.
+    env = {**os.environ, "PYTHON": sys.executable}
+    subprocess.run([str(ROOT / "images" / "build.sh")], check=True, env=env)
     yield client
     client.close()
 

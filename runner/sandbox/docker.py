@@ -72,6 +72,7 @@ from runner.sandbox.errors import (
     SandboxLost,
 )
 from runner.sandbox.labels import run_labels
+from runner.sandbox.pathmap import HostSource, PathMap
 from runner.sandbox.profiles import SandboxProfile
 
 if TYPE_CHECKING:
@@ -167,6 +168,8 @@ class _Engine:
     client: docker.DockerClient
     limiter: anyio.CapacityLimiter
     runtimes: frozenset[str] | None = None
+    path_map: PathMap | None = None
+    """Where the engine's host has the paths this process sees (asked once, on need)."""
 
     async def call(
         self, fn: Callable[..., T], *args: Any, lease: _Lease | None = None, **kwargs: Any
@@ -514,9 +517,10 @@ class DockerSandbox:
             bounds = await anyio.to_thread.run_sync(
                 launch_bounds, self.profile, request.attachments, _scratch_attachment(request)
             )
+            sources = await _host_sources(engine, mounts)
             facts = SandboxFacts()
             began = time.perf_counter()
-            lease = _Lease(await self._create(engine, request, mounts, facts), began)
+            lease = _Lease(await self._create(engine, request, mounts, sources, facts), began)
             connection: _AttachConnection | None = None
             container: _Container | None = None
             try:
@@ -595,11 +599,12 @@ class DockerSandbox:
         engine: _Engine,
         request: LaunchRequest,
         mounts: Mapping[str, HeldPath],
+        sources: Mapping[str, HostSource],
         facts: SandboxFacts,
     ) -> str:
         api = engine.client.api
         run_id = request.run_id or uuid.uuid4().hex
-        host_config = api.create_host_config(**_host_config(self.profile, mounts))
+        host_config = api.create_host_config(**_host_config(self.profile, mounts, sources))
         create = functools.partial(
             api.create_container,
             self.image,
@@ -664,13 +669,34 @@ def _scratch_attachment(request: LaunchRequest) -> Attachment | None:
     return Attachment("scratch", Path(request.scratch_dir).resolve(), "read-write")
 
 
-def _host_config(profile: SandboxProfile, held: Mapping[str, HeldPath]) -> dict[str, Any]:
-    """The profile and the held bind sources (target -> path) as ``create_host_config``
-    arguments; without a held scratch directory the scratch is a tmpfs."""
+async def _host_sources(engine: _Engine, held: Mapping[str, HeldPath]) -> dict[str, HostSource]:
+    """Each held path's bind source as the engine's host names it (see ``pathmap``).
+
+    The judged path, not the one asked for, is translated: the kernel's name for the held
+    descriptor. Outside a container this is that path itself, and the engine is not asked.
+    """
+    if not held:
+        return {}
+    if engine.path_map is None:
+        engine.path_map = await engine.call(PathMap.from_self, engine.client.api)
+    path_map = engine.path_map
+    return {target: path_map.translate(path.path) for target, path in held.items()}
+
+
+def _host_config(
+    profile: SandboxProfile, held: Mapping[str, HeldPath], sources: Mapping[str, HostSource]
+) -> dict[str, Any]:
+    """The profile and the held mounts (target -> path, and its source on the engine's
+    host) as ``create_host_config`` arguments; without a held scratch directory the
+    scratch is a tmpfs."""
     tmpfs = {"/tmp": _tmpfs(profile.tmp_size, profile)}
-    # The judged path, not the one asked for: the kernel's name for the held descriptor.
     mounts = [
-        Mount(target, str(path.path), type="bind", read_only=path.attachment.access == "read")
+        Mount(
+            target,
+            sources[target].source,
+            type=sources[target].type,
+            read_only=path.attachment.access == "read",
+        )
         for target, path in held.items()
     ]
     if SCRATCH_PATH not in held:
@@ -711,10 +737,14 @@ async def _verify_mounts(
     ``/proc/<its pid>/root`` and compared by device and inode with the held descriptors;
     on any difference the caller's cleanup kills the container before a single protocol
     byte is sent. A runner without the right to look (not root: the container's user is
-    another) records ``mounts_verified = False`` instead; a container already gone has
-    nothing left to look at.
+    another), or one in a container of its own that sees none of the engine's pids (a
+    pid there names some other process, or none), records ``mounts_verified = False``
+    instead; a container already gone has nothing left to look at.
     """
     if not held:
+        return
+    if engine.path_map is not None and not engine.path_map.sees_engine_pids:
+        facts.details["mounts_verified"] = False
         return
     info = await engine.call(engine.client.api.inspect_container, lease.container_id, lease=lease)
     pid = int(info["State"]["Pid"])

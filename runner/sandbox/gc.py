@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import docker
 import docker.errors
@@ -41,9 +42,11 @@ from runner.sandbox.labels import (
     LABEL_INSPECT,
     LABEL_PROCESS,
     LABEL_RUN_ID,
+    LABEL_RUNNER_CONTAINER,
     Process,
     is_signed,
     machine_key,
+    own_container,
     process_stat,
 )
 
@@ -66,10 +69,20 @@ class Sweeper:
     def current(cls) -> Sweeper:
         return cls(machine_key(), Process.current(), _boot_time_ms())
 
-    def abandoned(self, labels: Mapping[str, str], state: str | None) -> bool:
-        """True only if these are our labels and their owner is provably dead."""
+    def abandoned(self, labels: Mapping[str, str], state: str | None, api: Any = None) -> bool:
+        """True only if these are our labels and their owner is provably dead.
+
+        A container made by a runner in another container (``flow-runner.runner-container``)
+        is judged by that container: abandoned once it no longer exists or runs (``docker
+        kill``, ``docker rm -f``), since nothing is left in it to clean up; never while it
+        runs, since only its own runner can judge its pids. ``api`` (docker-py's
+        APIClient) is what asks the engine.
+        """
         if not is_signed(labels, self.key):
             return False
+        runner = labels.get(LABEL_RUNNER_CONTAINER)
+        if runner and api is not None and runner != own_container():
+            return _container_gone(api, runner)
         owner = Process.parse(labels.get(LABEL_PROCESS, ""))
         if owner is None:
             return False
@@ -103,7 +116,8 @@ def sweep(client: docker.DockerClient | None = None) -> list[str]:
     except (docker.errors.DockerException, requests.exceptions.ConnectionError) as exc:
         raise engine_unavailable(exc) from exc
     for summary in summaries:
-        if not sweeper.abandoned(summary.get("Labels") or {}, summary.get("State")):
+        labels = summary.get("Labels") or {}
+        if not sweeper.abandoned(labels, summary.get("State"), api):
             continue
         try:
             api.remove_container(summary["Id"], v=True, force=True)
@@ -125,3 +139,12 @@ def _boot_time_ms() -> int:
     boot = Path("/proc/stat").read_text()
     btime = next(int(line.split()[1]) for line in boot.splitlines() if line.startswith("btime"))
     return btime * 1000
+
+
+def _container_gone(api: Any, container_id: str) -> bool:
+    """True if the engine has no running (or restarting) container ``container_id``."""
+    try:
+        state = api.inspect_container(container_id)["State"]
+    except docker.errors.NotFound:
+        return True
+    return not (state.get("Running") or state.get("Restarting"))

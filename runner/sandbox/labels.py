@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runner.sandbox.errors import DockerSandboxError
+from runner.sandbox.pathmap import own_container_id
 
 LABEL_RUN_ID = "flow-runner.run-id"
 LABEL_PARENT_RUN_ID = "flow-runner.parent-run-id"
@@ -47,6 +48,7 @@ LABEL_INSPECT = "flow-runner.inspect"
 LABEL_OWNER = "flow-runner.owner"
 LABEL_PROCESS = "flow-runner.process"
 LABEL_CREATED = "flow-runner.created"
+LABEL_RUNNER_CONTAINER = "flow-runner.runner-container"
 LABEL_MAC = "flow-runner.mac"
 
 SIGNED = (
@@ -56,6 +58,7 @@ SIGNED = (
     LABEL_OWNER,
     LABEL_PROCESS,
     LABEL_CREATED,
+    LABEL_RUNNER_CONTAINER,
 )
 """The labels the MAC covers (absent ones as absent): not the image's, which a container
 inherits and which anyone can choose."""
@@ -119,12 +122,15 @@ def run_labels(run_id: str, parent_run_id: str | None = None) -> dict[str, str]:
     labels = {LABEL_RUN_ID: run_id}
     if parent_run_id:
         labels[LABEL_PARENT_RUN_ID] = parent_run_id
-    return signed(labels | owner_labels(Process.current()), machine_key())
+    return signed(
+        labels | owner_labels(Process.current()) | runner_container_labels(), machine_key()
+    )
 
 
 def inspect_labels() -> dict[str, str]:
     """Labels of a never-started container that only reads an image's package."""
-    return signed({LABEL_INSPECT: "1"} | owner_labels(Process.current()), machine_key())
+    owner = owner_labels(Process.current()) | runner_container_labels()
+    return signed({LABEL_INSPECT: "1"} | owner, machine_key())
 
 
 def owner_labels(process: Process, created_ms: int | None = None) -> dict[str, str]:
@@ -219,3 +225,15 @@ def _read_key(path: Path) -> bytes:
             f"Remove it (a new one is made) or `chmod 600 {path}`"
         )
     return key
+
+
+def runner_container_labels() -> dict[str, str]:
+    """The owner label part that names the runner's own container (none outside one)."""
+    container_id = own_container()
+    return {LABEL_RUNNER_CONTAINER: container_id} if container_id else {}
+
+
+@functools.cache
+def own_container() -> str | None:
+    """The id of the container this runner runs in, read once per process."""
+    return own_container_id()

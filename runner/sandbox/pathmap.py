@@ -1,0 +1,173 @@
+"""Bind sources as the engine's host sees them, when flow-runner itself runs in a container.
+
+With the engine's socket mounted into a runner container, every container the runner
+makes is the engine's sibling, and the engine resolves a bind source on *its* host, not
+in the runner's container: ``/work/in.txt`` in the runner is whatever the host has at
+``/work/in.txt``, or nothing (nektos/act#555). So every attachment and scratch path, for
+the root and every child, is judged on the runner's own view (the held descriptor, see
+``runner.sandbox.attachments``) and only the bind source handed to the engine is
+translated, here, by the longest bind-mount prefix among the runner container's own
+mounts, as the engine reports them when asked about that container.
+
+A path that no bind mount covers (the runner's own image, a tmpfs) is refused before any
+container, naming the ``-v`` that would cover it. A named volume is handed on as that
+volume when the path is the volume's root; a path inside one is refused (this engine
+offers no volume subpaths). Outside a container the map is the identity, and so it is in
+a container that is none of this engine's: the engine then runs beside the runner (in
+the same container, as in CI sandboxes) or elsewhere, and ``flow-runner doctor`` proves
+which.
+
+The runner's container is found through ``/proc/self/mountinfo``: the engine bind-mounts
+its ``/etc/hostname``, ``/etc/hosts`` and ``/etc/resolv.conf`` from
+``<data-root>/containers/<id>/``, which names the id whatever the hostname was set to.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any, Literal
+
+from runner.sandbox.attachments import AttachmentError
+
+MOUNTINFO = Path("/proc/self/mountinfo")
+_CONTAINER_ROOT = re.compile(r"/containers/([0-9a-f]{64})/(?:hostname|hosts|resolv\.conf)$")
+
+
+class PathNotCovered(AttachmentError):
+    """A path the engine cannot see at the same place (or at all) from its host."""
+
+
+@dataclass(frozen=True)
+class HostSource:
+    """What to give the engine as a mount's source: a host path, or a named volume."""
+
+    type: Literal["bind", "volume"]
+    source: str
+
+
+@dataclass(frozen=True)
+class RunnerMount:
+    """One of the runner container's mounts: where it is inside, what it is outside."""
+
+    destination: PurePosixPath
+    type: str
+    source: str
+    """The host path of a bind mount; the volume's name for a named volume."""
+
+
+@dataclass(frozen=True)
+class PathMap:
+    """The runner's view of paths -> the engine host's; the identity outside a container."""
+
+    in_container: bool = False
+    container_id: str | None = None
+    """The runner's container on this engine; ``None`` outside one, or in a container
+    the engine does not know (paths are then taken as they are)."""
+    mounts: tuple[RunnerMount, ...] = ()
+    sees_engine_pids: bool = True
+    """Whether a pid the engine reports names the same process here (the runner is not in
+    a container, or shares the host's pid namespace): only then can the mounts of a
+    started container be looked at through ``/proc/<pid>/root``."""
+
+    @classmethod
+    def from_self(cls, api: Any) -> PathMap:
+        """The map of the container this process runs in (``api``: docker-py's APIClient).
+
+        The identity outside a container, and in one the engine does not know.
+        """
+        container_id = own_container_id()
+        if container_id is None:
+            return cls(in_container=in_container())
+        import docker.errors
+
+        try:
+            info = api.inspect_container(container_id)
+        except docker.errors.NotFound:
+            return cls(in_container=True)
+        mounts = tuple(
+            RunnerMount(
+                PurePosixPath(m["Destination"]),
+                m.get("Type", ""),
+                m.get("Name") if m.get("Type") == "volume" else m.get("Source", ""),
+            )
+            for m in info.get("Mounts") or ()
+        )
+        pid_mode = (info.get("HostConfig") or {}).get("PidMode", "")
+        return cls(True, container_id, mounts, sees_engine_pids=pid_mode == "host")
+
+    def translate(self, path: Path) -> HostSource:
+        """The source the engine must be given to mount what ``path`` is here.
+
+        ``path`` is absolute and resolved (the kernel's name of a held descriptor).
+        """
+        if self.container_id is None:
+            return HostSource("bind", str(path))
+        inner = PurePosixPath(path)
+        covering = [m for m in self.mounts if _within(inner, m.destination)]
+        if not covering:
+            raise PathNotCovered(
+                f"{path} cannot be attached: no bind mount of the runner's container "
+                f"({self.container_id[:12]}) covers it, so the engine's host does not have "
+                f"it; start the runner with `-v HOSTPATH:{inner}` (or a directory above "
+                "it), HOSTPATH being where the engine's host has it"
+            )
+        mount = max(covering, key=lambda m: len(m.destination.parts))
+        rest = inner.relative_to(mount.destination)
+        if mount.type == "bind":
+            return HostSource("bind", str(PurePosixPath(mount.source) / rest))
+        if mount.type == "volume" and mount.source:
+            if rest == PurePosixPath("."):
+                return HostSource("volume", mount.source)
+            raise PathNotCovered(
+                f"{path} cannot be attached: it is inside the named volume "
+                f"{mount.source!r} (mounted at {mount.destination}), and this engine can "
+                f"mount only a whole volume; attach {mount.destination} itself, or bind a "
+                "host directory there instead (`-v HOSTDIR:"
+                f"{mount.destination}`)"
+            )
+        raise PathNotCovered(
+            f"{path} cannot be attached: it is on a {mount.type or 'private'} mount of the "
+            f"runner's container ({mount.destination}), which the engine's host cannot "
+            f"see; bind a host directory there (`-v HOSTDIR:{mount.destination}`)"
+        )
+
+    def describe(self) -> list[str]:
+        """One line per mapping, for ``flow-runner doctor``."""
+        if self.container_id is None:
+            return ["identity: paths here are the engine's paths"]
+        return [
+            f"{m.destination} -> {m.type}:{m.source}"
+            for m in sorted(self.mounts, key=lambda m: m.destination)
+        ]
+
+
+def _within(path: PurePosixPath, tree: PurePosixPath) -> bool:
+    return path == tree or tree in path.parents
+
+
+def in_container() -> bool:
+    """Whether this process looks containerised: podman's and systemd's ``container``
+    variable, Docker's ``/.dockerenv``, or (:func:`own_container_id`) its mountinfo."""
+    marked = os.environ.get("container")  # noqa: SIM112 (podman's name for it)
+    return bool(marked) or Path("/.dockerenv").exists() or own_container_id() is not None
+
+
+def own_container_id(mountinfo: Path = MOUNTINFO) -> str | None:
+    """The id of the engine's container this process runs in, from mountinfo, or ``None``.
+
+    The hostname is not used: ``--hostname`` sets it to anything. This is also what the
+    owner label records (``runner_container_labels``) so that gc can tell the containers
+    of a runner container that is gone.
+    """
+    try:
+        text = mountinfo.read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) > 4 and (match := _CONTAINER_ROOT.search(fields[3])):
+            return match.group(1)
+    return None
