@@ -21,6 +21,12 @@ Two decoders give the same verdict and the same value for every input:
   found by one ``bytes.translate``. Whenever the fast path rejects or cannot be sure, the
   pure path decides, so every error message comes from one place.
 
+orjson 3.13.0's encoder corrupts the heap (double free, SIGSEGV) on arrays nested deeper
+than about 85 levels with 16 or more items after the nested one, and the trees this module
+encodes come from components. So ``orjson.dumps`` only ever sees a tree the survey measured
+at most :data:`_ORJSON_DEPTH` levels deep; deeper trees take the stdlib encoder, and a deep
+document's duplicate check does without orjson's re-encoding.
+
 A negative zero decodes and encodes as the integer ``0`` (``-0`` and ``0`` are equal).
 """
 
@@ -74,6 +80,9 @@ _UTF16_ORDER_DIFFERS: Final = re.compile(rb"[\xee-\xf4]")
 # values is as deep as JSON/1 allows), so one plain walk checks it. Past a few dozen
 # values the level-by-level survey is faster; a larger tree wastes at most this walk.
 _SMALL_TREE: Final = 32
+# The deepest tree (in levels of values, the root being level 1) handed to orjson.dumps: far
+# below the crash, and proven on a grid of shapes and widths by tests/test_json1.py.
+_ORJSON_DEPTH: Final = 64
 _SCALARS: Final = (str, int, float, bool, type(None))
 _LITERALS: Final = {None: "null", True: "true", False: "false"}
 
@@ -125,8 +134,11 @@ def dumps(value: object) -> bytes:
     ``dict`` with ``str`` keys (no subclasses, tuples, sets or bytes). ``-0.0`` encodes as
     ``0``. The bytes are not canonical: use :func:`canonical` for digests.
     """
-    tree = _validated(value)
-    if orjson is None:
+    survey = _survey(value, foreign=True)
+    if survey is None:
+        raise _violation(value) or JSON1Error("value outside JSON/1")
+    tree = _without_negative_zero(value) if survey.negative_zero else value
+    if orjson is None or survey.depth > _ORJSON_DEPTH:
         return _dumps_pure(tree)
     return _dumps_fast(tree)
 
@@ -140,7 +152,7 @@ def canonical(value: object) -> bytes:
     survey = _survey(value, foreign=True)
     if survey is None:
         raise _violation(value) or JSON1Error("value outside JSON/1")
-    if orjson is not None and not survey.floats:
+    if orjson is not None and not survey.floats and survey.depth <= _ORJSON_DEPTH:
         # Without floats (so without -0.0) orjson's sorted encoding is the RFC 8785 text
         # (same escapes, same integers), unless a name may sort differently by UTF-16 units.
         try:
@@ -208,12 +220,13 @@ def _loads_fast(raw: bytes | bytearray) -> JSONValue:
     except orjson.JSONDecodeError:
         return _loads_pure(raw)
     survey = _survey(value, foreign=False)
-    if survey is None or not _tokens_kept(raw, value, survey.members):
+    if survey is None or not _tokens_kept(raw, value, survey):
+        del value  # a refused tree is not kept alive while the pure path builds its own
         return _loads_pure(raw)
     return _without_negative_zero(value) if survey.negative_zero else value
 
 
-def _tokens_kept(raw: bytes | bytearray, value: Any, members: int) -> bool:
+def _tokens_kept(raw: bytes | bytearray, value: Any, survey: _Survey) -> bool:
     """True when the document has no duplicate member name and no number token over 128
     bytes: the two things orjson does not report.
 
@@ -222,15 +235,18 @@ def _tokens_kept(raw: bytes | bytearray, value: Any, members: int) -> bool:
     Otherwise the ``:`` bytes are counted: the document's are its members plus the colons
     inside strings, the encoding's are the members orjson kept plus the same colons,
     unless one was written as a ``\\u003a`` escape (then the pure path decides). Number
-    tokens are runs of number bytes, found after one translation.
+    tokens are runs of number bytes, found after one translation. A tree too deep for
+    orjson's encoder is not encoded: only the first colon count can clear it.
     """
-    encoded = orjson.dumps(value)
+    encoded = orjson.dumps(value) if survey.depth <= _ORJSON_DEPTH else None
     if encoded == raw:
         return True
     if raw.translate(_NUMBER_BYTES).find(_LONG_NUMBER) >= 0:
         return False
     colons = raw.count(b":")
-    return colons == members or (b"\\u003" not in raw and encoded.count(b":") == colons)
+    if colons == survey.members:
+        return True
+    return encoded is not None and b"\\u003" not in raw and encoded.count(b":") == colons
 
 
 # --- decoding: pure path -------------------------------------------------------------
@@ -344,6 +360,7 @@ class _Survey(NamedTuple):
     members: int  # members in all objects
     negative_zero: bool  # any -0.0 in the tree
     floats: bool  # any float in the tree
+    depth: int  # levels of values, the root's being 1 (for a small tree, an upper bound)
 
 
 class _TooLarge(Exception):
@@ -404,7 +421,7 @@ def _survey(root: object, *, foreign: bool) -> _Survey | None:
                 return None
     members = sum(map(len, all_dicts))
     if _containers_fit(all_dicts, all_lists, members, nodes - members, foreign):
-        return _Survey(members, negative_zero, floats)
+        return _Survey(members, negative_zero, floats, depth)
     return None
 
 
@@ -453,7 +470,7 @@ def _walk(root: object) -> _Survey | None:
                 negative_zero = negative_zero or _is_negative_zero(value)
         elif value is not None and kind is not bool:
             return None
-    return _Survey(members, negative_zero, floats)
+    return _Survey(members, negative_zero, floats, _SMALL_TREE)
 
 
 def _containers_fit(
@@ -486,8 +503,18 @@ _Fault: TypeAlias = tuple[str, list[object]]  # reason, and the member name if i
 
 
 def _violation(root: object) -> JSON1Error | None:
-    """The first broken rule in document order, with its JSON pointer (None if none)."""
-    for nodes, (path, value) in enumerate(_preorder(root), start=1):
+    """The first broken rule in document order, with its JSON pointer (None if none).
+
+    One depth-first walk over at most ``MAX_NODES + 1`` values, holding only the path to
+    the current value (a key and an iterator a level, at most 128 levels): time linear in
+    the tree and memory bounded, however wide and deep a hostile document is. The pointer
+    is built once, for the faulting value.
+    """
+    path: list[object] = []  # the keys from the root to `value`
+    levels: list[Iterator[tuple[object, Any]]] = []  # the rest of each container on it
+    value, nodes = root, 0
+    while True:
+        nodes += 1
         if nodes > MAX_NODES:
             fault: _Fault | None = (f"more than {MAX_NODES} values", [])
         elif len(path) >= MAX_DEPTH:  # the root's path is empty
@@ -497,20 +524,21 @@ def _violation(root: object) -> JSON1Error | None:
         if fault is not None:
             reason, member = fault
             return JSON1Error(reason, pointer="".join(map(_pointer_segment, path + member)))
-    return None
-
-
-def _preorder(root: object) -> Iterator[tuple[list[object], Any]]:
-    """(path, value) pairs in document order; containers deeper than 128 are not entered."""
-    pending: list[tuple[list[object], Any]] = [([], root)]
-    while pending:
-        path, value = pending.pop()
-        yield path, value
-        if len(path) < MAX_DEPTH:
-            if type(value) is dict:
-                pending.extend(([*path, k], v) for k, v in reversed(value.items()))
-            elif type(value) is list:
-                pending.extend(([*path, i], v) for i, v in reversed(list(enumerate(value))))
+        if type(value) is dict:
+            levels.append(iter(value.items()))
+            path.append(None)
+        elif type(value) is list:
+            levels.append(enumerate(value))
+            path.append(None)
+        while levels:  # on to the next value in document order
+            item = next(levels[-1], None)
+            if item is not None:
+                path[-1], value = item
+                break
+            levels.pop()
+            path.pop()
+        else:
+            return None
 
 
 def _fault(value: object) -> _Fault | None:
@@ -563,14 +591,6 @@ def _pointer_segment(name: object) -> str:
 
 
 # --- encoding ------------------------------------------------------------------------
-
-
-def _validated(value: object) -> Any:
-    """The value itself (or a copy with 0 for -0.0) if it is JSON/1; else raise."""
-    survey = _survey(value, foreign=True)
-    if survey is None:
-        raise _violation(value) or JSON1Error("value outside JSON/1")
-    return _without_negative_zero(value) if survey.negative_zero else value
 
 
 def _without_negative_zero(value: Any) -> Any:

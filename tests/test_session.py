@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -159,3 +162,53 @@ def test_fuzz_any_component_stream_ends_in_a_classification(
     assert (verdict.result is None) != (verdict.error is None)
     if verdict.result is not None:
         assert exit_code == 0 and not session.pending and session.violation is None
+
+
+DEEP_FRAMES = r"""
+import json
+import subprocess
+import sys
+from pathlib import Path
+from runner.protocol.completion import Ending, judge
+from runner.protocol.session import CallRequested, HostSession, RootResult, Violation
+from test_session import PARAMS, call, frame
+
+
+def deep(levels):  # orjson 3.13.0's encoder corrupts its heap on this shape
+    tree = 0
+    for _ in range(levels):
+        tree = [tree, *[0] * 16]
+    return tree
+
+
+batch = b"[" * 127 + b"0" + (b",0" * 16 + b"]") * 127
+session = HostSession(PARAMS)
+session.start()
+assert len(batch) == 4319 and isinstance(session.receive_data(batch + b"\n")[0], Violation)
+session.receive_eof()
+assert judge(session, Ending(0)).error.code == "PROTOCOL_ERROR"
+
+session = HostSession(PARAMS)
+session.start()
+(requested,) = session.receive_data(call("c:1"))
+assert isinstance(requested, CallRequested)
+session.respond("c:1", {"value": deep(124)})  # a relayed result the host encodes
+assert json.loads(session.data_to_send().splitlines()[-1])["result"]["value"] == deep(124)
+output = deep(125)  # the frame is 128 levels deep: the most JSON/1 allows
+result = {"jsonrpc": "2.0", "id": "host:1", "result": {"outcome": "done", "output": output}}
+(event,) = session.receive_data(frame(result).replace(b" ", b""))
+assert isinstance(event, RootResult), event
+session.receive_eof()
+verdict = judge(session, Ending(0))
+assert verdict.accepted and verdict.result == {"outcome": "done", "output": output}
+print("clean")
+"""
+
+
+def test_frames_that_crash_orjson_get_a_clean_verdict() -> None:
+    """A valid 4,319-byte frame once killed the host with SIGABRT (orjson's encoder)."""
+    done = subprocess.run(
+        [sys.executable, "-c", DEEP_FRAMES], capture_output=True, text=True, timeout=60,
+        cwd=Path(__file__).parent,
+    )  # fmt: skip
+    assert (done.returncode, done.stdout) == (0, "clean\n"), done.stderr[-2000:]
