@@ -373,8 +373,9 @@ def bad_root_result() -> None:  # RL-05
 
 
 @scenario
-def standard_error_root() -> None:
-    send({"jsonrpc": "2.0", "id": ROOT["id"], "error": {"code": -32603, "message": "boom"}})
+def standard_error_root() -> None:  # the message is the input, if it is a string
+    message = ROOT["params"]["input"] if isinstance(ROOT["params"]["input"], str) else "boom"
+    send({"jsonrpc": "2.0", "id": ROOT["id"], "error": {"code": -32603, "message": message}})
     time.sleep(5)
 
 

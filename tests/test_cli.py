@@ -137,3 +137,11 @@ def test_exec_a_configured_flow_by_name(tmp_path: Path) -> None:
     bad = flow_runner("exec", "parent", "--config", str(tmp_path / "missing.toml"))
     assert bad.returncode == 2
     assert "missing.toml" in bad.stderr
+
+
+def test_a_long_peer_error_message_fails_the_run_cleanly() -> None:
+    ran = exec_fake("standard-error-root", "--input", json.dumps("m" * 1024))
+    assert ran.returncode == 4, ran.stderr[-2000:]
+    error = json.loads(ran.stdout)["error"]
+    assert error["code"] == "PROTOCOL_ERROR" and len(error["message"]) == 1024
+    assert "Traceback" not in ran.stderr

@@ -711,7 +711,8 @@ def wrap(shape, level, inner, width):
     half = width // 2  # mixed: arrays and objects alternate, siblings on both sides
     if level % 2:
         return [*["s"] * half, inner, *[[]] * (width - half)]
-    return {**{f"a{i}": {} for i in range(half)}, "k": inner, **{f"z{i}": "" for i in range(width - half)}}
+    before = {f"a{i}": {} for i in range(half)}
+    return {**before, "k": inner, **{f"z{i}": "" for i in range(width - half)}}
 
 
 trees = 0

@@ -212,3 +212,17 @@ def test_frames_that_crash_orjson_get_a_clean_verdict() -> None:
         cwd=Path(__file__).parent,
     )  # fmt: skip
     assert (done.returncode, done.stdout) == (0, "clean\n"), done.stderr[-2000:]
+
+
+def test_a_long_peer_message_is_reported_within_the_message_bound() -> None:
+    """A valid -32603 root error with a 1,024-character message once made judge raise
+    LocalProtocolError: the violation quoting it was longer than an error message may be."""
+    session = started()
+    error = {"code": -32603, "message": "m" * 1024}
+    (event,) = session.receive_data(frame({"jsonrpc": "2.0", "id": "host:1", "error": error}))
+    assert isinstance(event, Violation)
+    session.receive_eof()
+    verdict = judge(session, Ending(0))
+    assert verdict.error is not None and verdict.error.code == "PROTOCOL_ERROR"
+    assert len(verdict.error.message) == 1024 and verdict.error.message.endswith(" [...]")
+    assert any("m" * 1024 in reason for reason in verdict.reasons), "the whole reason is kept"

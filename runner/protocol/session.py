@@ -21,6 +21,7 @@ from runner.protocol.codes import (
     LocalProtocolError,
     OperationError,
     ProtocolViolation,
+    bounded_message,
 )
 from runner.protocol.frames import FrameDecoder, decode_payload, encode_frame
 
@@ -236,13 +237,15 @@ class HostSession:
         if request.method not in messages.COMPONENT_TO_HOST_METHODS:
             self._queue(
                 messages.error_response(
-                    rid, METHOD_NOT_FOUND, _message(f"method {request.method!r} is not valid here")
+                    rid,
+                    METHOD_NOT_FOUND,
+                    bounded_message(f"method {request.method!r} is not valid here"),
                 )
             )
             return []
         reason = messages.validate_params(request.method, request.params)
         if reason is not None:
-            self._queue(messages.error_response(rid, INVALID_PARAMS, _message(reason)))
+            self._queue(messages.error_response(rid, INVALID_PARAMS, bounded_message(reason)))
             return []
         assert isinstance(request.params, dict)  # validate_params admits only objects
         if not self._admits(request.method):
@@ -311,8 +314,3 @@ class HostSession:
             )
         self.root_response = event
         return [event]
-
-
-def _message(reason: str) -> str:
-    """A JSON-RPC error message is 1–1,024 Unicode scalars."""
-    return reason[:1024] or "invalid"
