@@ -348,6 +348,17 @@ def channel_abandoned() -> None:  # §7.6: a receiver read from and left unfinis
 
 
 @scenario
+def big_child_input() -> None:
+    """A flow/run-child frame of exactly 16 MiB: its input fits, the child's frame cannot."""
+    head = b'{"jsonrpc":"2.0","id":"c:1","method":"flow/run-child",'
+    head += b'"params":{"operationId":"o","slot":"next","input":["'
+    tail = b'"]}}'
+    room = 16_777_216 - len(head) - len(tail) - len(b'","')
+    write(head + b"p" * (room // 2) + b'","' + b"p" * (room - room // 2) + tail + b"\n")
+    done(outcome_of(response_to("c:1")))
+
+
+@scenario
 def reuse_id() -> None:  # CO-01
     call("c:1", "capability/call", {"operationId": "a", "slot": "t", "method": "do", "input": 1})
     request("c:1", "capability/call", {"operationId": "b", "slot": "t", "method": "do", "input": 1})

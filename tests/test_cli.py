@@ -10,6 +10,9 @@ import time
 from pathlib import Path
 
 from hostkit import FAKE
+from runner import json1
+from runner.api import _planned_paths
+from runner.sandbox.base import Attachment, LaunchRequest
 
 CLI = [sys.executable, "-m", "runner.cli"]
 
@@ -145,3 +148,32 @@ def test_a_long_peer_error_message_fails_the_run_cleanly() -> None:
     error = json.loads(ran.stdout)["error"]
     assert error["code"] == "PROTOCOL_ERROR" and len(error["message"]) == 1024
     assert "Traceback" not in ran.stderr
+
+
+def test_an_input_whose_flow_run_frame_is_too_large_is_refused_before_launch(
+    tmp_path: Path,
+) -> None:
+    """A 16 MiB input fits JSON/1 but not the frame that carries it: exit 2, nothing run
+    (the component would write this file as soon as it started)."""
+    size = (json1.MAX_DOCUMENT_BYTES - len('["",""]')) // 2
+    path = tmp_path / "input.json"
+    path.write_text(json.dumps(["p" * size, "p" * size]))
+    assert path.stat().st_size <= json1.MAX_DOCUMENT_BYTES
+    started = tmp_path / "started"
+    ran = flow_runner(
+        "exec", "--process", "--input", f"@{path}", "--", "sh", "-c", f"touch {started}; cat"
+    )
+    assert ran.returncode == 2, ran.stderr[-2000:]
+    assert ran.stdout == ""
+    assert "INVALID_INPUT: the flow/run frame would be 16,777," in ran.stderr
+    assert "16,777,216 bytes a frame" in ran.stderr and "Traceback" not in ran.stderr
+    assert not started.exists(), "nothing may be launched"
+
+
+def test_planned_process_paths_have_the_length_of_the_real_ones(tmp_path: Path) -> None:
+    """The pre-launch frame check measures the process backend's private scratch path by
+    its planned stand-in: both must encode to the same length."""
+    params = json.loads(exec_fake("params", "--attach", f"a={tmp_path}").stdout)["output"]
+    attachments, scratch = _planned_paths(LaunchRequest((Attachment("a", tmp_path),)), "process")
+    assert len(scratch) == len(params["scratch"])
+    assert attachments == {"a": params["attachments"]["a"]["path"]}

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from runner import json1
 from runner.json1 import JSONValue
 from runner.protocol import messages
 from runner.protocol.codes import (
@@ -23,7 +24,7 @@ from runner.protocol.codes import (
     ProtocolViolation,
     bounded_message,
 )
-from runner.protocol.frames import FrameDecoder, decode_payload, encode_frame
+from runner.protocol.frames import MAX_PAYLOAD_BYTES, FrameDecoder, decode_payload, encode_frame
 
 MAX_PENDING = 64
 """Component requests that may await a response at once (PROTOCOL.md §1)."""
@@ -32,6 +33,18 @@ MAX_LIFETIME_REQUESTS = 65_536
 ROOT_ID = "host:1"
 
 Condition = Literal["CANCELLED", "DEADLINE_EXCEEDED"]
+
+
+def flow_run_overflow(params: dict[str, JSONValue]) -> int | None:
+    """The payload size of the ``flow/run`` frame for ``params`` if it exceeds the frame
+    bound, else None.
+
+    An input within JSON/1's 16 MiB can still make the frame that carries it too large
+    (PROTOCOL.md §1): a caller checks before it launches anything, since
+    :meth:`HostSession.start` refuses to write that frame.
+    """
+    size = len(json1.dumps(messages.request(ROOT_ID, "flow/run", params)))
+    return size if size > MAX_PAYLOAD_BYTES else None
 
 
 @dataclass(frozen=True, slots=True)
