@@ -347,6 +347,17 @@ def channel_abandoned() -> None:  # §7.6: a receiver read from and left unfinis
     done("returned with a live receiver")
 
 
+def deep_wide_frame() -> bytes:
+    """16.6 MB: 127 nested arrays, each with 65,535 more items (far over 262,144 values)."""
+    return b"[" * 127 + b"0" + (b",0" * 65_535 + b"]") * 127
+
+
+@scenario
+def deep_wide() -> None:  # once took the host 46 s and 6 GiB to refuse
+    write(deep_wide_frame() + b"\n")
+    time.sleep(60)  # the host must end the run on its own
+
+
 @scenario
 def big_child_input() -> None:
     """A flow/run-child frame of exactly 16 MiB: its input fits, the child's frame cannot."""

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import resource
 import signal
 import subprocess
 import sys
@@ -177,3 +179,30 @@ def test_planned_process_paths_have_the_length_of_the_real_ones(tmp_path: Path) 
     attachments, scratch = _planned_paths(LaunchRequest((Attachment("a", tmp_path),)), "process")
     assert len(scratch) == len(params["scratch"])
     assert attachments == {"a": params["attachments"]["a"]["path"]}
+
+
+def test_a_frame_that_takes_seconds_to_refuse_does_not_hold_off_the_deadline(
+    tmp_path: Path,
+) -> None:
+    """The 16.6 MB deep-and-wide frame once blocked the event loop for 46 s (6 GiB): the
+    deadline could not fire. Now it is decoded off the loop: the run ends as a clean
+    failure soon after the 2 s deadline, in bounded memory (the run's peak RSS, the
+    runner's own, under 600 MiB; address space capped at 4 GiB against a regression)."""
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+
+    started = time.monotonic()
+    with open(tmp_path / "out", "wb") as stdout, open(tmp_path / "err", "wb") as stderr:
+        process = subprocess.Popen(
+            [*CLI, "exec", "--process", "--deadline", "2s", "--",
+             sys.executable, str(FAKE), "deep-wide"],
+            stdout=stdout, stderr=stderr, preexec_fn=cap,
+        )  # fmt: skip
+        _, status, usage = os.wait4(process.pid, 0)
+    seconds = time.monotonic() - started
+    out, err = (tmp_path / "out").read_text(), (tmp_path / "err").read_text()
+    assert os.waitstatus_to_exitcode(status) in (4, 124), err[-2000:]
+    assert json.loads(out)["error"]["code"] in ("DEADLINE_EXCEEDED", "PROTOCOL_ERROR")
+    assert seconds < 20, seconds
+    assert usage.ru_maxrss < 600 * 1024, usage.ru_maxrss

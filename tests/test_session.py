@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
+import resource
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from framefuzz import Mutator, play
 from runner.protocol.completion import Ending, judge
 from runner.protocol.session import (
     CallCancelled,
@@ -166,6 +170,8 @@ def test_fuzz_any_component_stream_ends_in_a_classification(
 
 DEEP_FRAMES = r"""
 import json
+import os
+import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -226,3 +232,56 @@ def test_a_long_peer_message_is_reported_within_the_message_bound() -> None:
     assert verdict.error is not None and verdict.error.code == "PROTOCOL_ERROR"
     assert len(verdict.error.message) == 1024 and verdict.error.message.endswith(" [...]")
     assert any("m" * 1024 in reason for reason in verdict.reasons), "the whole reason is kept"
+
+
+DEEP_WIDE = r"""
+import resource, sys, time
+from fake_component import deep_wide_frame
+from runner.protocol.completion import Ending, judge
+from test_session import PARAMS
+from runner.protocol.session import HostSession, Violation
+
+data = deep_wide_frame() + b"\n"
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, flush=True)
+session = HostSession(PARAMS)
+session.start()
+started = time.monotonic()
+events = []
+for at in range(0, len(data), 1 << 16):
+    events += session.receive_data(data[at : at + (1 << 16)])
+print(time.monotonic() - started)
+assert [type(event) for event in events] == [Violation], events
+assert judge(session, Ending(0)).error.code == "PROTOCOL_ERROR"
+"""
+
+
+def test_a_deep_and_wide_frame_is_refused_in_bounded_memory_and_time() -> None:
+    """127 nested arrays of 65,536 items (16.6 MB) once took 6 GiB and 46 s to refuse: the
+    explanation copied the path for every pending sibling. Bound: 400 MiB over the
+    baseline, 25 s on a loaded machine (it takes 1-5 s); address space capped at 3 GiB so
+    a regression fails here instead of exhausting the machine."""
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+
+    process = subprocess.Popen(
+        [sys.executable, "-c", DEEP_WIDE], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        cwd=Path(__file__).parent, preexec_fn=cap,
+    )  # fmt: skip
+    _, status, usage = os.wait4(process.pid, 0)
+    assert process.stdout is not None and process.stderr is not None
+    out, err = process.stdout.read().split(), process.stderr.read()
+    assert os.waitstatus_to_exitcode(status) == 0, err[-2000:]
+    baseline_kib, seconds = int(out[0]), float(out[1])
+    assert (usage.ru_maxrss - baseline_kib) < 400 * 1024, (usage.ru_maxrss, baseline_kib)
+    assert seconds < 25
+
+
+def test_fuzz_mutated_conformance_frames_never_raise_a_local_error() -> None:
+    """900 seeded cases of tests/framefuzz.py (the corpus's frames mutated: deep nesting
+    of orjson's crash shape, long strings, many and duplicate members, odd numbers, bad
+    UTF-8, split frames): each ends in events and a verdict, never an exception.
+    bench/fuzz.py runs the same cases by the million."""
+    mutator = Mutator(2024)
+    codes = Counter(play(mutator.case(), exit_code) for exit_code in [0, 1, None] * 300)
+    assert codes["PROTOCOL_ERROR"] > 600, codes

@@ -87,6 +87,23 @@ class Violation:
 Event = CallRequested | CallCancelled | RootResult | RootError | Violation
 
 
+@dataclass(frozen=True, slots=True)
+class Decoded:
+    """One frame payload's JSON/1 decoding (§1.3 steps 2-3): its value or its violation."""
+
+    value: JSONValue
+    violation: ProtocolViolation | None = None
+
+
+def decode(payload: bytes) -> Decoded:
+    """Decode one frame payload. Pure and touching no session, so a driver may run it in a
+    worker thread: a hostile 16 MiB frame can take seconds to refuse."""
+    try:
+        return Decoded(decode_payload(payload))
+    except ProtocolViolation as exc:
+        return Decoded(None, exc)
+
+
 class HostSession:
     """One Run/1 channel incarnation seen from the host. Not thread-safe; no I/O."""
 
@@ -175,24 +192,44 @@ class HostSession:
 
     def receive_data(self, data: bytes) -> list[Event]:
         """Feed component stdout bytes; returns the events they complete."""
-        self.bytes_received += len(data)
-        if self.closed or not data:
-            return []
-        if self.root_response is not None:
-            return self._fatal("unexpected bytes on stdout after the root response")
-        try:
-            frames = self._decoder.feed(data)
-        except ProtocolViolation as exc:
-            return self._fatal(exc.reason)
-        events: list[Event] = []
-        for frame in frames:
+        payloads, events = self.receive_bytes(data)
+        for payload in payloads:
             if self.closed:
                 break
-            if self.root_response is not None:
-                events += self._fatal("a frame arrived after the root terminal response")
-                break
-            events += self._receive_frame(frame)
+            events += self.receive_decoded(decode(payload))
         return events
+
+    def receive_bytes(self, data: bytes) -> tuple[list[bytes], list[Event]]:
+        """Framing alone (§1.3 step 1): the payloads ``data`` completes and the events of a
+        framing violation. Hand each payload's :func:`decode` to :meth:`receive_decoded`, in
+        order; :meth:`receive_data` does both at once."""
+        self.bytes_received += len(data)
+        if self.closed or not data:
+            return [], []
+        if self.root_response is not None:
+            return [], self._fatal("unexpected bytes on stdout after the root response")
+        try:
+            return self._decoder.feed(data), []
+        except ProtocolViolation as exc:
+            return [], self._fatal(exc.reason)
+
+    def receive_decoded(self, frame: Decoded) -> list[Event]:
+        """One decoded frame from :meth:`receive_bytes`; returns the events it completes."""
+        if self.closed:
+            return []
+        if self.root_response is not None:
+            return self._fatal("a frame arrived after the root terminal response")
+        if frame.violation is not None:
+            return self._fatal(frame.violation.reason, frame.violation.reply)
+        try:
+            message = messages.classify(frame.value)
+        except ProtocolViolation as exc:
+            return self._fatal(exc.reason, exc.reply)
+        if isinstance(message, messages.Request):
+            return self._receive_request(message)
+        if isinstance(message, messages.Notification):
+            return self._receive_notification(message)
+        return self._receive_response(message)
 
     def receive_eof(self) -> list[Event]:
         """The component's stdout ended."""
@@ -224,17 +261,6 @@ class HostSession:
         self.violation = reason
         self._pending.clear()
         return [Violation(reason)]
-
-    def _receive_frame(self, frame: bytes) -> list[Event]:
-        try:
-            message = messages.classify(decode_payload(frame))
-        except ProtocolViolation as exc:
-            return self._fatal(exc.reason, exc.reply)
-        if isinstance(message, messages.Request):
-            return self._receive_request(message)
-        if isinstance(message, messages.Notification):
-            return self._receive_notification(message)
-        return self._receive_response(message)
 
     def _receive_request(self, request: messages.Request) -> list[Event]:
         rid = request.id
