@@ -16,16 +16,16 @@ Two decoders give the same verdict and the same value for every input:
 * the *fast* path (when ``orjson`` is importable): ``orjson`` parses and already refuses
   invalid UTF-8, BOMs, lone surrogates, non-finite numbers and trailing data, and the
   same survey checks the bounds. What orjson cannot report, duplicate names and number
-  tokens over 128 bytes, is settled at C speed: a document equal to orjson's re-encoding
-  of its value can hold neither; otherwise ``:`` bytes are counted and number runs are
-  found by one ``bytes.translate``. Whenever the fast path rejects or cannot be sure, the
-  pure path decides, so every error message comes from one place.
+  tokens over 128 bytes, is settled at C speed: a document equal to the stdlib's compact
+  re-encoding of its value can hold neither; otherwise ``:`` bytes are counted and number
+  runs are found by one ``bytes.translate``. Whenever the fast path rejects or cannot be
+  sure, the pure path decides, so every error message comes from one place.
 
-orjson 3.13.0's encoder corrupts the heap (double free, SIGSEGV) on arrays nested deeper
-than about 85 levels with 16 or more items after the nested one, and the trees this module
-encodes come from components. So ``orjson.dumps`` only ever sees a tree the survey measured
-at most :data:`_ORJSON_DEPTH` levels deep; deeper trees take the stdlib encoder, and a deep
-document's duplicate check does without orjson's re-encoding.
+Encoding never uses orjson: orjson 3.13.0's ``dumps`` corrupts its heap (double free,
+SIGSEGV, the process dies) on ordinary valid trees of nested arrays with items after the
+nested one, from 12 levels deep on (floats), and the trees encoded here (frames, relayed
+results, channel items, CLI output) are chosen by components. The stdlib's C encoder
+writes the same compact text.
 
 A negative zero decodes and encodes as the integer ``0`` (``-0`` and ``0`` are equal).
 """
@@ -76,15 +76,18 @@ _ESCAPES: Final = re.compile(
 _BRACKETS: Final = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|([\[{])|[\]}]')
 _LONE_SURROGATE: Final = re.compile("[\ud800-\udfff]")
 # UTF-8 lead bytes of U+E000 and above: the only code points whose order by code point
-# (orjson's key sort) differs from their order by UTF-16 code units (RFC 8785's).
+# (the stdlib's key sort) differs from their order by UTF-16 code units (RFC 8785's).
 _UTF16_ORDER_DIFFERS: Final = re.compile(rb"[\xee-\xf4]")
 # A tree of at most this many values can break no depth or count bound (a chain of 128
 # values is as deep as JSON/1 allows), so one plain walk checks it. Past a few dozen
 # values the level-by-level survey is faster; a larger tree wastes at most this walk.
 _SMALL_TREE: Final = 32
-# The deepest tree (in levels of values, the root being level 1) handed to orjson.dumps: far
-# below the crash, and proven on a grid of shapes and widths by tests/test_json1.py.
-_ORJSON_DEPTH: Final = 64
+# Compact UTF-8 text, written by the stdlib's C encoder (never orjson's: see above).
+_COMPACT: Final = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), check_circular=False)
+# The same with names sorted by code point: RFC 8785's text for a tree without floats.
+_SORTED: Final = json.JSONEncoder(
+    ensure_ascii=False, separators=(",", ":"), check_circular=False, sort_keys=True
+)
 # Decoding a document this large runs with the cyclic collector paused (see loads).
 _PAUSE_COLLECTOR_BYTES: Final = 1 << 20
 _SCALARS: Final = (str, int, float, bool, type(None))
@@ -164,9 +167,10 @@ def dumps(value: object) -> bytes:
     if survey is None:
         raise _violation(value) or JSON1Error("value outside JSON/1")
     tree = _without_negative_zero(value) if survey.negative_zero else value
-    if orjson is None or survey.depth > _ORJSON_DEPTH:
-        return _dumps_pure(tree)
-    return _dumps_fast(tree)
+    try:
+        return _COMPACT.encode(tree).encode()
+    except UnicodeEncodeError:
+        raise _violation(tree) or JSON1Error("lone surrogate") from None
 
 
 def canonical(value: object) -> bytes:
@@ -178,12 +182,12 @@ def canonical(value: object) -> bytes:
     survey = _survey(value, foreign=True)
     if survey is None:
         raise _violation(value) or JSON1Error("value outside JSON/1")
-    if orjson is not None and not survey.floats and survey.depth <= _ORJSON_DEPTH:
-        # Without floats (so without -0.0) orjson's sorted encoding is the RFC 8785 text
+    if not survey.floats:
+        # Without floats (so without -0.0) the stdlib's sorted encoding is the RFC 8785 text
         # (same escapes, same integers), unless a name may sort differently by UTF-16 units.
         try:
-            encoded = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
-        except orjson.JSONEncodeError:
+            encoded = _SORTED.encode(value).encode()
+        except UnicodeEncodeError:
             pass  # a lone surrogate: the writer below finds and names it
         else:
             if _UTF16_ORDER_DIFFERS.search(encoded) is None:
@@ -246,33 +250,30 @@ def _loads_fast(raw: bytes | bytearray) -> JSONValue:
     except orjson.JSONDecodeError:
         return _loads_pure(raw)
     survey = _survey(value, foreign=False)
-    if survey is None or not _tokens_kept(raw, value, survey):
+    if survey is None or not _tokens_kept(raw, value, survey.members):
         del value  # a refused tree is not kept alive while the pure path builds its own
         return _loads_pure(raw)
     return _without_negative_zero(value) if survey.negative_zero else value
 
 
-def _tokens_kept(raw: bytes | bytearray, value: Any, survey: _Survey) -> bool:
+def _tokens_kept(raw: bytes | bytearray, value: Any, members: int) -> bool:
     """True when the document has no duplicate member name and no number token over 128
     bytes: the two things orjson does not report.
 
-    Most documents are in orjson's own form (compact, minimal escapes), and then the
-    value's encoding *is* the document: it cannot hold a duplicate or a long token.
-    Otherwise the ``:`` bytes are counted: the document's are its members plus the colons
-    inside strings, the encoding's are the members orjson kept plus the same colons,
-    unless one was written as a ``\\u003a`` escape (then the pure path decides). Number
-    tokens are runs of number bytes, found after one translation. A tree too deep for
-    orjson's encoder is not encoded: only the first colon count can clear it.
+    Most documents are compact with minimal escapes, and then the value's compact
+    encoding *is* the document: it cannot hold a duplicate or a long token. Otherwise the
+    ``:`` bytes are counted: the document's are its members plus the colons inside
+    strings, the encoding's are the members orjson kept plus the same colons, unless one
+    was written as a ``\\u003a`` escape (then the pure path decides). Number tokens are
+    runs of number bytes, found after one translation.
     """
-    encoded = orjson.dumps(value) if survey.depth <= _ORJSON_DEPTH else None
+    encoded = _COMPACT.encode(value).encode()
     if encoded == raw:
         return True
     if raw.translate(_NUMBER_BYTES).find(_LONG_NUMBER) >= 0:
         return False
     colons = raw.count(b":")
-    if colons == survey.members:
-        return True
-    return encoded is not None and b"\\u003" not in raw and encoded.count(b":") == colons
+    return colons == members or (b"\\u003" not in raw and encoded.count(b":") == colons)
 
 
 # --- decoding: pure path -------------------------------------------------------------
@@ -386,7 +387,6 @@ class _Survey(NamedTuple):
     members: int  # members in all objects
     negative_zero: bool  # any -0.0 in the tree
     floats: bool  # any float in the tree
-    depth: int  # levels of values, the root's being 1 (for a small tree, an upper bound)
 
 
 class _TooLarge(Exception):
@@ -447,7 +447,7 @@ def _survey(root: object, *, foreign: bool) -> _Survey | None:
                 return None
     members = sum(map(len, all_dicts))
     if _containers_fit(all_dicts, all_lists, members, nodes - members, foreign):
-        return _Survey(members, negative_zero, floats, depth)
+        return _Survey(members, negative_zero, floats)
     return None
 
 
@@ -496,7 +496,7 @@ def _walk(root: object) -> _Survey | None:
                 negative_zero = negative_zero or _is_negative_zero(value)
         elif value is not None and kind is not bool:
             return None
-    return _Survey(members, negative_zero, floats, _SMALL_TREE)
+    return _Survey(members, negative_zero, floats)
 
 
 def _containers_fit(
@@ -628,21 +628,6 @@ def _without_negative_zero(value: Any) -> Any:
     if type(value) is list:
         return [_without_negative_zero(item) for item in value]
     return value
-
-
-def _dumps_fast(tree: Any) -> bytes:
-    try:
-        return orjson.dumps(tree)
-    except orjson.JSONEncodeError:
-        raise _violation(tree) or JSON1Error("value outside JSON/1") from None
-
-
-def _dumps_pure(tree: Any) -> bytes:
-    text = json.dumps(tree, ensure_ascii=False, separators=(",", ":"), check_circular=False)
-    try:
-        return text.encode()
-    except UnicodeEncodeError:
-        raise _violation(tree) or JSON1Error("lone surrogate") from None
 
 
 def _write_canonical(value: Any, parts: list[str]) -> None:

@@ -174,7 +174,7 @@ class Mutator:
         return self.replace(value, Raw(rng.choice(_ODD_NUMBERS)))
 
     def deep(self) -> Any:
-        """Nested containers around the places orjson's encoder broke (85-140 levels)."""
+        """Nested containers of the shapes orjson's encoder broke on (12-140 levels)."""
         rng = self.rng
         depth = rng.choice((rng.randrange(1, 64), rng.randrange(60, 141)))
         wide = rng.random() < 0.05

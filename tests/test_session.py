@@ -180,10 +180,10 @@ from runner.protocol.session import CallRequested, HostSession, RootResult, Viol
 from test_session import PARAMS, call, frame
 
 
-def deep(levels):  # orjson 3.13.0's encoder corrupts its heap on this shape
+def deep(levels, after=16, item=0):  # orjson 3.13.0's encoder corrupts its heap on these
     tree = 0
     for _ in range(levels):
-        tree = [tree, *[0] * 16]
+        tree = [tree, *[item] * after]
     return tree
 
 
@@ -198,7 +198,11 @@ session = HostSession(PARAMS)
 session.start()
 (requested,) = session.receive_data(call("c:1"))
 assert isinstance(requested, CallRequested)
-session.respond("c:1", {"value": deep(124)})  # a relayed result the host encodes
+floats = deep(12, 100, 123456789.125)
+session.respond("c:1", {"value": floats})  # a relayed result the host encodes
+assert json.loads(session.data_to_send().splitlines()[-1])["result"]["value"] == floats
+(requested,) = session.receive_data(call("c:2"))
+session.respond("c:2", {"value": deep(124)})
 assert json.loads(session.data_to_send().splitlines()[-1])["result"]["value"] == deep(124)
 output = deep(125)  # the frame is 128 levels deep: the most JSON/1 allows
 result = {"jsonrpc": "2.0", "id": "host:1", "result": {"outcome": "done", "output": output}}
