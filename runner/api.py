@@ -6,10 +6,12 @@ layer over it, and so are the tests and benchmarks that need a real run.
 
 from __future__ import annotations
 
+import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import anyio
@@ -30,6 +32,8 @@ from runner.package.checks import (
 from runner.package.errors import InvocationRefused
 from runner.protocol.codes import OperationError
 from runner.protocol.completion import Verdict
+from runner.protocol.frames import MAX_PAYLOAD_BYTES
+from runner.protocol.session import flow_run_overflow
 from runner.report import ReportedError, RunReport, SandboxLoss
 from runner.sandbox.base import DiskBreach, LaunchRequest, Sandbox
 from runner.sandbox.errors import SandboxLost
@@ -128,6 +132,8 @@ async def execute(
     grants = offer.admit(ports)  # the last check: after it, rights have moved
     control = control or RunControl()
     try:
+        attachments, scratch = _planned_paths(request, backend)
+        _check_frame(_params(invocation, attachments, scratch, grants))
         return await _launch_and_drive(
             sandbox, invocation, request, package, target, backend, broker, graces, control,
             stderr_sink, depth, retained_bytes, offer.party, grants,
@@ -163,22 +169,10 @@ async def _launch_and_drive(
     grants: dict[str, JSONValue],
 ) -> Execution:
     async with sandbox.launch(request) as component:
-        params: dict[str, JSONValue] = {
-            "protocol": "run/1",
-            "input": invocation.input,
-            "settings": invocation.settings,
-            "attachments": {
-                a.name: {"path": component.attachment_paths[a.name], "access": a.access}
-                for a in request.attachments
-            },
-            "scratch": component.scratch_path,
-            "deadlineUnixMs": invocation.deadline_unix_ms,
-        }
-        if grants:
-            params["channels"] = grants
+        paths = component.attachment_paths
         outcome = await drive(
             component,
-            params,
+            _params(invocation, paths, component.scratch_path, grants),
             broker or UnavailableBroker(),
             run_id=request.run_id,
             depth=depth,
@@ -212,6 +206,59 @@ def _disk_failure(breach: DiskBreach, verdict: Verdict) -> Verdict:
     details: dict[str, JSONValue] = {"disk": dict(breach.details())}
     error = OperationError("RESOURCE_EXHAUSTED", breach.message(), details)
     return Verdict(None, error, (*verdict.reasons, f"disk bound exceeded ({breach.reason})"))
+
+
+def _params(
+    invocation: Invocation,
+    attachment_paths: Mapping[str, str],
+    scratch: str,
+    grants: dict[str, JSONValue],
+) -> dict[str, JSONValue]:
+    """The ``flow/run`` params, with the paths the component sees."""
+    params: dict[str, JSONValue] = {
+        "protocol": "run/1",
+        "input": invocation.input,
+        "settings": invocation.settings,
+        "attachments": {
+            a.name: {"path": attachment_paths[a.name], "access": a.access}
+            for a in invocation.launch.attachments
+        },
+        "scratch": scratch,
+        "deadlineUnixMs": invocation.deadline_unix_ms,
+    }
+    if grants:
+        params["channels"] = grants
+    return params
+
+
+def _planned_paths(request: LaunchRequest, backend: str) -> tuple[dict[str, str], str]:
+    """The attachment and scratch paths the backend will give the component, known before
+    launch so that the ``flow/run`` frame can be measured first.
+
+    Docker mounts every attachment at ``/flow/attachments/NAME`` and scratch at
+    ``/flow/scratch``; the process backend passes host paths, and a private scratch is a
+    ``tempfile.mkdtemp`` directory of a fixed-length name (the same JSON length).
+    """
+    if backend == "docker":
+        from runner.sandbox.docker import ATTACHMENTS_DIR, SCRATCH_PATH
+
+        mounted = {a.name: f"{ATTACHMENTS_DIR}/{a.name}" for a in request.attachments}
+        return mounted, SCRATCH_PATH
+    private = Path(tempfile.gettempdir(), "flow-runner-scratch-" + "x" * 8)
+    scratch = request.scratch_dir or private
+    return {a.name: str(a.host_path) for a in request.attachments}, str(scratch)
+
+
+def _check_frame(params: dict[str, JSONValue]) -> None:
+    """Refuse an invocation whose ``flow/run`` frame would not fit Run/1's frame bound."""
+    size = flow_run_overflow(params)
+    if size is not None:
+        raise InvocationRefused(
+            "INVALID_INPUT",
+            f"the flow/run frame would be {size:,} bytes, over Run/1's bound of "
+            f"{MAX_PAYLOAD_BYTES:,} bytes a frame: make the input (or the settings) "
+            "smaller, or pass large data as an attachment",
+        )
 
 
 def _settle_channels(channels: ChannelParty, verdict: Verdict) -> Verdict:

@@ -16,21 +16,29 @@ Two decoders give the same verdict and the same value for every input:
 * the *fast* path (when ``orjson`` is importable): ``orjson`` parses and already refuses
   invalid UTF-8, BOMs, lone surrogates, non-finite numbers and trailing data, and the
   same survey checks the bounds. What orjson cannot report, duplicate names and number
-  tokens over 128 bytes, is settled at C speed: a document equal to orjson's re-encoding
-  of its value can hold neither; otherwise ``:`` bytes are counted and number runs are
-  found by one ``bytes.translate``. Whenever the fast path rejects or cannot be sure, the
-  pure path decides, so every error message comes from one place.
+  tokens over 128 bytes, is settled at C speed: a document equal to the stdlib's compact
+  re-encoding of its value can hold neither; otherwise ``:`` bytes are counted and number
+  runs are found by one ``bytes.translate``. Whenever the fast path rejects or cannot be
+  sure, the pure path decides, so every error message comes from one place.
+
+Encoding never uses orjson: orjson 3.13.0's ``dumps`` corrupts its heap (double free,
+SIGSEGV, the process dies) on ordinary valid trees of nested arrays with items after the
+nested one, from 12 levels deep on (floats), and the trees encoded here (frames, relayed
+results, channel items, CLI output) are chosen by components. The stdlib's C encoder
+writes the same compact text.
 
 A negative zero decodes and encodes as the integer ``0`` (``-0`` and ``0`` are equal).
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import re
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import contextmanager
 from decimal import Decimal
 from itertools import chain
 from typing import Any, Final, NamedTuple, TypeAlias
@@ -68,12 +76,20 @@ _ESCAPES: Final = re.compile(
 _BRACKETS: Final = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|([\[{])|[\]}]')
 _LONE_SURROGATE: Final = re.compile("[\ud800-\udfff]")
 # UTF-8 lead bytes of U+E000 and above: the only code points whose order by code point
-# (orjson's key sort) differs from their order by UTF-16 code units (RFC 8785's).
+# (the stdlib's key sort) differs from their order by UTF-16 code units (RFC 8785's).
 _UTF16_ORDER_DIFFERS: Final = re.compile(rb"[\xee-\xf4]")
 # A tree of at most this many values can break no depth or count bound (a chain of 128
 # values is as deep as JSON/1 allows), so one plain walk checks it. Past a few dozen
 # values the level-by-level survey is faster; a larger tree wastes at most this walk.
 _SMALL_TREE: Final = 32
+# Compact UTF-8 text, written by the stdlib's C encoder (never orjson's: see above).
+_COMPACT: Final = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), check_circular=False)
+# The same with names sorted by code point: RFC 8785's text for a tree without floats.
+_SORTED: Final = json.JSONEncoder(
+    ensure_ascii=False, separators=(",", ":"), check_circular=False, sort_keys=True
+)
+# Decoding a document this large runs with the cyclic collector paused (see loads).
+_PAUSE_COLLECTOR_BYTES: Final = 1 << 20
 _SCALARS: Final = (str, int, float, bool, type(None))
 _LITERALS: Final = {None: "null", True: "true", False: "false"}
 
@@ -113,9 +129,31 @@ def loads(data: bytes | bytearray | memoryview) -> JSONValue:
     if not isinstance(data, bytes | bytearray | memoryview):
         raise TypeError(f"JSON/1 documents are bytes, not {type(data).__name__}")
     raw = data.tobytes() if isinstance(data, memoryview) else data
-    if orjson is None:
-        return _loads_pure(raw)
-    return _loads_fast(raw)
+    decode = _loads_pure if orjson is None else _loads_fast
+    if len(raw) < _PAUSE_COLLECTOR_BYTES:
+        return decode(raw)
+    with _collector_paused():
+        return decode(raw)
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector, if it runs, for one large decode.
+
+    A decoded tree cannot hold a cycle, yet every container a decoder makes counts toward
+    the collector's next pass, and each pass walks everything made so far: a hostile 16 MiB
+    document of millions of tiny arrays took 14 s to refuse with it and 1.2 s without, and
+    the passes hold the interpreter lock, stalling the host's event loop even from a
+    worker thread. A refused tree is freed by reference counting before it resumes.
+    """
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def dumps(value: object) -> bytes:
@@ -125,10 +163,14 @@ def dumps(value: object) -> bytes:
     ``dict`` with ``str`` keys (no subclasses, tuples, sets or bytes). ``-0.0`` encodes as
     ``0``. The bytes are not canonical: use :func:`canonical` for digests.
     """
-    tree = _validated(value)
-    if orjson is None:
-        return _dumps_pure(tree)
-    return _dumps_fast(tree)
+    survey = _survey(value, foreign=True)
+    if survey is None:
+        raise _violation(value) or JSON1Error("value outside JSON/1")
+    tree = _without_negative_zero(value) if survey.negative_zero else value
+    try:
+        return _COMPACT.encode(tree).encode()
+    except UnicodeEncodeError:
+        raise _violation(tree) or JSON1Error("lone surrogate") from None
 
 
 def canonical(value: object) -> bytes:
@@ -140,12 +182,12 @@ def canonical(value: object) -> bytes:
     survey = _survey(value, foreign=True)
     if survey is None:
         raise _violation(value) or JSON1Error("value outside JSON/1")
-    if orjson is not None and not survey.floats:
-        # Without floats (so without -0.0) orjson's sorted encoding is the RFC 8785 text
+    if not survey.floats:
+        # Without floats (so without -0.0) the stdlib's sorted encoding is the RFC 8785 text
         # (same escapes, same integers), unless a name may sort differently by UTF-16 units.
         try:
-            encoded = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
-        except orjson.JSONEncodeError:
+            encoded = _SORTED.encode(value).encode()
+        except UnicodeEncodeError:
             pass  # a lone surrogate: the writer below finds and names it
         else:
             if _UTF16_ORDER_DIFFERS.search(encoded) is None:
@@ -209,6 +251,7 @@ def _loads_fast(raw: bytes | bytearray) -> JSONValue:
         return _loads_pure(raw)
     survey = _survey(value, foreign=False)
     if survey is None or not _tokens_kept(raw, value, survey.members):
+        del value  # a refused tree is not kept alive while the pure path builds its own
         return _loads_pure(raw)
     return _without_negative_zero(value) if survey.negative_zero else value
 
@@ -217,14 +260,14 @@ def _tokens_kept(raw: bytes | bytearray, value: Any, members: int) -> bool:
     """True when the document has no duplicate member name and no number token over 128
     bytes: the two things orjson does not report.
 
-    Most documents are in orjson's own form (compact, minimal escapes), and then the
-    value's encoding *is* the document: it cannot hold a duplicate or a long token.
-    Otherwise the ``:`` bytes are counted: the document's are its members plus the colons
-    inside strings, the encoding's are the members orjson kept plus the same colons,
-    unless one was written as a ``\\u003a`` escape (then the pure path decides). Number
-    tokens are runs of number bytes, found after one translation.
+    Most documents are compact with minimal escapes, and then the value's compact
+    encoding *is* the document: it cannot hold a duplicate or a long token. Otherwise the
+    ``:`` bytes are counted: the document's are its members plus the colons inside
+    strings, the encoding's are the members orjson kept plus the same colons, unless one
+    was written as a ``\\u003a`` escape (then the pure path decides). Number tokens are
+    runs of number bytes, found after one translation.
     """
-    encoded = orjson.dumps(value)
+    encoded = _COMPACT.encode(value).encode()
     if encoded == raw:
         return True
     if raw.translate(_NUMBER_BYTES).find(_LONG_NUMBER) >= 0:
@@ -486,8 +529,18 @@ _Fault: TypeAlias = tuple[str, list[object]]  # reason, and the member name if i
 
 
 def _violation(root: object) -> JSON1Error | None:
-    """The first broken rule in document order, with its JSON pointer (None if none)."""
-    for nodes, (path, value) in enumerate(_preorder(root), start=1):
+    """The first broken rule in document order, with its JSON pointer (None if none).
+
+    One depth-first walk over at most ``MAX_NODES + 1`` values, holding only the path to
+    the current value (a key and an iterator a level, at most 128 levels): time linear in
+    the tree and memory bounded, however wide and deep a hostile document is. The pointer
+    is built once, for the faulting value.
+    """
+    path: list[object] = []  # the keys from the root to `value`
+    levels: list[Iterator[tuple[object, Any]]] = []  # the rest of each container on it
+    value, nodes = root, 0
+    while True:
+        nodes += 1
         if nodes > MAX_NODES:
             fault: _Fault | None = (f"more than {MAX_NODES} values", [])
         elif len(path) >= MAX_DEPTH:  # the root's path is empty
@@ -497,20 +550,21 @@ def _violation(root: object) -> JSON1Error | None:
         if fault is not None:
             reason, member = fault
             return JSON1Error(reason, pointer="".join(map(_pointer_segment, path + member)))
-    return None
-
-
-def _preorder(root: object) -> Iterator[tuple[list[object], Any]]:
-    """(path, value) pairs in document order; containers deeper than 128 are not entered."""
-    pending: list[tuple[list[object], Any]] = [([], root)]
-    while pending:
-        path, value = pending.pop()
-        yield path, value
-        if len(path) < MAX_DEPTH:
-            if type(value) is dict:
-                pending.extend(([*path, k], v) for k, v in reversed(value.items()))
-            elif type(value) is list:
-                pending.extend(([*path, i], v) for i, v in reversed(list(enumerate(value))))
+        if type(value) is dict:
+            levels.append(iter(value.items()))
+            path.append(None)
+        elif type(value) is list:
+            levels.append(enumerate(value))
+            path.append(None)
+        while levels:  # on to the next value in document order
+            item = next(levels[-1], None)
+            if item is not None:
+                path[-1], value = item
+                break
+            levels.pop()
+            path.pop()
+        else:
+            return None
 
 
 def _fault(value: object) -> _Fault | None:
@@ -565,14 +619,6 @@ def _pointer_segment(name: object) -> str:
 # --- encoding ------------------------------------------------------------------------
 
 
-def _validated(value: object) -> Any:
-    """The value itself (or a copy with 0 for -0.0) if it is JSON/1; else raise."""
-    survey = _survey(value, foreign=True)
-    if survey is None:
-        raise _violation(value) or JSON1Error("value outside JSON/1")
-    return _without_negative_zero(value) if survey.negative_zero else value
-
-
 def _without_negative_zero(value: Any) -> Any:
     """A copy of a tree with the integer 0 for every -0.0."""
     if type(value) is float:
@@ -582,21 +628,6 @@ def _without_negative_zero(value: Any) -> Any:
     if type(value) is list:
         return [_without_negative_zero(item) for item in value]
     return value
-
-
-def _dumps_fast(tree: Any) -> bytes:
-    try:
-        return orjson.dumps(tree)
-    except orjson.JSONEncodeError:
-        raise _violation(tree) or JSON1Error("value outside JSON/1") from None
-
-
-def _dumps_pure(tree: Any) -> bytes:
-    text = json.dumps(tree, ensure_ascii=False, separators=(",", ":"), check_circular=False)
-    try:
-        return text.encode()
-    except UnicodeEncodeError:
-        raise _violation(tree) or JSON1Error("lone surrogate") from None
 
 
 def _write_canonical(value: Any, parts: list[str]) -> None:

@@ -355,6 +355,28 @@ def channel_abandoned() -> None:  # §7.6: a receiver read from and left unfinis
     done("returned with a live receiver")
 
 
+def deep_wide_frame() -> bytes:
+    """16.6 MB: 127 nested arrays, each with 65,535 more items (far over 262,144 values)."""
+    return b"[" * 127 + b"0" + (b",0" * 65_535 + b"]") * 127
+
+
+@scenario
+def deep_wide() -> None:  # once took the host 46 s and 6 GiB to refuse
+    write(deep_wide_frame() + b"\n")
+    time.sleep(60)  # the host must end the run on its own
+
+
+@scenario
+def big_child_input() -> None:
+    """A flow/run-child frame of exactly 16 MiB: its input fits, the child's frame cannot."""
+    head = b'{"jsonrpc":"2.0","id":"c:1","method":"flow/run-child",'
+    head += b'"params":{"operationId":"o","slot":"next","input":["'
+    tail = b'"]}}'
+    room = 16_777_216 - len(head) - len(tail) - len(b'","')
+    write(head + b"p" * (room // 2) + b'","' + b"p" * (room - room // 2) + tail + b"\n")
+    done(outcome_of(response_to("c:1")))
+
+
 @scenario
 def reuse_id() -> None:  # CO-01
     call("c:1", "capability/call", {"operationId": "a", "slot": "t", "method": "do", "input": 1})
@@ -381,8 +403,9 @@ def bad_root_result() -> None:  # RL-05
 
 
 @scenario
-def standard_error_root() -> None:
-    send({"jsonrpc": "2.0", "id": ROOT["id"], "error": {"code": -32603, "message": "boom"}})
+def standard_error_root() -> None:  # the message is the input, if it is a string
+    message = ROOT["params"]["input"] if isinstance(ROOT["params"]["input"], str) else "boom"
+    send({"jsonrpc": "2.0", "id": ROOT["id"], "error": {"code": -32603, "message": message}})
     time.sleep(5)
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import resource
 import signal
 import subprocess
 import sys
@@ -10,6 +12,9 @@ import time
 from pathlib import Path
 
 from hostkit import FAKE
+from runner import json1
+from runner.api import _planned_paths
+from runner.sandbox.base import Attachment, LaunchRequest
 
 CLI = [sys.executable, "-m", "runner.cli"]
 
@@ -165,3 +170,67 @@ def test_exec_a_configured_flow_by_name(tmp_path: Path) -> None:
     bad = flow_runner("exec", "parent", "--config", str(tmp_path / "missing.toml"))
     assert bad.returncode == 2
     assert "missing.toml" in bad.stderr
+
+
+def test_a_long_peer_error_message_fails_the_run_cleanly() -> None:
+    ran = exec_fake("standard-error-root", "--input", json.dumps("m" * 1024))
+    assert ran.returncode == 4, ran.stderr[-2000:]
+    error = json.loads(ran.stdout)["error"]
+    assert error["code"] == "PROTOCOL_ERROR" and len(error["message"]) == 1024
+    assert "Traceback" not in ran.stderr
+
+
+def test_an_input_whose_flow_run_frame_is_too_large_is_refused_before_launch(
+    tmp_path: Path,
+) -> None:
+    """A 16 MiB input fits JSON/1 but not the frame that carries it: exit 2, nothing run
+    (the component would write this file as soon as it started)."""
+    size = (json1.MAX_DOCUMENT_BYTES - len('["",""]')) // 2
+    path = tmp_path / "input.json"
+    path.write_text(json.dumps(["p" * size, "p" * size]))
+    assert path.stat().st_size <= json1.MAX_DOCUMENT_BYTES
+    started = tmp_path / "started"
+    ran = flow_runner(
+        "exec", "--process", "--input", f"@{path}", "--", "sh", "-c", f"touch {started}; cat"
+    )
+    assert ran.returncode == 2, ran.stderr[-2000:]
+    assert ran.stdout == ""
+    assert "INVALID_INPUT: the flow/run frame would be 16,777," in ran.stderr
+    assert "16,777,216 bytes a frame" in ran.stderr and "Traceback" not in ran.stderr
+    assert not started.exists(), "nothing may be launched"
+
+
+def test_planned_process_paths_have_the_length_of_the_real_ones(tmp_path: Path) -> None:
+    """The pre-launch frame check measures the process backend's private scratch path by
+    its planned stand-in: both must encode to the same length."""
+    params = json.loads(exec_fake("params", "--attach", f"a={tmp_path}").stdout)["output"]
+    attachments, scratch = _planned_paths(LaunchRequest((Attachment("a", tmp_path),)), "process")
+    assert len(scratch) == len(params["scratch"])
+    assert attachments == {"a": params["attachments"]["a"]["path"]}
+
+
+def test_a_frame_that_takes_seconds_to_refuse_does_not_hold_off_the_deadline(
+    tmp_path: Path,
+) -> None:
+    """The 16.6 MB deep-and-wide frame once blocked the event loop for 46 s (6 GiB): the
+    deadline could not fire. Now it is decoded off the loop: the run ends as a clean
+    failure soon after the 2 s deadline, in bounded memory (the run's peak RSS, the
+    runner's own, under 600 MiB; address space capped at 4 GiB against a regression)."""
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+
+    started = time.monotonic()
+    with open(tmp_path / "out", "wb") as stdout, open(tmp_path / "err", "wb") as stderr:
+        process = subprocess.Popen(
+            [*CLI, "exec", "--process", "--deadline", "2s", "--",
+             sys.executable, str(FAKE), "deep-wide"],
+            stdout=stdout, stderr=stderr, preexec_fn=cap,
+        )  # fmt: skip
+        _, status, usage = os.wait4(process.pid, 0)
+    seconds = time.monotonic() - started
+    out, err = (tmp_path / "out").read_text(), (tmp_path / "err").read_text()
+    assert os.waitstatus_to_exitcode(status) in (4, 124), err[-2000:]
+    assert json.loads(out)["error"]["code"] in ("DEADLINE_EXCEEDED", "PROTOCOL_ERROR")
+    assert seconds < 20, seconds
+    assert usage.ru_maxrss < 600 * 1024, usage.ru_maxrss

@@ -241,3 +241,27 @@ command = [{fake}]
     else:
         assert child.host_kill is None and child.exit_code == 0, child
         assert seconds < 2 + 1.5, f"{seconds:.1f} s: the child stopped when asked"
+
+
+def test_a_child_input_too_large_for_its_frame_fails_the_call_cleanly(tmp_path: Path) -> None:
+    """The parent's 16 MiB flow/run-child frame is valid; the child's flow/run frame with
+    the same input cannot be written, so the child is refused before it is launched (it
+    would write a file at once) and the parent's call fails."""
+    fake = ", ".join(
+        f'"{part}"' for part in (sys.executable, str(ROOT / "tests" / "fake_component.py"))
+    )
+    started = tmp_path / "started"
+    config = write_config(
+        tmp_path,
+        f"""
+[flows.top]
+command = [{fake}, "big-child-input"]
+children = {{ next = "bottom" }}
+
+[flows.bottom]
+command = ["sh", "-c", "touch {started}; cat"]
+""",
+    )
+    execution = run_flow(config, "top", None)
+    assert execution.verdict.result == {"outcome": "done", "output": "EXECUTION_FAILED"}
+    assert not started.exists()

@@ -12,6 +12,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from enum import IntEnum
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -569,7 +570,7 @@ def mutated(draw: st.DrawFn) -> bytes:
 @FAST_ENOUGH
 @given(values)
 def test_round_trip(value: json1.JSONValue) -> None:
-    for encode in (dumps, lambda v: json1._dumps_pure(json1._validated(v)), canonical):
+    for encode in (dumps, lambda v: json.dumps(v, ensure_ascii=False).encode(), canonical):
         document = encode(value)
         assert equal(json1._loads_fast(document), value)
         assert equal(json1._loads_pure(document), value)
@@ -685,3 +686,53 @@ def test_conformance_framing_vectors(mode: str, name: str, document: bytes, vali
         loads(document)
     else:
         rejected(document)
+
+
+# --- orjson's encoder is never used ------------------------------------------------
+
+
+def crash_tree(levels: int, after: int, item: object = 0) -> list[Any]:
+    """A shape on which orjson 3.13.0's encoder corrupts its heap: 127 levels with 16
+    zeros after each nested array, or just 12 levels with 100 floats (see json1's notes)."""
+    tree: Any = 0
+    for _ in range(levels):
+        tree = [tree, *[item] * after]
+    return tree
+
+
+CRASH_TREES = [(127, 16, 0), (12, 100, 123456789.125), (35, 100, None), (64, 17, 1.5)]
+
+
+def test_trees_that_crash_orjson_are_encoded_and_decoded_cleanly() -> None:
+    script = (
+        "import json\n"
+        "from runner import json1\n"
+        "from test_json1 import CRASH_TREES, crash_tree\n"
+        "for levels, after, item in CRASH_TREES:\n"
+        "    tree = crash_tree(levels, after, item)\n"
+        "    compact = json.dumps(tree, separators=(',', ':')).encode()\n"
+        "    assert json1.dumps(tree) == compact and json1.loads(compact) == tree\n"
+        "    if item is not None and not isinstance(item, float):\n"
+        "        assert json1.canonical(tree) == compact\n"
+        "    obj = {'z': tree[0], 'a': 1}  # canonical sorts the names\n"
+        '    assert json1.canonical(obj).startswith(b\'{"a":1,"z":[\')\n'
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+        cwd=Path(__file__).parent,
+    )  # fmt: skip
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+
+
+def test_orjson_dumps_is_never_called(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not at any depth, for no encoder or check: no depth bound was found below which
+    orjson 3.13.0's dumps is safe (it crashed from 12 levels on)."""
+
+    def refuse(*args: object, **kwargs: object) -> bytes:
+        raise AssertionError("orjson.dumps was called")
+
+    monkeypatch.setattr(orjson, "dumps", refuse)
+    for value in ({"a": [1, 2.5, "x:y"], "b": None}, [{"é": "\u2028"}] * 40, crash_tree(3, 40)):
+        document = dumps(value)
+        assert loads(document) == value and loads(document.replace(b",", b", ")) == value
+        assert canonical(value) == canonical(loads(document))

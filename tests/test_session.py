@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
+import resource
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from framefuzz import Mutator, play
 from runner.protocol.completion import Ending, judge
 from runner.protocol.session import (
     CallCancelled,
@@ -159,3 +166,126 @@ def test_fuzz_any_component_stream_ends_in_a_classification(
     assert (verdict.result is None) != (verdict.error is None)
     if verdict.result is not None:
         assert exit_code == 0 and not session.pending and session.violation is None
+
+
+DEEP_FRAMES = r"""
+import json
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+from runner.protocol.completion import Ending, judge
+from runner.protocol.session import CallRequested, HostSession, RootResult, Violation
+from test_session import PARAMS, call, frame
+
+
+def deep(levels, after=16, item=0):  # orjson 3.13.0's encoder corrupts its heap on these
+    tree = 0
+    for _ in range(levels):
+        tree = [tree, *[item] * after]
+    return tree
+
+
+batch = b"[" * 127 + b"0" + (b",0" * 16 + b"]") * 127
+session = HostSession(PARAMS)
+session.start()
+assert len(batch) == 4319 and isinstance(session.receive_data(batch + b"\n")[0], Violation)
+session.receive_eof()
+assert judge(session, Ending(0)).error.code == "PROTOCOL_ERROR"
+
+session = HostSession(PARAMS)
+session.start()
+(requested,) = session.receive_data(call("c:1"))
+assert isinstance(requested, CallRequested)
+floats = deep(12, 100, 123456789.125)
+session.respond("c:1", {"value": floats})  # a relayed result the host encodes
+assert json.loads(session.data_to_send().splitlines()[-1])["result"]["value"] == floats
+(requested,) = session.receive_data(call("c:2"))
+session.respond("c:2", {"value": deep(124)})
+assert json.loads(session.data_to_send().splitlines()[-1])["result"]["value"] == deep(124)
+output = deep(125)  # the frame is 128 levels deep: the most JSON/1 allows
+result = {"jsonrpc": "2.0", "id": "host:1", "result": {"outcome": "done", "output": output}}
+(event,) = session.receive_data(frame(result).replace(b" ", b""))
+assert isinstance(event, RootResult), event
+session.receive_eof()
+verdict = judge(session, Ending(0))
+assert verdict.accepted and verdict.result == {"outcome": "done", "output": output}
+print("clean")
+"""
+
+
+def test_frames_that_crash_orjson_get_a_clean_verdict() -> None:
+    """A valid 4,319-byte frame once killed the host with SIGABRT (orjson's encoder)."""
+    done = subprocess.run(
+        [sys.executable, "-c", DEEP_FRAMES], capture_output=True, text=True, timeout=60,
+        cwd=Path(__file__).parent,
+    )  # fmt: skip
+    assert (done.returncode, done.stdout) == (0, "clean\n"), done.stderr[-2000:]
+
+
+def test_a_long_peer_message_is_reported_within_the_message_bound() -> None:
+    """A valid -32603 root error with a 1,024-character message once made judge raise
+    LocalProtocolError: the violation quoting it was longer than an error message may be."""
+    session = started()
+    error = {"code": -32603, "message": "m" * 1024}
+    (event,) = session.receive_data(frame({"jsonrpc": "2.0", "id": "host:1", "error": error}))
+    assert isinstance(event, Violation)
+    session.receive_eof()
+    verdict = judge(session, Ending(0))
+    assert verdict.error is not None and verdict.error.code == "PROTOCOL_ERROR"
+    assert len(verdict.error.message) == 1024 and verdict.error.message.endswith(" [...]")
+    assert any("m" * 1024 in reason for reason in verdict.reasons), "the whole reason is kept"
+
+
+DEEP_WIDE = r"""
+import resource, sys, time
+from fake_component import deep_wide_frame
+from runner.protocol.completion import Ending, judge
+from test_session import PARAMS
+from runner.protocol.session import HostSession, Violation
+
+data = deep_wide_frame() + b"\n"
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, flush=True)
+session = HostSession(PARAMS)
+session.start()
+started = time.monotonic()
+events = []
+for at in range(0, len(data), 1 << 16):
+    events += session.receive_data(data[at : at + (1 << 16)])
+print(time.monotonic() - started)
+assert [type(event) for event in events] == [Violation], events
+assert judge(session, Ending(0)).error.code == "PROTOCOL_ERROR"
+"""
+
+
+def test_a_deep_and_wide_frame_is_refused_in_bounded_memory_and_time() -> None:
+    """127 nested arrays of 65,536 items (16.6 MB) once took 6 GiB and 46 s to refuse: the
+    explanation copied the path for every pending sibling. Bound: 400 MiB over the
+    baseline, 25 s on a loaded machine (it takes 1-5 s); address space capped at 3 GiB so
+    a regression fails here instead of exhausting the machine."""
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+
+    process = subprocess.Popen(
+        [sys.executable, "-c", DEEP_WIDE], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        cwd=Path(__file__).parent, preexec_fn=cap,
+    )  # fmt: skip
+    _, status, usage = os.wait4(process.pid, 0)
+    assert process.stdout is not None and process.stderr is not None
+    out, err = process.stdout.read().split(), process.stderr.read()
+    assert os.waitstatus_to_exitcode(status) == 0, err[-2000:]
+    baseline_kib, seconds = int(out[0]), float(out[1])
+    assert (usage.ru_maxrss - baseline_kib) < 400 * 1024, (usage.ru_maxrss, baseline_kib)
+    assert seconds < 25
+
+
+def test_fuzz_mutated_conformance_frames_never_raise_a_local_error() -> None:
+    """900 seeded cases of tests/framefuzz.py (the corpus's frames mutated: deep nesting
+    of orjson's crash shape, long strings, many and duplicate members, odd numbers, bad
+    UTF-8, split frames): each ends in events and a verdict, never an exception.
+    bench/fuzz.py runs the same cases by the million."""
+    mutator = Mutator(2024)
+    codes = Counter(play(mutator.case(), exit_code) for exit_code in [0, 1, None] * 300)
+    assert codes["PROTOCOL_ERROR"] > 600, codes

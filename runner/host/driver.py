@@ -45,6 +45,7 @@ from runner.protocol.session import (
     RootError,
     RootResult,
     Violation,
+    decode,
 )
 from runner.sandbox.base import RunningComponent
 
@@ -53,6 +54,8 @@ STDERR_LIMIT = 1 << 20
 """Bytes of component stderr kept for the report; the rest is counted and marked."""
 DRAIN_AFTER_EXIT = 2.0
 """Seconds to wait for stdout EOF once the process has exited."""
+DECODE_IN_THREAD = 1 << 18
+"""Frames of at least this many bytes are decoded in a worker thread (see _read_stdout)."""
 
 
 @dataclass(frozen=True)
@@ -327,10 +330,29 @@ class _Run:
             await stdin.aclose()
 
     async def _read_stdout(self) -> None:
+        """Frame on the loop, decode large frames in a worker thread, act on the loop.
+
+        A hostile frame of up to 16 MiB can take seconds to decode and refuse; in a thread
+        the loop keeps serving the deadline, cancellation and the other calls meanwhile.
+        Only the pure decoding leaves the loop: the session changes state here alone. A
+        decode abandoned by cancellation finishes in its thread and is dropped.
+        """
+        session = self.session
         with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             async for chunk in self.component.stdout:
-                self._handle(self.session.receive_data(chunk))
-        self._handle(self.session.receive_eof())
+                payloads, events = session.receive_bytes(chunk)
+                self._handle(events)
+                for payload in payloads:
+                    if session.closed:
+                        break
+                    if len(payload) < DECODE_IN_THREAD:
+                        frame = decode(payload)
+                    else:
+                        frame = await anyio.to_thread.run_sync(
+                            decode, payload, abandon_on_cancel=True
+                        )
+                    self._handle(session.receive_decoded(frame))
+        self._handle(session.receive_eof())
         self.stdout_done.set()
 
     async def _read_stderr(self) -> None:

@@ -25,7 +25,8 @@ class InvocationRefused(ValueError):
     """Settings, attachments or capability slots that do not fit the package.
 
     Raised before any container exists. ``code`` is ``INVALID_SETTINGS`` (a host
-    diagnostic, not a wire code), ``INVALID_ATTACHMENTS`` or ``INVALID_CAPABILITIES``;
+    diagnostic, not a wire code), ``INVALID_ATTACHMENTS`` or ``INVALID_CAPABILITIES``
+    (or ``INVALID_INPUT`` from runner.api: an input too large for its ``flow/run`` frame);
     the CLI reports it as a usage error (exit 2): the fix is in the caller's hands.
     """
 

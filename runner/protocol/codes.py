@@ -69,6 +69,20 @@ MAX_ERROR_MESSAGE_SCALARS: Final = 1_024
 """An error ``message`` holds 1–1,024 Unicode scalar values."""
 
 
+_CUT: Final = " [...]"
+
+
+def bounded_message(text: str) -> str:
+    """``text`` as an error message: 1-1,024 scalars, a cut marked with ``[...]``.
+
+    Messages built here can quote the peer (a reason naming its ids, its own error
+    message): a remote frame must never make the host build an error it cannot hold.
+    """
+    if len(text) <= MAX_ERROR_MESSAGE_SCALARS:
+        return text or "unspecified"
+    return text[: MAX_ERROR_MESSAGE_SCALARS - len(_CUT)] + _CUT
+
+
 def is_wire_code(code: object) -> bool:
     """Whether ``code`` is one of the 13 codes allowed in ``error.data.code``."""
     return isinstance(code, str) and code in _WIRE_CODE_SET

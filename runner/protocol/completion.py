@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from runner.json1 import JSONValue
-from runner.protocol.codes import OperationError
+from runner.protocol.codes import OperationError, bounded_message
 from runner.protocol.session import Condition, HostSession, RootError, RootResult
 
 HostKill = Literal["cancel", "post-response", "violation", "lost"]
@@ -102,7 +102,9 @@ def _classify(
     if response is None and condition is not None and ending.host_kill == "cancel":
         return OperationError(condition, _condition_message(condition), details)
     if session.violation is not None:
-        return OperationError("PROTOCOL_ERROR", session.violation, details)
+        # The reasons keep the whole violation; the message, which quotes the component
+        # (its error message, its ids), is cut to the bound.
+        return OperationError("PROTOCOL_ERROR", bounded_message(session.violation), details)
     if response is not None and session.pending:
         return OperationError(
             "PROTOCOL_ERROR", "root response with component requests pending", details

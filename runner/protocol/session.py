@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from runner import json1
 from runner.json1 import JSONValue
 from runner.protocol import messages
 from runner.protocol.codes import (
@@ -21,8 +22,9 @@ from runner.protocol.codes import (
     LocalProtocolError,
     OperationError,
     ProtocolViolation,
+    bounded_message,
 )
-from runner.protocol.frames import FrameDecoder, decode_payload, encode_frame
+from runner.protocol.frames import MAX_PAYLOAD_BYTES, FrameDecoder, decode_payload, encode_frame
 
 MAX_PENDING = 64
 """Component requests that may await a response at once (PROTOCOL.md §1)."""
@@ -31,6 +33,18 @@ MAX_LIFETIME_REQUESTS = 65_536
 ROOT_ID = "host:1"
 
 Condition = Literal["CANCELLED", "DEADLINE_EXCEEDED"]
+
+
+def flow_run_overflow(params: dict[str, JSONValue]) -> int | None:
+    """The payload size of the ``flow/run`` frame for ``params`` if it exceeds the frame
+    bound, else None.
+
+    An input within JSON/1's 16 MiB can still make the frame that carries it too large
+    (PROTOCOL.md §1): a caller checks before it launches anything, since
+    :meth:`HostSession.start` refuses to write that frame.
+    """
+    size = len(json1.dumps(messages.request(ROOT_ID, "flow/run", params)))
+    return size if size > MAX_PAYLOAD_BYTES else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +85,23 @@ class Violation:
 
 
 Event = CallRequested | CallCancelled | RootResult | RootError | Violation
+
+
+@dataclass(frozen=True, slots=True)
+class Decoded:
+    """One frame payload's JSON/1 decoding (§1.3 steps 2-3): its value or its violation."""
+
+    value: JSONValue
+    violation: ProtocolViolation | None = None
+
+
+def decode(payload: bytes) -> Decoded:
+    """Decode one frame payload. Pure and touching no session, so a driver may run it in a
+    worker thread: a hostile 16 MiB frame can take seconds to refuse."""
+    try:
+        return Decoded(decode_payload(payload))
+    except ProtocolViolation as exc:
+        return Decoded(None, exc)
 
 
 class HostSession:
@@ -161,24 +192,44 @@ class HostSession:
 
     def receive_data(self, data: bytes) -> list[Event]:
         """Feed component stdout bytes; returns the events they complete."""
-        self.bytes_received += len(data)
-        if self.closed or not data:
-            return []
-        if self.root_response is not None:
-            return self._fatal("unexpected bytes on stdout after the root response")
-        try:
-            frames = self._decoder.feed(data)
-        except ProtocolViolation as exc:
-            return self._fatal(exc.reason)
-        events: list[Event] = []
-        for frame in frames:
+        payloads, events = self.receive_bytes(data)
+        for payload in payloads:
             if self.closed:
                 break
-            if self.root_response is not None:
-                events += self._fatal("a frame arrived after the root terminal response")
-                break
-            events += self._receive_frame(frame)
+            events += self.receive_decoded(decode(payload))
         return events
+
+    def receive_bytes(self, data: bytes) -> tuple[list[bytes], list[Event]]:
+        """Framing alone (§1.3 step 1): the payloads ``data`` completes and the events of a
+        framing violation. Hand each payload's :func:`decode` to :meth:`receive_decoded`, in
+        order; :meth:`receive_data` does both at once."""
+        self.bytes_received += len(data)
+        if self.closed or not data:
+            return [], []
+        if self.root_response is not None:
+            return [], self._fatal("unexpected bytes on stdout after the root response")
+        try:
+            return self._decoder.feed(data), []
+        except ProtocolViolation as exc:
+            return [], self._fatal(exc.reason)
+
+    def receive_decoded(self, frame: Decoded) -> list[Event]:
+        """One decoded frame from :meth:`receive_bytes`; returns the events it completes."""
+        if self.closed:
+            return []
+        if self.root_response is not None:
+            return self._fatal("a frame arrived after the root terminal response")
+        if frame.violation is not None:
+            return self._fatal(frame.violation.reason, frame.violation.reply)
+        try:
+            message = messages.classify(frame.value)
+        except ProtocolViolation as exc:
+            return self._fatal(exc.reason, exc.reply)
+        if isinstance(message, messages.Request):
+            return self._receive_request(message)
+        if isinstance(message, messages.Notification):
+            return self._receive_notification(message)
+        return self._receive_response(message)
 
     def receive_eof(self) -> list[Event]:
         """The component's stdout ended."""
@@ -211,17 +262,6 @@ class HostSession:
         self._pending.clear()
         return [Violation(reason)]
 
-    def _receive_frame(self, frame: bytes) -> list[Event]:
-        try:
-            message = messages.classify(decode_payload(frame))
-        except ProtocolViolation as exc:
-            return self._fatal(exc.reason, exc.reply)
-        if isinstance(message, messages.Request):
-            return self._receive_request(message)
-        if isinstance(message, messages.Notification):
-            return self._receive_notification(message)
-        return self._receive_response(message)
-
     def _receive_request(self, request: messages.Request) -> list[Event]:
         rid = request.id
         if rid in self._seen_ids:
@@ -236,13 +276,15 @@ class HostSession:
         if request.method not in messages.COMPONENT_TO_HOST_METHODS:
             self._queue(
                 messages.error_response(
-                    rid, METHOD_NOT_FOUND, _message(f"method {request.method!r} is not valid here")
+                    rid,
+                    METHOD_NOT_FOUND,
+                    bounded_message(f"method {request.method!r} is not valid here"),
                 )
             )
             return []
         reason = messages.validate_params(request.method, request.params)
         if reason is not None:
-            self._queue(messages.error_response(rid, INVALID_PARAMS, _message(reason)))
+            self._queue(messages.error_response(rid, INVALID_PARAMS, bounded_message(reason)))
             return []
         assert isinstance(request.params, dict)  # validate_params admits only objects
         if not self._admits(request.method):
@@ -311,8 +353,3 @@ class HostSession:
             )
         self.root_response = event
         return [event]
-
-
-def _message(reason: str) -> str:
-    """A JSON-RPC error message is 1–1,024 Unicode scalars."""
-    return reason[:1024] or "invalid"
