@@ -20,8 +20,6 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from sharedkit import load_shared
-
 from runner.protocol.completion import Ending, judge
 from runner.protocol.session import (
     CallCancelled,
@@ -31,6 +29,7 @@ from runner.protocol.session import (
     RootResult,
     Violation,
 )
+from speckit import load_spec
 
 PARAMS: dict[str, Any] = {
     "protocol": "run/1",
@@ -82,9 +81,9 @@ def write(value: Any) -> str:
 @cache
 def seeds() -> list[Any]:
     """Decoded seed messages: the corpus's vectors and frames every session meets."""
-    corpus = load_shared("conformance/fixtures/messages.json")
+    corpus = load_spec("conformance/messages.json")
     values = [case["value"] for kind in ("valid", "invalid") for case in corpus[kind]]
-    framing = load_shared("conformance/fixtures/framing.json")
+    framing = load_spec("conformance/framing.json")
     for kind in ("valid", "invalid"):
         for case in framing[kind]:
             with suppress(ValueError):  # not JSON at all: its bytes are seeded below
@@ -105,7 +104,7 @@ def seeds() -> list[Any]:
 
 @cache
 def raw_seeds() -> list[bytes]:
-    framing = load_shared("conformance/fixtures/framing.json")
+    framing = load_spec("conformance/framing.json")
     return [bytes.fromhex(case["hex"]) for kind in ("valid", "invalid") for case in framing[kind]]
 
 
