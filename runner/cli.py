@@ -981,7 +981,7 @@ TtlOption = Annotated[
 ]
 
 
-@k8s_app.command("job", context_settings={"allow_interspersed_args": False})
+@k8s_app.command("job")
 def k8s_job(
     target: Annotated[
         list[str], typer.Argument(help="IMAGE [COMMAND ARGS...] (the command: the image's CMD).")
