@@ -360,7 +360,7 @@ def test_pod_deadline(pod_image: str, tmp_path: Path) -> None:
 
     resources = _rendered("job", pod_image, "--deadline", "1s", "--", "python3",
                           "/flow/fake_component.py", "ignore-cancel")  # fmt: skip
-    code, out, err = start_pod(resources, tmp_path).wait(60)
+    code, _out, err = start_pod(resources, tmp_path).wait(60)
     assert code == 124, err
     assert termination_message(tmp_path / "termination-log")["code"] == "DEADLINE_EXCEEDED"
 
@@ -373,7 +373,7 @@ def test_pod_unwritable_results_is_retryable(pod_image: str, tmp_path: Path) -> 
                           "/flow/fake_component.py", "echo")  # fmt: skip
     claim = tmp_path / "claim"
     claim.mkdir()  # owned by root, mode 755: the pod's uid 65534 cannot write the report
-    code, out, err = start_pod(resources, tmp_path, claims={"out": claim}).wait(60)
+    code, _out, err = start_pod(resources, tmp_path, claims={"out": claim}).wait(60)
     assert code == termination.EXIT_WRAPPER, err
     assert termination_message(tmp_path / "termination-log")["class"] == "wrapper"
 
