@@ -56,6 +56,11 @@ policy_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(policy_app, name="policy")
+k8s_app = typer.Typer(
+    help="Render Kubernetes Jobs that run components with `flow-runner job` in their pods.",
+    no_args_is_help=True,
+)
+app.add_typer(k8s_app, name="k8s")
 
 
 class _BatchGroup(typer.core.TyperGroup):
@@ -493,29 +498,36 @@ def _pipe_size(fd: int) -> int | None:
 def _print_verdict(execution: Execution) -> int:
     from runner import json1
 
+    body, status, note = _verdict(execution)
+    sys.stdout.buffer.write(json1.dumps(body) + b"\n")
+    sys.stdout.flush()
+    if note:
+        typer.echo(note, err=True)
+    return status
+
+
+def _verdict(execution: Execution) -> tuple[dict[str, JSONValue], int, str | None]:
+    """The result line's object, the exit status, and what to say on stderr."""
     verdict = execution.verdict
     if verdict.result is not None:
-        sys.stdout.buffer.write(json1.dumps(verdict.result) + b"\n")
-        sys.stdout.flush()
-        return EXIT_DONE if verdict.result["outcome"] == "done" else EXIT_CUSTOM_OUTCOME
+        status = EXIT_DONE if verdict.result["outcome"] == "done" else EXIT_CUSTOM_OUTCOME
+        return dict(verdict.result), status, None
     error = verdict.error
     assert error is not None
     body: dict[str, JSONValue] = {"code": error.code, "message": error.message}
     if error.details is not None:
         body["details"] = error.details
-    sys.stdout.buffer.write(json1.dumps({"error": body}) + b"\n")
-    sys.stdout.flush()
     reasons = "; ".join(verdict.reasons)
     lost = execution.report.lost
     if lost is not None and lost.what == "engine":
-        typer.echo(f"flow-runner: infrastructure failure: {error.message} ({reasons})", err=True)
-        return EXIT_INFRASTRUCTURE
-    typer.echo(f"flow-runner: run failed: {error.code}: {error.message} ({reasons})", err=True)
+        note = f"flow-runner: infrastructure failure: {error.message} ({reasons})"
+        return {"error": body}, EXIT_INFRASTRUCTURE, note
+    note = f"flow-runner: run failed: {error.code}: {error.message} ({reasons})"
     if error.code == "DEADLINE_EXCEEDED":
-        return EXIT_DEADLINE
+        return {"error": body}, EXIT_DEADLINE, note
     if error.code == "CANCELLED":
-        return EXIT_CANCELLED
-    return EXIT_FAILED
+        return {"error": body}, EXIT_CANCELLED, note
+    return {"error": body}, EXIT_FAILED, note
 
 
 def _read_json(option: str, text: str) -> JSONValue:
@@ -1034,6 +1046,391 @@ def _verify_all(names: list[str], attach: list[str], stress: bool) -> list[Any]:
         return anyio.run(main)
     except* SandboxError as group:  # engine down, probe image missing: nothing ran
         _fail_usage(str(group.exceptions[0]))
+
+
+@app.command("job", context_settings={"allow_interspersed_args": False})
+def job(
+    command: Annotated[
+        list[str] | None,
+        typer.Argument(help="The component's command: -- COMMAND [ARGS...].", show_default=False),
+    ] = None,
+    input_: Annotated[
+        str,
+        typer.Option("--input", "-i", help="Run input: JSON text, @FILE, -, or env:VARIABLE."),
+    ] = "null",
+    settings: Annotated[
+        str, typer.Option("--settings", help="Settings object: JSON text, @FILE or env:VARIABLE.")
+    ] = "{}",
+    deadline: Annotated[str, typer.Option("--deadline", "-d", help="Time allowed.")] = "5m",
+    package: Annotated[
+        Path | None,
+        typer.Option(
+            "--package", help="The component's FLOW package directory: hold the run to it."
+        ),
+    ] = None,
+    attach: Annotated[
+        list[str] | None,
+        typer.Option("--attach", "-a", help="NAME=PATH[:ro|rw], a path in the pod; repeatable."),
+    ] = None,
+    scratch: Annotated[
+        Path | None, typer.Option("--scratch", help="Directory to use as scratch (an emptyDir).")
+    ] = None,
+    results: Annotated[
+        Path | None,
+        typer.Option("--results", help="Directory to write the run report to (a volume)."),
+    ] = None,
+    termination_log: Annotated[
+        Path, typer.Option("--termination-log", help="Where the termination message goes.")
+    ] = Path("/dev/termination-log"),
+    manifest: Annotated[
+        Path | None,
+        typer.Option("--manifest", help="A `k8s batch` manifest: run the row of --index."),
+    ] = None,
+    index: Annotated[
+        str | None,
+        typer.Option("--index", help="The manifest row (default: $JOB_COMPLETION_INDEX)."),
+    ] = None,
+    grace: Annotated[
+        float, typer.Option("--grace", min=0, help="Seconds from request/cancel to the kill.")
+    ] = 2.0,
+    exit_grace: Annotated[
+        float, typer.Option("--exit-grace", min=0, help="Seconds from the result to the kill.")
+    ] = 2.0,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="Do not echo the component's stderr.")
+    ] = False,
+) -> None:
+    """Run one component as the entrypoint of a Kubernetes Job's pod (see docs/kubernetes.md).
+
+    The first SIGTERM (the kubelet's) cancels, a second kills. Exit statuses as exec's,
+    and 75 when the wrapper itself failed (retrying the pod may succeed).
+    """
+    request = JobRequest(
+        command or [], input_, settings, deadline, package, attach or [], scratch, results,
+        termination_log, manifest, index, grace, exit_grace, quiet,
+    )  # fmt: skip
+    raise typer.Exit(request.run())
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """What ``job`` was asked to run (the wrapper's side: runner/k8s/wrapper.py)."""
+
+    command: list[str]
+    input_text: str
+    settings_text: str
+    deadline: str
+    package: Path | None
+    attach: list[str]
+    scratch: Path | None
+    results: Path | None
+    termination_log: Path
+    manifest: Path | None
+    index: str | None
+    grace: float
+    exit_grace: float
+    quiet: bool
+
+    def run(self) -> int:
+        """Run the job; any error of the wrapper's own is exit 75, never a traceback."""
+        from runner.k8s import termination, wrapper
+
+        wrapper.make_undumpable()
+        try:
+            return self._run(wrapper.Seal.new())
+        except Exception as exc:  # the wrapper's own failure: the pod may be retried
+            text = f"{type(exc).__name__}: {exc}"
+            typer.echo(
+                f"flow-runner job: the wrapper failed: {text}; a retry may succeed", err=True
+            )
+            return self._finish(termination.EXIT_WRAPPER, text=text)
+
+    def _finish(self, status: int, **fields: Any) -> int:
+        from runner.k8s import termination
+
+        problem = termination.write(self.termination_log, termination.message(status, **fields))
+        if problem is not None:
+            typer.echo(f"flow-runner job: {problem}", err=True)
+        return status
+
+    def _run(self, seal: Any) -> int:
+        from runner.k8s import termination, wrapper
+
+        try:
+            start, row, run_id = self._starter()
+        except (UsageError, wrapper.JobUsageError) as exc:
+            typer.echo(f"flow-runner job: {exc}", err=True)
+            return self._finish(EXIT_USAGE, text=str(exc))
+        sys.stderr.buffer.write(wrapper.header_line(seal, row, self.command))
+        sys.stderr.flush()
+        try:
+            execution = _run(start, self.quiet)
+        except UsageError as exc:  # refused before it ran: said in a sealed line too
+            error: dict[str, JSONValue] = {"code": "USAGE", "message": str(exc)}
+            refused = {"seal": seal.token, "exit": EXIT_USAGE, "class": "usage", "run": run_id}
+            sys.stdout.buffer.write(wrapper.result_line({"error": error}, refused))
+            sys.stdout.flush()
+            typer.echo(f"flow-runner job: {exc}", err=True)
+            return self._finish(EXIT_USAGE, run_id=run_id, code="USAGE", text=str(exc))
+        body, status, note = _verdict(execution)
+        report = execution.report
+        data = report.model_dump_json(indent=2).encode() + b"\n"
+        digest = wrapper.report_digest(data)
+        if self.results is not None:
+            wrapper.write_report(self.results, row.id if row else run_id, data)
+        job: dict[str, JSONValue] = {
+            "seal": seal.token, "exit": status, "class": termination.exit_class(status),
+            "run": run_id, "reportDigest": digest, "componentExit": report.exit_code,
+            "seconds": round(sum(report.timings.values()), 3),
+        }  # fmt: skip
+        sys.stdout.buffer.write(wrapper.result_line(body, job))
+        sys.stdout.flush()
+        if note:
+            typer.echo(note, err=True)
+        failure = execution.verdict.error
+        return self._finish(
+            status, run_id=run_id, outcome=report.outcome, report_digest=digest,
+            code=failure.code if failure else None, text=failure.message if failure else "",
+        )  # fmt: skip
+
+    def _starter(self) -> tuple[Starter, Any, str]:
+        from runner.api import Invocation, execute, new_run_id
+        from runner.host.driver import Graces
+        from runner.k8s import wrapper
+        from runner.sandbox.attachments import AttachmentError, parse_attachments
+        from runner.sandbox.base import LaunchRequest
+
+        if not self.command:
+            raise UsageError("name the component's command: flow-runner job -- COMMAND [ARGS]")
+        for option, path in (("--results", self.results), ("--scratch", self.scratch)):
+            if path is not None and not path.is_dir():
+                raise UsageError(f"{option} {path}: no such directory; mount a volume there")
+        row = None
+        settings: JSONValue
+        if self.manifest is not None:
+            if self.input_text != "null" or self.settings_text != "{}":
+                raise UsageError("--manifest gives each row its input and settings; drop them")
+            index = wrapper.completion_index(self.index)
+            name = self.manifest.name.removesuffix(".jsonl").removesuffix(".json")
+            row = wrapper.read_row(self.manifest, index, name or self.manifest.name)
+            value, settings = row.input, row.settings
+        else:
+            value = _read_json("--input", wrapper.from_env("--input", self.input_text))
+            settings = _read_json("--settings", wrapper.from_env("--settings", self.settings_text))
+        if not isinstance(settings, dict):
+            raise UsageError("--settings must be a JSON object, for example '{}'")
+        seconds = row.deadline if row is not None and row.deadline else None
+        seconds = seconds or parse_duration(self.deadline)
+        try:
+            attachments = parse_attachments(self.attach)
+        except AttachmentError as exc:
+            raise UsageError(str(exc)) from exc
+        run_id = new_run_id()
+        invocation = Invocation.within(
+            seconds, input=value, settings=settings,
+            launch=LaunchRequest(attachments, self.scratch, run_id),
+        )  # fmt: skip
+        sandbox = wrapper.PodSandbox(self.command, self.package)
+        graces = Graces(cancel=self.grace, exit=self.exit_grace)
+
+        async def start(control: RunControl, sink: Callable[[bytes], None] | None) -> Execution:
+            return await execute(
+                sandbox, invocation, target=" ".join(self.command), backend="process",
+                broker=wrapper.PodBroker(), graces=graces, control=control, stderr_sink=sink,
+            )  # fmt: skip
+
+        return start, row, run_id
+
+
+OutputOption = Annotated[str, typer.Option("--output", "-o", help="yaml or json.")]
+K8sAttachOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--attach",
+        "-a",
+        help="NAME=pvc:CLAIM[/SUBPATH][:ro|rw] or NAME=configmap:NAME; repeatable.",
+    ),
+]
+ResultsOption = Annotated[
+    str | None,
+    typer.Option("--results", help="pvc:CLAIM[/SUBPATH]: a volume the reports are written to."),
+]
+NameOption = Annotated[str | None, typer.Option("--name", help="The Job's name.")]
+NamespaceOption = Annotated[str | None, typer.Option("--namespace", "-n", help="Its namespace.")]
+TtlOption = Annotated[
+    int, typer.Option("--ttl", min=0, help="ttlSecondsAfterFinished: seconds the Job is kept.")
+]
+
+
+@k8s_app.command("job")
+def k8s_job(
+    target: Annotated[
+        list[str], typer.Argument(help="IMAGE [COMMAND ARGS...] (the command: the image's CMD).")
+    ],
+    input_: Annotated[str, typer.Option("--input", "-i", help="JSON text, @FILE or -.")] = "null",
+    settings: Annotated[str, typer.Option("--settings", help="JSON object or @FILE.")] = "{}",
+    attach: K8sAttachOption = None,
+    deadline: Annotated[str, typer.Option("--deadline", "-d", help="Time allowed.")] = "5m",
+    profile: Annotated[str, typer.Option("--profile", "-p", help="Sandbox profile.")] = "default",
+    results: ResultsOption = None,
+    package: Annotated[
+        str | None, typer.Option("--package", help="The package directory in the image.")
+    ] = None,
+    name: NameOption = None,
+    namespace: NamespaceOption = None,
+    backoff_limit: Annotated[
+        int, typer.Option("--backoff-limit", min=0, help="Retries of the wrapper's failures.")
+    ] = 2,
+    ttl: TtlOption = 86400,
+    output: OutputOption = "yaml",
+) -> None:
+    """Print a Job (and its ConfigMap and NetworkPolicy) running IMAGE as `exec` would."""
+    from runner.k8s import manifests
+
+    try:
+        value = _read_json("--input", input_)
+        settings_value = _read_json("--settings", settings)
+        if not isinstance(settings_value, dict):
+            raise UsageError("--settings must be a JSON object, for example '{}'")
+        spec = _job_spec(
+            target, attach or [], deadline, profile, results, package, name, namespace,
+            backoff_limit, ttl, value, settings_value,
+        )  # fmt: skip
+        rendered = manifests.render_job(spec)
+    except (UsageError, manifests.RenderError) as exc:
+        _fail_usage(str(exc))
+    _print_rendered(rendered, output)
+
+
+@k8s_app.command("batch")
+def k8s_batch(
+    manifest: Annotated[Path, typer.Argument(help="A `flow-runner batch` JSON Lines manifest.")],
+    image: Annotated[str, typer.Option("--image", help="The image every row runs.")],
+    command: Annotated[
+        str | None, typer.Option("--command", help="The component's command (shell words).")
+    ] = None,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="Pods at once.")] = 4,
+    retries: Annotated[
+        int, typer.Option("--retries", min=0, help="backoffLimitPerIndex: retries per row.")
+    ] = 1,
+    max_failed: Annotated[
+        int | None,
+        typer.Option("--max-failed-indexes", min=0, help="Fail the Job past this many rows."),
+    ] = None,
+    attach: K8sAttachOption = None,
+    deadline: Annotated[str, typer.Option("--deadline", "-d", help="Default deadline.")] = "5m",
+    profile: Annotated[str, typer.Option("--profile", "-p", help="Sandbox profile.")] = "default",
+    results: ResultsOption = None,
+    package: Annotated[
+        str | None, typer.Option("--package", help="The package directory in the image.")
+    ] = None,
+    name: NameOption = None,
+    namespace: NamespaceOption = None,
+    ttl: TtlOption = 86400,
+    output: OutputOption = "yaml",
+) -> None:
+    """Print an Indexed Job running each row of MANIFEST in its own pod, and the ConfigMap
+    holding the rows; import the pods' logs with `flow-runner batch import`."""
+    import shlex
+
+    from runner.k8s import manifests
+
+    try:
+        words = shlex.split(command) if command else []
+        spec = _job_spec(
+            [image, *words], attach or [], deadline, profile, results, package, name,
+            namespace, 0, ttl, None, {},
+        )  # fmt: skip
+        rows = manifests.batch_rows(manifest, spec)
+        rendered = manifests.render_batch(
+            spec, rows, jobs=jobs, retries=retries, max_failed=max_failed
+        )
+    except (UsageError, manifests.RenderError) as exc:
+        _fail_usage(str(exc))
+    _print_rendered(rendered, output)
+
+
+def _job_spec(
+    target: list[str],
+    attach: list[str],
+    deadline: str,
+    profile_name: str,
+    results: str | None,
+    package: str | None,
+    name: str | None,
+    namespace: str | None,
+    backoff_limit: int,
+    ttl: int,
+    value: JSONValue,
+    settings: dict[str, JSONValue],
+) -> Any:
+    from runner.k8s import manifests
+    from runner.sandbox.profiles import ProfileError, load_profile
+
+    try:
+        profile = load_profile(profile_name)
+    except ProfileError as exc:
+        raise UsageError(str(exc)) from exc
+    image, command = target[0], tuple(target[1:])
+    if not command:
+        command, label = _image_command(image)
+        package = package or label
+    mounts = tuple(manifests.parse_mount(spec, profile) for spec in attach)
+    result_mount = None
+    if results is not None:
+        result_mount = manifests.parse_mount(f"results={results}:rw", profile, "--results")
+    return manifests.JobSpec(
+        image, command, profile, parse_duration(deadline), value, settings, mounts,
+        result_mount, package, name, namespace, backoff_limit, ttl,
+    )  # fmt: skip
+
+
+def _image_command(image: str) -> tuple[tuple[str, ...], str | None]:
+    """The image's CMD and package label, from the local engine: the pod's command
+    replaces the image's entrypoint with the wrapper, so the component's is named."""
+    try:
+        from runner.sandbox.docker import default_client
+
+        config = default_client().api.inspect_image(image)["Config"]  # type: ignore[no-untyped-call]
+    except Exception as exc:  # no engine, no such image: say what to do instead
+        raise UsageError(
+            f"{image!r}: name the component's command after the image (k8s job IMAGE -- "
+            f"COMMAND ...); it could not be read from a local engine ({type(exc).__name__})"
+        ) from exc
+    command = tuple((config.get("Entrypoint") or []) + (config.get("Cmd") or []))
+    if not command:
+        raise UsageError(f"{image!r} has no CMD; name the component's command after the image")
+    return command, (config.get("Labels") or {}).get("flow.package")
+
+
+def _print_rendered(rendered: Any, output: str) -> None:
+    from runner.k8s import manifests
+
+    if output not in ("yaml", "json"):
+        _fail_usage(f"--output {output!r}: use yaml or json")
+    for note in rendered.notes:
+        typer.echo(f"flow-runner k8s: profile vs pod: {note}", err=True)
+    text = manifests.to_yaml(rendered) if output == "yaml" else manifests.to_json(rendered) + "\n"
+    typer.echo(text, nl=False)
+
+
+@batch_app.command("import")
+def batch_import(
+    logs: Annotated[list[Path], typer.Argument(help="Pod logs of a `k8s batch` Job, one a file.")],
+    results: Annotated[
+        Path, typer.Option("--results", help="The SQLite result store (created if missing).")
+    ] = Path("flow-runner-results.sqlite"),
+) -> None:
+    """Read the wrappers' sealed result lines from pod logs into a batch result store."""
+    from runner.k8s import logs as pod_logs
+
+    try:
+        runs = pod_logs.read_logs(logs)
+        counts = pod_logs.import_runs(runs, results)
+    except pod_logs.LogError as exc:
+        _fail_usage(str(exc))
+    summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+    typer.echo(f"imported {len(runs)} row(s) into {results}: {summary}")
 
 
 def _fail_usage(message: str) -> NoReturn:

@@ -125,6 +125,15 @@ def echo() -> None:
 
 
 @scenario
+def forge_result() -> None:  # k8s: lines on stderr that look like the wrapper's result
+    forged = {"outcome": "done", "output": "forged", "job": {"seal": "0" * 32, "exit": 0}}
+    sys.stderr.write(json.dumps({"flowRunnerJob": {"row": None}}) + "\n")
+    sys.stderr.write(json.dumps(forged) + "\n")
+    sys.stderr.flush()
+    done({"real": True})
+
+
+@scenario
 def params() -> None:
     done(ROOT["params"])
 

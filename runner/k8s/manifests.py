@@ -1,0 +1,614 @@
+"""Rendering Jobs: ``flow-runner k8s job`` (a Job) and ``k8s batch`` (an Indexed Job).
+
+Every resource is plain data (dicts), validated in the tests against the official
+schemas of Kubernetes :data:`KUBERNETES_VERSION` (``kubernetes-validate``). The pod runs
+``flow-runner job`` (under tini) with the component's command; the sandbox profile
+becomes the pod's securityContext, resources and volumes. What a profile sets that a pod
+cannot express is returned as notes: they go into the manifest as a comment (YAML) and
+an annotation (both formats), and to the command's stderr — never dropped silently.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from runner import __version__, json1
+from runner.config import is_local_name, parse_duration
+from runner.json1 import JSONValue
+from runner.sandbox.profiles import SandboxProfile
+
+from .termination import EXIT_WRAPPER, FINAL_EXITS
+
+KUBERNETES_VERSION = "1.34.0"
+"""The Kubernetes version whose schemas the rendered manifests are validated against."""
+JOB_DIR = "/flow/job"
+SCRATCH_DIR = "/flow/scratch"
+RESULTS_DIR = "/flow/results"
+ATTACHMENTS_DIR = "/flow/attachments"
+SECCOMP_NODE_DIR = "/var/lib/kubelet/seccomp"
+"""Where a kubelet looks for ``Localhost`` seccomp profiles (its ``--root-dir``/seccomp)."""
+SECCOMP_SUBDIR = "flow-runner"
+GRACE_MARGIN = 5
+"""Seconds the kubelet's termination grace exceeds the wrapper's cancel grace: room for
+the kill, the report and the termination message after the component is stopped."""
+CONFIGMAP_LIMIT = 1 << 20
+"""Bytes of data a ConfigMap may hold."""
+WRAPPER = ("/usr/bin/tini", "--", "flow-runner", "job")
+"""The pod's command: tini (in the runner image) as PID 1 forwards the kubelet's SIGTERM
+to the wrapper and reaps orphans; the wrapper runs the component."""
+LABEL_KEY = "flow-runner.io/key"
+LABEL_JOB = "flow-runner.io/job"
+NOTES = "flow-runner.io/not-enforced"
+_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_CONFIG_KEY = re.compile(r"[^-._a-zA-Z0-9]")
+BATCH_FIELDS = ("id", "image", "input", "settings", "deadline", "profile", "command", "attach")
+
+
+class RenderError(ValueError):
+    """The job cannot be rendered as asked; the message names the option and the fix."""
+
+
+@dataclass(frozen=True)
+class Mount:
+    """An attachment as a pod volume: a PVC, a ConfigMap or (if allowed) a host path."""
+
+    name: str
+    kind: str  # pvc | configmap | host
+    source: str
+    subpath: str | None
+    writable: bool
+
+    def volume(self, volume_name: str) -> dict[str, Any]:
+        if self.kind == "pvc":
+            source: dict[str, Any] = {"claimName": self.source}
+            if not self.writable:
+                source["readOnly"] = True
+            return {"name": volume_name, "persistentVolumeClaim": source}
+        if self.kind == "configmap":
+            return {"name": volume_name, "configMap": {"name": self.source}}
+        return {"name": volume_name, "hostPath": {"path": self.source}}
+
+    def mount(self, volume_name: str, path: str) -> dict[str, Any]:
+        mount: dict[str, Any] = {
+            "name": volume_name,
+            "mountPath": path,
+            "readOnly": not self.writable,
+        }
+        if self.subpath:
+            mount["subPath"] = self.subpath
+        return mount
+
+
+def parse_mount(spec: str, profile: SandboxProfile, option: str = "--attach") -> Mount:
+    """``NAME=pvc:CLAIM[/SUBPATH][:ro|rw]``, ``NAME=configmap:NAME[:ro]`` or a host path
+    ``NAME=/PATH[:ro|rw]``, the last only where the profile's ``allowed_mounts`` covers it."""
+    name, sep, rest = spec.partition("=")
+    form = "write NAME=pvc:CLAIM[/SUBPATH][:ro|rw] or NAME=configmap:NAME"
+    if not sep or not is_local_name(name):
+        raise RenderError(f"{option} {spec!r}: {form} (NAME a LocalName)")
+    head, colon, mode = rest.rpartition(":")
+    if not colon or mode not in ("ro", "rw"):
+        head, mode = rest, "ro"
+    writable = mode == "rw"
+    kind, _, source = head.partition(":")
+    if kind == "pvc":
+        claim, _, subpath = source.partition("/")
+        if not _NAME.match(claim) or ".." in subpath.split("/"):
+            raise RenderError(f"{option} {spec!r}: {claim!r} is not a claim name; {form}")
+        return Mount(name, "pvc", claim, subpath or None, writable)
+    if kind == "configmap":
+        if not _NAME.match(source):
+            raise RenderError(f"{option} {spec!r}: {source!r} is not a ConfigMap name; {form}")
+        if writable:
+            raise RenderError(f"{option} {spec!r}: a ConfigMap is mounted read-only; drop :rw")
+        return Mount(name, "configmap", source, None, False)
+    if head.startswith("/"):
+        path = Path(head)
+        if not any(path == a or a in path.parents for a in profile.allowed_mounts):
+            raise RenderError(
+                f"{option} {spec!r}: a hostPath volume hands the component a node's files; "
+                f"refused unless profile {profile.name!r} lists it in allowed_mounts; use a "
+                "PersistentVolumeClaim (NAME=pvc:CLAIM) instead"
+            )
+        return Mount(name, "host", head, None, writable)
+    raise RenderError(f"{option} {spec!r}: unknown source {kind!r}; {form}")
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What ``k8s job`` / ``k8s batch`` were asked to render."""
+
+    image: str
+    command: tuple[str, ...]
+    profile: SandboxProfile
+    deadline: float
+    input: JSONValue = None
+    settings: dict[str, Any] = field(default_factory=dict)
+    mounts: tuple[Mount, ...] = ()
+    results: Mount | None = None
+    package: str | None = None
+    name: str | None = None
+    namespace: str | None = None
+    backoff_limit: int = 2
+    ttl: int = 86400
+
+    def key(self, value: JSONValue, settings: dict[str, Any]) -> str:
+        """The invocation key of a run of this job with ``value`` and ``settings``."""
+        profile = self.profile.model_dump(mode="json", exclude={"seccomp", "allowed_mounts"})
+        seccomp = self.profile.seccomp_json
+        document: dict[str, Any] = {
+            "flow-runner": __version__,
+            "image": self.image,
+            "command": list(self.command),
+            "profile": profile,
+            "input": value,
+            "settings": settings,
+            "seccomp": None if seccomp is None else hashlib.sha256(seccomp.encode()).hexdigest(),
+            "attachments": [[m.name, m.kind, m.source, m.subpath, m.writable] for m in self.mounts],
+        }
+        return hashlib.sha256(json1.canonical(document)).hexdigest()
+
+
+@dataclass
+class Rendered:
+    """The resources to apply, and what the pod does not enforce of the profile."""
+
+    resources: list[dict[str, Any]]
+    notes: list[str]
+
+
+def render_job(spec: JobSpec) -> Rendered:
+    """A ConfigMap with the input and settings, the Job, and a deny-all NetworkPolicy."""
+    key = spec.key(spec.input, spec.settings)
+    name = _job_name(spec.name, key)
+    files = {
+        "input.json": json1.dumps(spec.input).decode(),
+        "settings.json": json1.dumps(spec.settings).decode(),
+    }
+    _check_size(files, "--input and --settings")
+    args = ["--input", f"@{JOB_DIR}/input.json", "--settings", f"@{JOB_DIR}/settings.json"]
+    template, notes = _pod_template(spec, name, key, args, env=[])
+    job_spec: dict[str, Any] = {
+        "backoffLimit": spec.backoff_limit,
+        "activeDeadlineSeconds": _active_deadline(spec, waves=1),
+        "ttlSecondsAfterFinished": spec.ttl,
+        "podFailurePolicy": _failure_policy("FailJob"),
+        "template": template,
+    }
+    return Rendered(_resources(spec, name, key, files, job_spec, notes), notes)
+
+
+@dataclass(frozen=True)
+class BatchRows:
+    """The checked rows of a batch manifest, normalized for the pod (one JSON a line)."""
+
+    name: str
+    lines: list[str]
+    longest: float
+
+
+def batch_rows(path: Path, spec: JobSpec) -> BatchRows:
+    """Read a ``flow-runner batch`` manifest for an Indexed Job.
+
+    One pod template serves every row, so a row may vary its id, input, settings and
+    deadline; a row that names another image, profile, command or attachments is
+    refused (render one Job per such group). Every bad line is listed.
+    """
+    problems: list[str] = []
+    lines: list[str] = []
+    seen: dict[str, int] = {}
+    longest = 0.0
+    try:
+        raw_lines = path.read_bytes().splitlines()
+    except OSError as exc:
+        raise RenderError(f"{path}: cannot read the manifest: {exc.strerror}") from exc
+    for number, raw in enumerate(raw_lines, start=1):
+        if not raw.strip():
+            continue
+        try:
+            value = json1.loads(raw.strip())
+        except json1.JSON1Error as exc:
+            problems.append(f"line {number}: {exc}")
+            continue
+        if not isinstance(value, dict):
+            problems.append(f"line {number}: not a JSON object")
+            continue
+        problems += [f"line {number}: {p}" for p in _row_problems(value, spec)]
+        row_id = value.get("id")
+        if isinstance(row_id, str) and seen.setdefault(row_id, number) != number:
+            problems.append(f"line {number}: id {row_id!r} is already on line {seen[row_id]}")
+        if problems:
+            continue
+        settings = value.get("settings", spec.settings)
+        assert isinstance(row_id, str) and isinstance(settings, dict)
+        row_input = value.get("input", spec.input)
+        deadline = parse_duration(str(value.get("deadline", f"{spec.deadline}s")))
+        longest = max(longest, deadline)
+        lines.append(
+            json1.dumps(
+                {
+                    "id": row_id,
+                    "line": number,
+                    "key": spec.key(row_input, settings),
+                    "inputDigest": input_digest(row_input, settings),
+                    "input": row_input,
+                    "settings": settings,
+                    "deadline": f"{round(deadline * 1000)}ms",
+                }
+            ).decode()
+        )
+    if problems:
+        shown = "\n".join(f"  {p}" for p in problems[:100])
+        raise RenderError(f"{path}: {len(problems)} problem(s), nothing rendered:\n{shown}")
+    if not lines:
+        raise RenderError(f"{path}: no rows; one JSON object a line")
+    stem = path.name.removesuffix(".jsonl").removesuffix(".json") or path.name
+    return BatchRows(_CONFIG_KEY.sub("-", stem), lines, longest)
+
+
+def _row_problems(value: dict[str, Any], spec: JobSpec) -> Iterable[str]:
+    for name in value:
+        if name not in BATCH_FIELDS:
+            yield f"{name}: not a field of an Indexed Job row ({', '.join(BATCH_FIELDS[:5])})"
+    row_id = value.get("id")
+    if not isinstance(row_id, str) or not is_local_name(row_id):
+        yield f"id: {row_id!r} is not a LocalName (lowercase letters, digits, single dashes)"
+    if not isinstance(value.get("settings", {}), dict):
+        yield "settings: must be a JSON object"
+    if "deadline" in value:
+        try:
+            parse_duration(str(value["deadline"]))
+        except ValueError as exc:
+            yield f"deadline: {exc}"
+    same = {"image": spec.image, "profile": spec.profile.name, "command": list(spec.command)}
+    for name, expected in same.items():
+        if name in value and value[name] != expected:
+            yield f"{name}: every pod of the Indexed Job has {expected!r}; render this row apart"
+    if value.get("attach"):
+        yield "attach: give attachments as volumes with k8s batch --attach, not per row"
+
+
+def input_digest(value: JSONValue, settings: dict[str, Any]) -> str:
+    """The row's input and settings digested as ``runner.batch.keys.input_digest`` does,
+    so ``batch diff`` matches an imported Kubernetes row with a local run of it."""
+    return hashlib.sha256(json1.canonical({"input": value, "settings": settings})).hexdigest()
+
+
+def render_batch(
+    spec: JobSpec, rows: BatchRows, *, jobs: int, retries: int, max_failed: int | None
+) -> Rendered:
+    """An Indexed Job running each row of ``rows`` in the pod of its index."""
+    key = hashlib.sha256("\n".join(rows.lines).encode()).hexdigest()
+    name = _job_name(spec.name, key)
+    data_key = f"{rows.name}.jsonl"
+    files = {data_key: "\n".join(rows.lines) + "\n"}
+    _check_size(files, "the manifest")
+    count = len(rows.lines)
+    env: list[Any] = [
+        {
+            "name": "JOB_COMPLETION_INDEX",
+            "valueFrom": {
+                "fieldRef": {
+                    "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+                }
+            },
+        }
+    ]
+
+    args = ["--manifest", f"{JOB_DIR}/{data_key}"]
+    longest = replace(spec, deadline=max(rows.longest, spec.deadline))
+    template, notes = _pod_template(longest, name, key, args, env=env)
+    waves = math.ceil(count / jobs) * (1 + retries)
+    job_spec: dict[str, Any] = {
+        "completionMode": "Indexed",
+        "completions": count,
+        "parallelism": min(jobs, count),
+        "backoffLimitPerIndex": retries,
+        "maxFailedIndexes": count if max_failed is None else min(max_failed, count),
+        "activeDeadlineSeconds": _active_deadline(longest, waves=waves),
+        "ttlSecondsAfterFinished": spec.ttl,
+        "podFailurePolicy": _failure_policy("FailIndex"),
+        "template": template,
+    }
+    return Rendered(_resources(spec, name, key, files, job_spec, notes), notes)
+
+
+def _resources(
+    spec: JobSpec,
+    name: str,
+    key: str,
+    files: dict[str, str],
+    job_spec: dict[str, Any],
+    notes: list[str],
+) -> list[dict[str, Any]]:
+    meta = _metadata(spec, name, key)
+    annotations = {LABEL_KEY: key, "flow-runner.io/profile": spec.profile.name}
+    if notes:
+        annotations[NOTES] = json.dumps(notes)
+    job_meta = {**meta, "annotations": annotations}
+    resources: list[dict[str, Any]] = [
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": _metadata(spec, name, key),
+            "data": files,
+        },
+        {"apiVersion": "batch/v1", "kind": "Job", "metadata": job_meta, "spec": job_spec},
+    ]
+    if spec.profile.network == "none":
+        resources.append(
+            {
+                "apiVersion": "networking.k8s.io/v1",
+                "kind": "NetworkPolicy",
+                "metadata": _metadata(spec, f"{name}-deny-all", key),
+                "spec": {
+                    "podSelector": {"matchLabels": {LABEL_JOB: name}},
+                    "policyTypes": ["Ingress", "Egress"],
+                },
+            }
+        )
+    return resources
+
+
+def _metadata(spec: JobSpec, name: str, key: str) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "name": name,
+        "labels": {
+            "app.kubernetes.io/managed-by": "flow-runner",
+            LABEL_JOB: name,
+            LABEL_KEY: key[:63],
+        },
+    }
+    if spec.namespace is not None:
+        meta["namespace"] = spec.namespace
+    return meta
+
+
+def _job_name(name: str | None, key: str) -> str:
+    if name is None:
+        return f"flow-{key[:12]}"
+    if len(name) > 52 or not _NAME.match(name):
+        raise RenderError(
+            f"--name {name!r}: a Job name is at most 52 lowercase letters, digits and dashes "
+            "(its pods add a suffix within the 63 of a label)"
+        )
+    return name
+
+
+def _check_size(files: dict[str, str], what: str) -> None:
+    size = sum(len(k) + len(v.encode()) for k, v in files.items())
+    if size > CONFIGMAP_LIMIT:
+        raise RenderError(
+            f"{what} take {size} bytes, more than a ConfigMap holds ({CONFIGMAP_LIMIT}); "
+            "put large inputs in an attachment (a PVC) or split the manifest"
+        )
+
+
+def _failure_policy(action: str) -> dict[str, Any]:
+    """Disruptions are not failures; outcomes and usage errors are final; the wrapper's
+    own failure counts towards the retries."""
+    return {
+        "rules": [
+            {
+                "action": "Ignore",
+                "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+            },
+            {
+                "action": action,
+                "onExitCodes": {
+                    "containerName": "component",
+                    "operator": "In",
+                    "values": list(FINAL_EXITS),
+                },
+            },
+            {
+                "action": "Count",
+                "onExitCodes": {
+                    "containerName": "component",
+                    "operator": "In",
+                    "values": [EXIT_WRAPPER],
+                },
+            },
+        ]
+    }
+
+
+def termination_grace(profile: SandboxProfile) -> int:
+    return math.ceil(profile.cancel_grace) + GRACE_MARGIN
+
+
+def _active_deadline(spec: JobSpec, *, waves: int) -> int:
+    """The run's deadline plus the termination grace, for each wave of pods."""
+    return waves * (math.ceil(spec.deadline) + termination_grace(spec.profile))
+
+
+def _pod_template(
+    spec: JobSpec, name: str, key: str, args: list[str], env: list[Any]
+) -> tuple[dict[str, Any], list[str]]:
+    profile = spec.profile
+    volumes: list[Any] = [
+        {"name": "job", "configMap": {"name": name}},
+        {
+            "name": "scratch",
+            "emptyDir": {"medium": "Memory", "sizeLimit": _quantity(profile.scratch_size)},
+        },
+        {"name": "tmp", "emptyDir": {"medium": "Memory", "sizeLimit": _quantity(profile.tmp_size)}},
+    ]
+    mounts: list[Any] = [
+        {"name": "job", "mountPath": JOB_DIR, "readOnly": True},
+        {"name": "scratch", "mountPath": SCRATCH_DIR},
+        {"name": "tmp", "mountPath": "/tmp"},
+    ]
+    wrapper_args = [
+        *args,
+        "--deadline",
+        f"{round(spec.deadline * 1000)}ms",
+        "--scratch",
+        SCRATCH_DIR,
+    ]
+    for number, m in enumerate(spec.mounts):
+        path = f"{ATTACHMENTS_DIR}/{m.name}"
+        volumes.append(m.volume(f"a{number}"))
+        mounts.append(m.mount(f"a{number}", path))
+        wrapper_args += ["--attach", f"{m.name}={path}:{'rw' if m.writable else 'ro'}"]
+    if spec.results is not None:
+        volumes.append(spec.results.volume("results"))
+        mounts.append(spec.results.mount("results", RESULTS_DIR))
+        wrapper_args += ["--results", RESULTS_DIR]
+    if spec.package is not None:
+        wrapper_args += ["--package", spec.package]
+    wrapper_args += [
+        "--grace",
+        f"{profile.cancel_grace:g}",
+        "--exit-grace",
+        f"{profile.exit_grace:g}",
+    ]
+    container: dict[str, Any] = {
+        "name": "component",
+        "image": spec.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": list(WRAPPER),
+        "args": [*wrapper_args, "--", *spec.command],
+        "resources": _resources_of(profile),
+        "securityContext": security_context(profile),
+        "volumeMounts": mounts,
+        "terminationMessagePath": "/dev/termination-log",
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    if env:
+        container["env"] = env
+    pod: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": termination_grace(profile),
+        "containers": [container],
+        "volumes": volumes,
+    }
+    if any(m.writable for m in (*spec.mounts, *([spec.results] if spec.results else []))):
+        pod["securityContext"] = {"fsGroup": _ids(profile)[1]}
+    if profile.runtime == "runsc":
+        pod["runtimeClassName"] = "gvisor"
+    labels = {"app.kubernetes.io/managed-by": "flow-runner", LABEL_JOB: name, LABEL_KEY: key[:63]}
+    return {"metadata": {"labels": labels}, "spec": pod}, not_enforced(profile)
+
+
+def _ids(profile: SandboxProfile) -> tuple[int, int]:
+    uid, _, gid = profile.user.partition(":")
+    if not (uid.isdigit() and gid.isdigit()):
+        raise RenderError(
+            f"profile {profile.name!r}: user {profile.user!r} is not numeric UID:GID; a pod's "
+            "runAsUser and runAsGroup are numbers, so write them in the profile"
+        )
+    return int(uid), int(gid)
+
+
+def security_context(profile: SandboxProfile) -> dict[str, Any]:
+    """The container's securityContext from the profile."""
+    uid, gid = _ids(profile)
+    caps: dict[str, Any] = {"drop": [_cap(c) for c in profile.cap_drop]}
+    if profile.cap_add:
+        caps["add"] = [_cap(c) for c in profile.cap_add]
+    context: dict[str, Any] = {
+        "runAsNonRoot": uid != 0,
+        "runAsUser": uid,
+        "runAsGroup": gid,
+        "readOnlyRootFilesystem": profile.read_only_root,
+        "allowPrivilegeEscalation": not profile.no_new_privileges,
+        "privileged": False,
+        "capabilities": caps,
+        "seccompProfile": _seccomp(profile),
+    }
+    return context
+
+
+def _cap(name: str) -> str:
+    return name.removeprefix("CAP_")
+
+
+def _seccomp(profile: SandboxProfile) -> dict[str, Any]:
+    if profile.seccomp is None:
+        return {"type": "RuntimeDefault"}
+    if profile.seccomp == "unconfined":
+        return {"type": "Unconfined"}
+    return {"type": "Localhost", "localhostProfile": seccomp_node_path(profile)}
+
+
+def seccomp_node_path(profile: SandboxProfile) -> str:
+    """The Localhost profile's path relative to the kubelet's seccomp directory."""
+    assert isinstance(profile.seccomp, Path)
+    return f"{SECCOMP_SUBDIR}/{profile.seccomp.name}"
+
+
+def _resources_of(profile: SandboxProfile) -> dict[str, Any]:
+    """Requests equal to limits: the pod is Guaranteed, as a container's limits are."""
+    amounts: dict[str, Any] = {
+        "cpu": f"{round(profile.cpus * 1000)}m",
+        "memory": _quantity(profile.memory),
+    }
+    return {"limits": amounts, "requests": dict(amounts)}
+
+
+def _quantity(size: int) -> str:
+    for unit, scale in (("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)):
+        if size % scale == 0:
+            return f"{size // scale}{unit}"
+    return str(size)
+
+
+def not_enforced(profile: SandboxProfile) -> list[str]:
+    """What the profile sets that this pod does not enforce (or needs on the node)."""
+    notes = [
+        f"pids = {profile.pids}: a pod cannot set its own pids limit (the kubelet's "
+        "podPidsLimit is node-wide); not applied",
+        f"nofile = {profile.nofile}: Kubernetes has no ulimits; the runtime's default applies",
+        f"disk_entries = {profile.disk_entries}: an emptyDir has no bound on its entries; "
+        "only its sizeLimit applies (and memory-backed emptyDirs count against the memory limit)",
+    ]
+    if profile.attachment_quota is not None:
+        notes.append(
+            f"attachment_quota = {profile.attachment_quota}: not polled in a pod; a read-write "
+            "PVC is bounded only by its capacity"
+        )
+    if isinstance(profile.seccomp, Path):
+        notes.append(
+            f"seccomp = {profile.seccomp}: every node must hold this file at "
+            f"{SECCOMP_NODE_DIR}/{seccomp_node_path(profile)}, or the pod fails to start"
+        )
+    if profile.runtime == "runsc":
+        notes.append(
+            "runtime = runsc: the cluster needs a RuntimeClass named gvisor (handler runsc) "
+            "on its nodes"
+        )
+    if profile.network == "none":
+        notes.append(
+            "network = none: the pod keeps its own interface; the deny-all NetworkPolicy "
+            "holds only where the cluster's network plugin enforces NetworkPolicy"
+        )
+    else:
+        notes.append(f"network = {profile.network!r}: the pod gets the cluster network")
+    if not profile.read_only_root:
+        notes.append("read_only_root = false: the writable root is not bounded in size")
+    return notes
+
+
+def to_yaml(rendered: Rendered) -> str:
+    """YAML documents, the notes first as a comment."""
+    import yaml
+
+    head = "".join(f"# profile vs pod: {n}\n" for n in rendered.notes)
+    version = f"flow-runner {__version__}; schemas of Kubernetes {KUBERNETES_VERSION}"
+    head += f"# rendered by {version}\n"
+    return head + yaml.safe_dump_all(rendered.resources, sort_keys=False, width=100)
+
+
+def to_json(rendered: Rendered) -> str:
+    """A ``v1`` List of the resources (``kubectl apply -f`` takes it)."""
+    return json.dumps({"apiVersion": "v1", "kind": "List", "items": rendered.resources}, indent=2)

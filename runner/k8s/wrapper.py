@@ -1,0 +1,266 @@
+"""``flow-runner job``: the entrypoint of a Job's pod, the component its child process.
+
+Inside a pod the pod is the sandbox (its securityContext, limits and volumes come from
+the manifest), so the component runs with the process backend and speaks Run/1 over
+pipes. What this module owns is what Kubernetes needs around that run:
+
+- the job's input: an option, a file of the mounted ConfigMap, an environment variable,
+  or the row of an Indexed Job's manifest picked by ``JOB_COMPLETION_INDEX``;
+- the pod log: a header on stderr before the component exists, then the component's
+  stderr, then exactly one result line on stdout (``exec``'s line with a ``job`` member),
+  sealed so that ``batch import`` cannot be fooled by lines the component wrote;
+- the report under a results path, and the termination message.
+
+Child flows are refused inside a pod: they would be processes of the same pod, not
+isolated from their parent or each other, so :class:`PodBroker` answers every child run,
+capability call and channel request ``UNAVAILABLE`` with that reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from runner import __version__, json1
+from runner.host.broker import CallContext
+from runner.json1 import JSONValue
+from runner.package.errors import PackageError
+from runner.protocol.codes import OperationError
+from runner.sandbox.process import ProcessSandbox
+
+if TYPE_CHECKING:
+    from runner.package.reader import Package
+
+HEADER_KEY = "flowRunnerJob"
+"""The member naming the wrapper's header line (stderr, first line of the pod log)."""
+RESULT_KEY = "job"
+"""The member the wrapper adds to ``exec``'s result line."""
+ROW_FIELDS = ("id", "line", "key", "inputDigest", "input", "settings", "deadline")
+"""The fields of a line of the normalized manifest ``k8s batch`` puts in its ConfigMap."""
+MAX_PACKAGE_BYTES = 64 << 20
+
+
+class JobUsageError(ValueError):
+    """The job cannot start as configured: exit 2, the Job fails without a retry."""
+
+
+@dataclass(frozen=True)
+class JobRow:
+    """One row of an Indexed Job: which invocation this pod runs, and what it is."""
+
+    index: int
+    id: str
+    line: int
+    key: str
+    input_digest: str
+    manifest: str
+    input: JSONValue
+    settings: dict[str, JSONValue]
+    deadline: float | None
+
+    def header(self) -> dict[str, JSONValue]:
+        return {
+            "index": self.index, "id": self.id, "line": self.line, "key": self.key,
+            "inputDigest": self.input_digest, "manifest": self.manifest,
+        }  # fmt: skip
+
+
+def from_env(option: str, text: str) -> str:
+    """``env:NAME`` is the text of environment variable NAME (a ConfigMap key mapped to
+    the environment); any other text is returned as given."""
+    if not text.startswith("env:"):
+        return text
+    name = text[4:]
+    value = os.environ.get(name)
+    if value is None:
+        raise JobUsageError(
+            f"{option} {text}: the environment has no variable {name!r}; map it in the pod "
+            "spec (env / envFrom) or pass the value another way"
+        )
+    return value
+
+
+def completion_index(text: str | None) -> int:
+    """The Indexed Job's index: ``--index``, else ``JOB_COMPLETION_INDEX``."""
+    if text is None:
+        text = os.environ.get("JOB_COMPLETION_INDEX")
+    if text is None:
+        raise JobUsageError(
+            "--manifest needs the row's index: give --index N, or run the pod in an "
+            "Indexed Job (it sets JOB_COMPLETION_INDEX)"
+        )
+    if not text.isdigit() or len(text) > 9:
+        raise JobUsageError(f"index {text!r} is not a non-negative integer")
+    return int(text)
+
+
+def read_row(path: Path, index: int, manifest_name: str) -> JobRow:
+    """Line ``index`` (0-based) of the normalized manifest, read one line at a time."""
+    from runner.config import parse_duration
+
+    raw = b""
+    try:
+        with path.open("rb") as file:
+            for number, raw in enumerate(file):  # noqa: B007 (the row is the last read)
+                if number == index:
+                    break
+            else:
+                raise JobUsageError(
+                    f"--manifest {path}: no row {index} (the manifest has {index} or fewer "
+                    "rows); the Job's completions must equal its rows"
+                )
+    except OSError as exc:
+        raise JobUsageError(f"--manifest {path}: cannot read it: {exc.strerror}") from exc
+    where = f"--manifest {path} row {index}"
+    try:
+        value = json1.loads(raw.strip())
+    except json1.JSON1Error as exc:
+        raise JobUsageError(f"{where}: {exc}; render the manifest with `k8s batch`") from exc
+    if not isinstance(value, dict) or set(value) - set(ROW_FIELDS):
+        raise JobUsageError(f"{where}: not a row of `k8s batch`; fields are {ROW_FIELDS}")
+    row_id, line, key = value.get("id"), value.get("line"), value.get("key")
+    digest, settings = value.get("inputDigest"), value.get("settings", {})
+    deadline = value.get("deadline")
+    if not (isinstance(row_id, str) and isinstance(line, int) and isinstance(key, str)):
+        raise JobUsageError(f"{where}: id, line and key are required")
+    if not isinstance(digest, str) or not isinstance(settings, dict):
+        raise JobUsageError(f"{where}: inputDigest must be a string, settings an object")
+    try:
+        seconds = None if deadline is None else parse_duration(str(deadline))
+    except ValueError as exc:
+        raise JobUsageError(f"{where}: deadline {exc}") from exc
+    return JobRow(
+        index, row_id, line, key, digest, manifest_name, value.get("input"), settings, seconds
+    )
+
+
+class PodBroker:
+    """Refuses child flows, capabilities and channels: a pod runs one component.
+
+    Children would be processes of the same pod, sharing its user, file systems and
+    limits with their parent and each other: not isolated. Run each flow as its own Job.
+    """
+
+    async def handle(
+        self, method: str, params: dict[str, JSONValue], call: CallContext
+    ) -> JSONValue:
+        raise OperationError(
+            "UNAVAILABLE",
+            f"{method} is refused inside a Kubernetes pod: child flows would run as "
+            "processes of the same pod, not isolated from each other; run each flow as "
+            "its own Job (flow-runner k8s job)",
+        )
+
+
+class PodSandbox(ProcessSandbox):
+    """The process backend, holding the run to the FLOW package in ``package_dir``."""
+
+    def __init__(self, argv: Sequence[str], package_dir: Path | None) -> None:
+        super().__init__(argv)
+        self.package_dir = package_dir
+
+    async def package(self) -> Package | None:
+        if self.package_dir is None:
+            return None
+        from runner.package.reader import package_from_files
+
+        files = dict(_package_files(self.package_dir))
+        return package_from_files(files, root=str(self.package_dir))
+
+
+def _package_files(root: Path) -> Iterator[tuple[str, bytes]]:
+    """Package path -> bytes of every regular file under ``root`` (links refused)."""
+    from runner.package.reader import MAX_FILES
+
+    if not root.is_dir():
+        raise PackageError(str(root), "", "--package must name the package's directory")
+    total = count = 0
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in sorted(filenames) + [d for d in dirnames if Path(dirpath, d).is_symlink()]:
+            path = Path(dirpath, name)
+            relative = path.relative_to(root).as_posix()
+            if path.is_symlink() or not path.is_file():
+                raise PackageError(relative, "", "only regular files may be in a package")
+            data = path.read_bytes()
+            count, total = count + 1, total + len(data)
+            if count > MAX_FILES or total > MAX_PACKAGE_BYTES:
+                raise PackageError(str(root), "", "the package is too large")
+            yield relative, data
+
+
+@dataclass(frozen=True)
+class Seal:
+    """A secret only the wrapper knows until the component is gone.
+
+    The header (written before the component starts) carries its digest; the result
+    line (written after the component's process group was killed and reaped) carries
+    the seal itself. The component can write into the pod log (its stderr goes there),
+    but it cannot write a line with the right seal, so ``batch import`` takes only the
+    first sealed result after the first header. The wrapper is made non-dumpable, so a
+    component of the same uid cannot read the seal out of its memory or its fds.
+    """
+
+    token: str
+
+    @classmethod
+    def new(cls) -> Seal:
+        return cls(secrets.token_hex(16))
+
+    @property
+    def digest(self) -> str:
+        return seal_digest(self.token)
+
+
+def seal_digest(token: str) -> str:
+    return "sha256:" + hashlib.sha256(token.encode()).hexdigest()
+
+
+def make_undumpable() -> None:
+    """``prctl(PR_SET_DUMPABLE, 0)``: /proc/<wrapper>/mem and fd/ owned by root from now on.
+
+    Linux resets it for the component at execve, so only the wrapper is covered; on a
+    system without prctl nothing changes (the seal then guards against lines, not reads).
+    """
+    import ctypes
+    from contextlib import suppress
+
+    with suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE
+
+
+def header_line(seal: Seal, row: JobRow | None, command: Sequence[str]) -> bytes:
+    """The first line the wrapper writes to the pod log (stderr)."""
+    header: dict[str, JSONValue] = {
+        "runner": __version__,
+        "sealDigest": seal.digest,
+        "started": round(time.time(), 3),
+        "command": list(command),
+        "row": row.header() if row is not None else None,
+    }
+    return json1.dumps({HEADER_KEY: header}) + b"\n"
+
+
+def result_line(body: dict[str, JSONValue], job: dict[str, JSONValue]) -> bytes:
+    """``exec``'s result line with the wrapper's ``job`` member (the seal among it)."""
+    return json1.dumps({**body, RESULT_KEY: job}) + b"\n"
+
+
+def write_report(results: Path, name: str, data: bytes) -> Path:
+    """Write the run report as ``results/NAME.report.json`` (atomically: a pod killed
+    while writing leaves no half report)."""
+    path = results / f"{name}.report.json"
+    partial = results / f".{name}.report.json.partial"
+    partial.write_bytes(data)
+    partial.replace(path)
+    return path
+
+
+def report_digest(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
