@@ -13,11 +13,14 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
+
+from rsskit import measured, peak_kib
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE = [sys.executable, str(ROOT / "tests" / "fake_component.py")]
@@ -40,23 +43,25 @@ class Measured:
 def measure(args: list[str], stderr: int | IO[bytes], timeout: float) -> tuple[Measured, Any]:
     """Run ``flow-runner exec ARGS``; killed (and the test failed) after ``timeout`` s."""
     started = time.monotonic()
-    process = subprocess.Popen(
-        [*FAKE[:1], "-m", "runner.cli", "exec", *args],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdout=subprocess.PIPE,
-        stderr=stderr,
-    )
-    timer = threading.Timer(timeout, process.kill)
-    timer.start()
-    assert process.stdout is not None
-    stdout = process.stdout.read()  # one line, at the end
-    _, status, usage = os.wait4(process.pid, 0)
-    timer.cancel()
-    process.returncode = os.waitstatus_to_exitcode(status)
-    seconds = time.monotonic() - started
-    assert seconds < timeout, f"flow-runner exec {args} still ran after {timeout} s"
-    return Measured(process.returncode, stdout.decode(), usage.ru_maxrss / 1024, seconds), process
+    with tempfile.TemporaryDirectory() as scratch:
+        report = Path(scratch) / "peak"
+        process = subprocess.Popen(
+            measured([*FAKE[:1], "-m", "runner.cli", "exec", *args], report),
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+        )
+        timer = threading.Timer(timeout, process.kill)  # the runner dies with the launcher
+        timer.start()
+        assert process.stdout is not None
+        stdout = process.stdout.read()  # one line, at the end
+        process.wait()
+        timer.cancel()
+        seconds = time.monotonic() - started
+        assert seconds < timeout, f"flow-runner exec {args} still ran after {timeout} s"
+        peak = peak_kib(report) / 1024
+    return Measured(process.returncode, stdout.decode(), peak, seconds), process
 
 
 def many_calls(tmp_path: Path, plan: dict[str, Any], timeout: float) -> Measured:

@@ -21,6 +21,7 @@ from typing import Any
 import anyio
 import pytest
 
+from rsskit import measured, peak_kib
 from runner.host.capabilities import CapabilityBinding, CapabilityError, builtin_contract
 from runner.host.capabilities.artifacts import ArtifactsProvider
 from runner.host.capabilities.kv import KeyValueProvider
@@ -482,16 +483,14 @@ def test_kv_serves_big_values_in_bounded_memory(tmp_path: Path, budgets: str, st
     # SQLite's page copy) on top of a ~45 MiB interpreter, never the store: 160 MiB.
     path = tmp_path / "state" / "kv.sqlite3"
     child = subprocess.Popen(
-        [sys.executable, "-c", PUTS, str(path), budgets],
+        measured([sys.executable, "-c", PUTS, str(path), budgets], tmp_path / "peak"),
         stdout=subprocess.PIPE,
         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
     )
     assert child.stdout is not None
     printed = child.stdout.read().decode().strip()
-    _, status, usage = os.wait4(child.pid, 0)
-    child.returncode = os.waitstatus_to_exitcode(status)
-    assert child.returncode == 0 and printed == stored
-    peak = usage.ru_maxrss * 1024
+    assert child.wait() == 0 and printed == stored
+    peak = peak_kib(tmp_path / "peak") * 1024
     assert peak < 160 * MiB, f"peak RSS {peak / MiB:.0f} MiB"
     stored_bytes = sum(p.stat().st_size for p in path.parent.iterdir())
     assert (stored_bytes > 320 * MiB) == (budgets == "raised")

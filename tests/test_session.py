@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
 import resource
 import subprocess
 import sys
+import tempfile
 from collections import Counter
 from pathlib import Path
 
@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from framefuzz import Mutator, play
+from rsskit import measured, peak_kib
 from runner.protocol.completion import Ending, judge
 from runner.protocol.session import (
     CallCancelled,
@@ -268,16 +269,17 @@ def test_a_deep_and_wide_frame_is_refused_in_bounded_memory_and_time() -> None:
     def cap() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
 
-    process = subprocess.Popen(
-        [sys.executable, "-c", DEEP_WIDE], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        cwd=Path(__file__).parent, preexec_fn=cap,
-    )  # fmt: skip
-    _, status, usage = os.wait4(process.pid, 0)
-    assert process.stdout is not None and process.stderr is not None
-    out, err = process.stdout.read().split(), process.stderr.read()
-    assert os.waitstatus_to_exitcode(status) == 0, err[-2000:]
-    baseline_kib, seconds = int(out[0]), float(out[1])
-    assert (usage.ru_maxrss - baseline_kib) < 400 * 1024, (usage.ru_maxrss, baseline_kib)
+    with tempfile.TemporaryDirectory() as scratch:
+        report = Path(scratch) / "peak"
+        process = subprocess.Popen(
+            measured([sys.executable, "-c", DEEP_WIDE], report), stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, cwd=Path(__file__).parent, preexec_fn=cap,
+        )  # fmt: skip
+        out, err = process.communicate()
+        assert process.returncode == 0, err[-2000:]
+        peak = peak_kib(report)
+    baseline_kib, seconds = int(out.split()[0]), float(out.split()[1])
+    assert (peak - baseline_kib) < 400 * 1024, (peak, baseline_kib)
     assert seconds < 25
 
 
