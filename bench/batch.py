@@ -1,10 +1,15 @@
 """Benchmark: many invocations, ``flow-runner batch`` against the scripts users write today.
 
 Side by side in one process run, the fake component's ``echo`` scenario, ``--runs``
-invocations each:
+invocations each, in ``--rounds`` interleaved rounds (each way runs ``runs / rounds``
+invocations per round, the order rotating), so a change in the shared machine's load
+falls on every way alike:
 
-- (a) ``flow-runner batch --jobs 2`` on a manifest of ``--runs`` lines (a subprocess;
-  its CPU time from ``os.wait4``, so the runner's own cost per run is measured);
+- (a) ``flow-runner batch --jobs 2`` on a manifest of ``runs / rounds`` lines (a
+  subprocess per round, its start-up included; its CPU time from ``os.wait4``, so the
+  runner's own cost per run is measured); (a') the same with ``--prepare 0``, each
+  container created only when its run is admitted (the batch before containers were
+  prepared ahead);
 - (b) ``xargs -P 2`` of ``docker run --rm -i --network none IMAGE ...`` fed the same
   ``flow/run`` frame on stdin; (b') the same with the default profile's security
   options (read-only root, capabilities dropped, init, limits: what batch runs under);
@@ -14,7 +19,7 @@ invocations each:
 - (e) the store: one committed row write (start + finish, as a slot does) in a WAL
   database, median over 2,000 rows.
 
-    .venv/bin/python bench/batch.py [--runs 200] [--loop-runs 200] [--lines 100000]
+    .venv/bin/python bench/batch.py [--runs 200] [--rounds 4] [--loop-runs 200] [--lines 100000]
 """
 
 from __future__ import annotations
@@ -60,10 +65,12 @@ def manifest(path: Path, lines: int) -> Path:
     return path
 
 
-def bench_batch(work: Path, runs: int) -> tuple[float, float]:
+def bench_batch(work: Path, runs: int, *options: str) -> tuple[float, float]:
     rows = manifest(work / "batch.jsonl", runs)
+    results = work / "batch.sqlite"
+    results.unlink(missing_ok=True)
     argv = [*CLI, "batch", str(rows), "--image", IMAGE, "--command", shlex.join(COMMAND),
-            "--jobs", "2", "-q", "--results", str(work / "batch.sqlite")]  # fmt: skip
+            "--jobs", "2", "-q", "--results", str(results), *options]  # fmt: skip
     wall, cpu, _, code = timed_child(argv, work)
     assert code == 0, f"batch exit {code}"
     return wall, cpu
@@ -124,24 +131,40 @@ def bench_store(work: Path, rows: int = 2000) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.partition("\n")[0])
     parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--loop-runs", type=int, default=None)
     parser.add_argument("--lines", type=int, default=100_000)
     args = parser.parse_args()
     runs, loop_runs = args.runs, args.loop_runs or args.runs
+    rounds = max(1, min(args.rounds, runs))
+    per_round = [runs // rounds + (i < runs % rounds) for i in range(rounds)]
+    walls = dict.fromkeys(("batch", "before", "xargs", "secure"), 0.0)
+    batch_cpu = 0.0
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        batch_wall, batch_cpu = bench_batch(work, runs)
-        xargs_wall = bench_xargs(work, runs, ["--network", "none"])
-        secure_wall = bench_xargs(work, runs, secure_flags(load_profile("default")))
+        secure = secure_flags(load_profile("default"))
+        for i, n in enumerate(per_round):
+            ways = list(walls)
+            for name in ways[i % len(ways) :] + ways[: i % len(ways)]:
+                if name == "batch":
+                    wall, cpu = bench_batch(work, n)
+                    batch_cpu += cpu
+                elif name == "before":
+                    wall, _ = bench_batch(work, n, "--prepare", "0")
+                else:
+                    flags = ["--network", "none"] if name == "xargs" else secure
+                    wall = bench_xargs(work, n, flags)
+                walls[name] += wall
         loop_wall = bench_loop(work, loop_runs)
         large_wall, large_rss, large_ran = bench_large(work, args.lines, runs)
         store_write = bench_store(work)
-    per = {"batch": batch_wall / runs, "xargs": xargs_wall / runs, "loop": loop_wall / loop_runs,
-           "secure": secure_wall / runs}  # fmt: skip
+    per = {name: wall / runs for name, wall in walls.items()}
+    per["loop"] = loop_wall / loop_runs
     print(f"| way ({runs} x echo, 2 at once) | wall s | runs/s | vs xargs |")
     print("|---|---:|---:|---:|")
     ways = [
         ("batch", "flow-runner batch --jobs 2", runs),
+        ("before", "flow-runner batch --jobs 2 --prepare 0", runs),
         ("xargs", "xargs -P 2 docker run --rm -i --network none", runs),
         ("secure", "xargs -P 2 docker run --rm -i + the profile's flags", runs),
         ("loop", f"shell loop of flow-runner exec ({loop_runs} runs)", loop_runs),
@@ -151,8 +174,10 @@ def main() -> None:
         print(f"| {label} | {wall:.1f} | {1 / per[name]:.2f} | {per['xargs'] / per[name]:.2f}x |")
     print()
     print(f"throughput batch / xargs: {per['xargs'] / per['batch']:.2f}x (target >= 1.25x)")
+    print(f"throughput batch / batch --prepare 0: {per['before'] / per['batch']:.2f}x")
     print(f"throughput batch / exec loop: {per['loop'] / per['batch']:.2f}x")
-    print(f"runner CPU per run: {batch_cpu / runs * 1000:.1f} ms (target <= 15 ms)")
+    print(f"runner CPU per run: {batch_cpu / runs * 1000:.1f} ms, {rounds} start-ups included "
+          "(target <= 15 ms)")  # fmt: skip
     print(f"{args.lines}-line manifest, {large_ran} rows run (--shard): peak RSS "
           f"{large_rss / 1024:.0f} MiB (target <= 150 MiB), {large_wall:.1f} s")  # fmt: skip
     print(f"store write per row (start + finish, 2 commits): {store_write * 1000:.3f} ms "

@@ -616,6 +616,14 @@ def batch_run(
     progress_every: Annotated[
         float, typer.Option("--progress-every", min=0.05, help="Seconds between plain lines.")
     ] = 5.0,
+    prepare: Annotated[
+        int | None,
+        typer.Option(
+            "--prepare",
+            min=0,
+            help="Containers started ahead of their runs (default: --jobs; 0: none).",
+        ),
+    ] = None,
 ) -> None:
     """Run every invocation of MANIFEST that has no committed result for its key."""
     import shlex
@@ -641,7 +649,7 @@ def batch_run(
         options = BatchOptions(
             manifest, results, defaults, _load_config(config, False), jobs or _cores(),
             retries, again, _halt(halt_on_failure), halt == "now",
-            _shard(shard), "quiet" if quiet else "auto", progress_every,
+            _shard(shard), "quiet" if quiet else "auto", progress_every, prepare=prepare,
         )  # fmt: skip
     except UsageError as exc:
         _fail_usage(str(exc))

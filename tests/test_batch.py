@@ -463,3 +463,119 @@ def test_shards_partition_the_rows_merge_joins_them_and_diff_reports_changes(
     assert entry["changed"]["outcome"] == {"old": "done", "new": "partial"}
     same = batch(tmp_path, "diff", "all.sqlite", "all.sqlite")
     assert same.returncode == 0 and same.stdout == ""
+
+
+def runner_containers(client: Any, pid: int, status: str | None = None) -> list[Any]:
+    filters: dict[str, str] = {"label": of_runner(pid)}
+    if status is not None:
+        filters["status"] = status
+    return list(client.containers.list(all=status is None, filters=filters))
+
+
+def wait_containers(client: Any, process: subprocess.Popen[str], count: int) -> None:
+    """Until the runner ``process`` has ``count`` running containers (30 s at most)."""
+    deadline = time.monotonic() + 30
+    while len(runner_containers(client, process.pid, "running")) < count:
+        assert time.monotonic() < deadline and process.poll() is None, process.communicate()
+        time.sleep(0.02)
+
+
+def test_prepared_containers_stay_within_the_lookahead_and_sigterm_removes_them(
+    tmp_path: Path, docker_client: Any, fast: Path
+) -> None:
+    cases = [{"id": "long", "input": {"seconds": 30}}]
+    cases += [{"id": f"next-{i}", "input": {"seconds": 0}} for i in range(6)]
+    manifest = write_manifest(tmp_path / "ahead.jsonl", cases)
+    args = [manifest, "--image", SLOW_IMAGE, "--profile", fast, "--jobs", "1", "--prepare", "2"]
+    process = start_batch(tmp_path, *args, "-q")
+    wait_containers(docker_client, process, 3)  # the run and two prepared, up and waiting
+    seen = set()
+    until = time.monotonic() + 2  # a preparation takes well under 2 s: more would show
+    while time.monotonic() < until:
+        now = runner_containers(docker_client, process.pid)
+        assert len(now) <= 3, [c.labels.get(LABEL_RUN_ID) for c in now]
+        seen.update(c.labels[LABEL_RUN_ID].split("-", 1)[1] for c in now)
+        time.sleep(0.05)
+    assert seen == {"long", "next-0", "next-1"}
+    got = rows(tmp_path / "flow-runner-results.sqlite")
+    assert (got["long"]["state"], got["long"]["attempts"]) == ("running", 1)
+    assert all((got[f"next-{i}"]["state"], got[f"next-{i}"]["attempts"]) == ("pending", 0)
+               for i in range(6))  # fmt: skip  # prepared is not admitted
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=30)
+    assert process.returncode == 130, err
+    assert runner_containers(docker_client, process.pid) == []
+    got = rows(tmp_path / "flow-runner-results.sqlite")
+    assert (got["long"]["state"], got["long"]["status"]) == ("pending", "interrupted")
+    assert all(got[f"next-{i}"]["attempts"] == 0 for i in range(6))
+
+
+def test_a_second_signal_kills_and_still_removes_every_prepared_container(
+    tmp_path: Path, docker_client: Any
+) -> None:
+    slow_grace = profile_file(tmp_path, "slow-grace", cancel_grace=30, exit_grace=30)
+    cases = [{"id": "long", "input": {"seconds": 60}}]
+    cases += [{"id": f"next-{i}", "input": {"seconds": 0}} for i in range(4)]
+    manifest = write_manifest(tmp_path / "kill.jsonl", cases)
+    args = [manifest, "--image", SLOW_IMAGE, "--profile", slow_grace, "--jobs", "1"]
+    process = start_batch(tmp_path, *args, "--prepare", "2", "-q")
+    wait_containers(docker_client, process, 3)
+    started = time.monotonic()
+    process.send_signal(signal.SIGINT)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=30)
+    assert process.returncode == 130, err
+    assert time.monotonic() - started < 20  # killed, not the 30 s grace
+    assert runner_containers(docker_client, process.pid) == []
+
+
+def test_halt_and_a_refusal_before_launch_discard_their_prepared_containers(
+    tmp_path: Path, docker_client: Any, fast: Path
+) -> None:
+    since = time.time()
+    cases = [
+        {"id": "refused", "input": {"seconds": "not a number"}},  # INVALID_INPUT, no run
+        {"id": "late", "input": {"seconds": 30}, "deadline": "6s"},  # fails at 6 s: halt
+        *({"id": f"after-{i}", "input": {"seconds": 0}} for i in range(4)),
+    ]
+    manifest = write_manifest(tmp_path / "halt.jsonl", cases)
+    args = [manifest, "--image", SLOW_IMAGE, "--profile", fast, "--jobs", "1", "--prepare", "2"]
+    process = start_batch(tmp_path, *args, "--halt-on-failure", "2", "-q")
+    wait_containers(docker_client, process, 3)  # "late" runs, two rows prepared behind it
+    done = finish(process)
+    assert done.returncode == 4, done.stderr
+    assert runner_containers(docker_client, process.pid) == []
+    got = rows(tmp_path / "flow-runner-results.sqlite")
+    assert (got["refused"]["status"], got["refused"]["error_code"]) == ("failed", "INVALID_INPUT")
+    assert got["late"]["error_code"] == "DEADLINE_EXCEEDED"
+    assert all(got[f"after-{i}"]["state"] == "pending" for i in range(4))
+    started = starts(docker_client, since, process.pid)
+    assert started["refused"] == 1 and started["after-0"] == 1  # prepared, then discarded
+
+
+def test_a_prepared_run_s_deadline_counts_from_its_admission(
+    tmp_path: Path, docker_client: Any, fast: Path
+) -> None:
+    since = time.time()
+    cases = [
+        {"id": "first", "input": {"seconds": 5}},
+        {"id": "second", "input": {"seconds": 1}, "deadline": "3s"},
+    ]
+    manifest = write_manifest(tmp_path / "deadline.jsonl", cases)
+    args = [manifest, "--image", SLOW_IMAGE, "--profile", fast, "--jobs", "1", "--prepare", "1"]
+    done = batch(tmp_path, *args, "-q")
+    assert done.returncode == 0, done.stderr
+    got = rows(tmp_path / "flow-runner-results.sqlite")
+    assert got["second"]["status"] == "succeeded", got["second"]["error_message"]
+    # Its container was started while "first" ran, more than its deadline before it ran:
+    filters = {"type": "container", "event": "start", "label": LABEL_RUN_ID}
+    events = docker_client.events(
+        since=since, until=time.time() + 0.1, filters=filters, decode=True
+    )
+    (start,) = [
+        e["time"] for e in events if e["Actor"]["Attributes"][LABEL_RUN_ID].endswith("-second")
+    ]
+    assert start < got["first"]["ended_at"] - 3
+    # and the component saw the whole deadline ahead of it when flow/run came.
+    left = float(re.search(r"the deadline is in ([\d.]+) s", got["second"]["stderr_tail"])[1])
+    assert left > 2

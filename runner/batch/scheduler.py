@@ -3,16 +3,20 @@
 One pass checks the whole manifest (nothing runs from a manifest with a bad line); a
 second computes every row's key, keeps the rows of the shard and queues, in one
 transaction, those without a committed final result for that key; a third streams the
-queued rows to the slots. A producer prepares the next rows (parsed, profile loaded,
-sandbox object built) ahead of the slots, so a slot that commits its result takes the
-next run at once and the engine always has a container being created, started or run
-for every slot while any run is pending. A slot commits its finished run before it
-takes the next one.
+queued rows to the slots. A producer prepares each image row's container ahead of its
+slot (:mod:`.prepare`: created, attached and started, the component waiting on its stdin,
+no ``flow/run`` sent), at most ``prepare`` of them (default ``jobs``) beyond the runs in
+flight, so the engine starts the next containers while the slots run theirs. A slot
+admits a row (its attempt recorded, its deadline counting from then), runs it in the
+prepared container and commits the result before it takes the next one; the removal of
+a finished run's container goes on in the background (at most ``jobs`` at once), and
+the batch waits for every removal before it returns.
 
 Stopping (Ctrl-C, SIGTERM, ``--halt now``) cancels the runs in flight with their grace;
-they are committed as ``pending`` / ``interrupted`` and run again on resume. A second
-signal kills them at once; every container is still removed (the sandbox's cleanup is
-shielded).
+they are committed as ``pending`` / ``interrupted`` and run again on resume. Prepared
+containers not yet admitted are discarded (their rows stay ``pending``, no attempt
+counted). A second signal kills the runs at once; every container is still removed (the
+sandbox's cleanup is shielded).
 """
 
 from __future__ import annotations
@@ -25,7 +29,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
-from anyio.abc import ObjectReceiveStream
+from anyio.abc import ObjectReceiveStream, TaskGroup
+from anyio.streams.memory import MemoryObjectSendStream
 
 from runner import json1
 from runner.api import Execution, Invocation, execute, new_run_id
@@ -33,11 +38,12 @@ from runner.config import ConfigError, HostConfig
 from runner.host.driver import Graces, RunControl
 from runner.package.errors import InvocationRefused, PackageError
 from runner.sandbox.attachments import AttachmentError
-from runner.sandbox.base import LaunchRequest
+from runner.sandbox.base import LaunchRequest, Sandbox
 from runner.sandbox.errors import ImageMissing, SandboxError
 
 from .keys import Digests, ImageIds, input_digest, invocation_key, key_document, shard_of
 from .manifest import Defaults, Row, check
+from .prepare import Prepared, PreparedSandbox
 from .progress import Counts, Mode, progress
 from .retry import backoff, is_infrastructure_failure
 from .store import FAILED, INFRA_FAILED, INTERRUPTED, SUCCEEDED, Final, Store
@@ -102,6 +108,10 @@ class BatchOptions:
     """Seconds before the first retry; doubles with each further attempt."""
     client: Any = None
     """A docker-py client; the process-wide default when ``None``."""
+    prepare: int | None = None
+    """Containers prepared ahead of their runs (created and started, not yet sent
+    ``flow/run``): at most this many beyond the runs in flight; ``None``: ``jobs``;
+    0: none (each container is created when its run is admitted)."""
 
 
 @dataclass
@@ -157,6 +167,15 @@ class BatchControl:
             run.cancel()
 
 
+@dataclass(frozen=True)
+class _Admission:
+    """A row on its way to a slot, with its prepared launch (``None``: flow rows, or
+    nothing prepared)."""
+
+    row: Row
+    prepared: Prepared | None
+
+
 def manifest_name(path: Path) -> str:
     """The manifest's name in the store and in JUnit: its file name without suffix."""
     return path.name.removesuffix(".jsonl").removesuffix(".json") or path.name
@@ -188,6 +207,14 @@ class _Batch:
         self.name = manifest_name(options.manifest)
         self._client = options.client
         self._flows: FlowHost | None = None
+        jobs = max(1, options.jobs)
+        ahead = jobs if options.prepare is None else options.prepare
+        self._lookahead = anyio.Semaphore(ahead) if ahead > 0 else None
+        """Tokens for containers prepared and not yet admitted; ``None``: none prepared."""
+        self._removals = anyio.Semaphore(jobs)
+        """Tokens for cleanups of finished runs that nobody waits for."""
+        self._prepared: set[Prepared] = set()
+        self._shown: Any = None
 
     def client(self) -> Any:
         if self._client is None:
@@ -242,24 +269,42 @@ class _Batch:
             shown.close()
             return
         await anyio.to_thread.run_sync(_sweep)
-        shown = progress(self.options.progress, self.counts, self.options.progress_every)
-        send, receive = anyio.create_memory_object_stream[Row](max(1, self.options.jobs))
+        shown = self._shown = progress(
+            self.options.progress, self.counts, self.options.progress_every
+        )
+        jobs = max(1, self.options.jobs)
+        send, receive = anyio.create_memory_object_stream[_Admission](jobs)
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(shown.show)
-                async with anyio.create_task_group() as slots:
-                    slots.start_soon(self._produce, send, lines)
-                    for _ in range(max(1, self.options.jobs)):
-                        slots.start_soon(self._slot, receive.clone(), shown)
-                    receive.close()
-                tg.cancel_scope.cancel()
+                async with anyio.create_task_group() as holders:
+                    try:
+                        async with anyio.create_task_group() as feeding:
+                            feeding.start_soon(self._produce, send, lines, holders)
+                            async with anyio.create_task_group() as slots:
+                                for _ in range(jobs):
+                                    slots.start_soon(self._slot, receive.clone(), shown)
+                                receive.close()
+                            feeding.cancel_scope.cancel()  # stopped: nothing more to prepare
+                    finally:
+                        for prepared in self._prepared:
+                            if not prepared.taken:
+                                prepared.discard()
+                tg.cancel_scope.cancel()  # every container removed: the holders are done
         finally:
             shown.close()
             if self._flows is not None:
                 await self._flows.aclose()
         self.result.interrupted = self.control.stopping and not self.result.halted
 
-    async def _produce(self, send: Any, lines: set[int]) -> None:
+    async def _produce(
+        self, send: MemoryObjectSendStream[_Admission], lines: set[int], holders: TaskGroup
+    ) -> None:
+        """Stream the rows to the slots, each image row's container prepared ahead.
+
+        At most ``prepare`` containers are prepared and not yet admitted at a time (the
+        look-ahead); a row waits here for a token, which a slot returns on admitting it.
+        """
         rows = check(self.options.manifest, self.options.defaults, self.options.config)
         async with send:
             for row in rows:
@@ -267,16 +312,63 @@ class _Batch:
                     continue
                 if self.control.stopping:
                     return
-                await send.send(row)
+                prepared = None
+                if row.image is not None and self._lookahead is not None:
+                    await self._lookahead.acquire()
+                    if self.control.stopping:
+                        self._lookahead.release()
+                        return
+                    prepared = self._prepare(row, holders)
+                try:
+                    await send.send(_Admission(row, prepared))
+                except anyio.BrokenResourceError:  # every slot has stopped
+                    if prepared is not None:
+                        prepared.discard()
+                    return
 
-    async def _slot(self, receive: ObjectReceiveStream[Row], shown: Any) -> None:
+    def _prepare(self, row: Row, holders: TaskGroup) -> Prepared:
+        """Start entering the row's first launch, in a holder task of its own."""
+        request = LaunchRequest(row.attachments, None, f"{new_run_id()[:8]}-{row.id}")
+        # The backend's last disk measurement of read-write attachments is made on
+        # leaving the launch, and belongs to the run's result: such runs wait for it.
+        background = not any(att.access == "read-write" for att in row.attachments)
+        prepared = Prepared(
+            self._sandbox(row), request, background=background, removals=self._removals,
+            on_left=self._left,
+        )  # fmt: skip
+        self._prepared.add(prepared)
+
+        async def hold() -> None:
+            try:
+                await prepared.hold()
+            finally:
+                self._prepared.discard(prepared)
+
+        holders.start_soon(hold)
+        return prepared
+
+    def _left(self, request: LaunchRequest, exc: BaseException) -> None:
+        """A container whose removal failed after its run's result was committed."""
+        why = _first_line(str(exc))
+        self._shown.note(
+            f"the container of run {request.run_id} could not be removed ({why}); "
+            "`flow-runner gc` removes it once the engine answers"
+        )
+
+    async def _slot(self, receive: ObjectReceiveStream[_Admission], shown: Any) -> None:
         async with receive:
-            async for row in receive:
+            async for admission in receive:
+                row, prepared = admission.row, admission.prepared
+                if prepared is not None:
+                    assert self._lookahead is not None
+                    self._lookahead.release()
                 if self.control.stopping:
+                    if prepared is not None:
+                        prepared.discard()
                     return
                 self.counts.running += 1
                 try:
-                    final, seconds = await self._run_row(row, shown)
+                    final, seconds = await self._run_row(row, shown, prepared)
                 finally:
                     self.counts.running -= 1
                 self.store.finish(row.id, final, seconds=seconds)
@@ -299,15 +391,24 @@ class _Batch:
         else:
             self.control.stopping = True
 
-    async def _run_row(self, row: Row, shown: Any) -> tuple[Final, float]:
-        """Run a row's attempts: retry infrastructure failures only, with backoff."""
+    async def _run_row(
+        self, row: Row, shown: Any, prepared: Prepared | None
+    ) -> tuple[Final, float]:
+        """Run a row's attempts: retry infrastructure failures only, with backoff.
+
+        The first attempt takes the prepared launch (its run id is the prepared one);
+        a retry launches afresh under a new run id.
+        """
         started = time.monotonic()
         attempt = 0
         while True:
             run_id = f"{new_run_id()[:8]}-{row.id}"
+            if prepared is not None:
+                run_id = prepared.request.run_id
             self.store.start(row.id, run_id)
             attempt += 1
-            outcome = await self._attempt(row, run_id)
+            outcome = await self._attempt(row, run_id, prepared)
+            prepared = None
             took = time.monotonic() - started
             if self.control.stopping and _cancelled(outcome):
                 stopped = "the batch was stopped before the run finished"
@@ -321,7 +422,12 @@ class _Batch:
             shown.retry(row.id, attempt, _first_line(str(outcome)))
             await anyio.sleep(backoff(attempt, self.options.backoff))
 
-    async def _attempt(self, row: Row, run_id: str) -> Execution | Exception:
+    async def _attempt(
+        self, row: Row, run_id: str, prepared: Prepared | None
+    ) -> Execution | Exception:
+        """One attempt, admitted now: its deadline counts from here, not from when its
+        container was prepared. A prepared launch the run did not take (refused before
+        launch: settings, attachments, input, frame size) is discarded."""
         run = RunControl()
         self.control._add(run)
         try:
@@ -329,11 +435,8 @@ class _Batch:
                 return await self._flow_host().run(
                     row.flow, row.input, deadline_seconds=row.deadline, control=run
                 )
-            from runner.sandbox.docker import DockerSandbox
-
             assert row.image is not None and row.profile is not None
-            command = list(row.command) if row.command is not None else None
-            sandbox = DockerSandbox(row.image, row.profile, command, client=self.client())
+            sandbox: Sandbox = self._sandbox(row) if prepared is None else PreparedSandbox(prepared)
             invocation = Invocation.within(
                 row.deadline,
                 input=row.input,
@@ -349,6 +452,15 @@ class _Batch:
             return exc
         finally:
             self.control._runs.discard(run)
+            if prepared is not None and not prepared.taken:
+                prepared.discard()
+
+    def _sandbox(self, row: Row) -> Sandbox:
+        from runner.sandbox.docker import DockerSandbox
+
+        assert row.image is not None and row.profile is not None
+        command = list(row.command) if row.command is not None else None
+        return DockerSandbox(row.image, row.profile, command, client=self.client())
 
     def _flow_host(self) -> FlowHost:
         if self._flows is None:

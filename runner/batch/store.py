@@ -137,7 +137,9 @@ class Store:
         )
 
     def start(self, row_id: str, run_id: str) -> None:
-        """Record an attempt starting (committed before its container is created)."""
+        """Record an attempt starting: committed when the slot admits it, before its
+        ``flow/run`` is sent (its container may have been prepared already; a prepared
+        row not admitted stays ``pending``, with no attempt counted)."""
         self.db.execute(
             "UPDATE runs SET state = 'running', run_id = ?, attempts = attempts + 1, "
             "started_at = ? WHERE id = ?",
