@@ -28,7 +28,7 @@ from runner import json1
 from runner.host.channels import HostEndpoint, PortSpec, ports_of
 from runner.json1 import JSONValue
 from runner.protocol.codes import OperationError
-from runner.protocol.messages import is_local_name
+from runner.protocol.names import is_local_name
 
 from .contracts import CapabilityContract, ContractBinding, operation_error
 from .provider import CapabilityError, InvalidInput, Provider, ProviderLost, UnknownMethod

@@ -26,7 +26,7 @@ from typing import Final, Literal, NamedTuple
 from runner import json1
 from runner.json1 import JSONValue
 from runner.protocol.codes import MAX_ERROR_MESSAGE_SCALARS, FlowCode, OperationError, WireCode
-from runner.protocol.messages import validate_capability_result
+from runner.protocol.results import validate_capability_result
 
 from .schema1 import (
     Schema1Graph,
