@@ -30,11 +30,12 @@ import anyio.lowlevel
 from anyio.abc import TaskGroup
 
 from runner.host.broker import Broker, CallContext
-from runner.host.channels import CHANNEL_METHODS, ChannelParty
+from runner.host.channels import ChannelParty
 from runner.host.operations import RETAINED_BYTES, OperationLedger, Ticket
 from runner.json1 import JSONValue
 from runner.protocol.codes import LOCAL_CODES, OperationError
 from runner.protocol.completion import Ending, HostKill, Verdict, judge
+from runner.protocol.names import CHANNEL_METHODS
 from runner.protocol.results import validate_capability_result, validate_run_result
 from runner.protocol.session import (
     CallCancelled,
