@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import Literal, cast
 
 from runner import json1
-from runner.contracts.schema1 import compile_schema1
 from runner.json1 import JSONValue
 from runner.protocol.codes import OperationError
 
@@ -42,6 +41,10 @@ class ItemSchema:
         """``None`` for the generic schema; raises ``SchemaError`` outside Schema/1."""
         if document is True:
             return None
+        # Imported here: Schema/1 loads jsonschema, which a run without item schemas
+        # never needs (about 60 modules and 3 MiB at start-up).
+        from runner.contracts.schema1 import compile_schema1
+
         return cls(document, compile_schema1(document, defs={}).first_error)
 
 

@@ -14,8 +14,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from runner.contracts.capability import ContractError
-from runner.contracts.channel import ChannelContract, parse_channel_contract
 from runner.contracts.ports import ItemSchema, PortSpec, SourceType
 from runner.json1 import JSONValue
 from runner.package.errors import InvocationRefused
@@ -23,6 +21,7 @@ from runner.protocol.codes import OperationError
 from runner.sandbox.base import Attachment
 
 if TYPE_CHECKING:
+    from runner.contracts.channel import ChannelContract
     from runner.package.reader import Package
 
 
@@ -148,6 +147,10 @@ def channel_ports(package: Package) -> dict[str, PortSpec]:
 
 def channel_contract_resolver(package: Package) -> Callable[[str], SourceType]:
     """Resolve ``channel/create``'s ``contract`` path inside this package, or refuse it."""
+    # Imported here: contract parsing loads jsonschema, which most runs never need.
+    from runner.contracts.capability import ContractError
+    from runner.contracts.channel import parse_channel_contract
+
     parsed = dict(package.channel_contracts)  # this invocation's, so the package stays as read
 
     def resolve(path: str) -> SourceType:

@@ -22,7 +22,6 @@ from runner.contracts.ports import (
     check_required,
     compatible,
 )
-from runner.contracts.schema1 import SchemaError
 from runner.host.channels.queues import (
     Endpoint,
     HubState,
@@ -135,6 +134,8 @@ class ChannelParty:
                 )
             return self.resolve_contract(path)
         if "schema" in params:
+            from runner.contracts.schema1 import SchemaError  # loaded with the first schema
+
             try:
                 return SourceType(ItemSchema.compile(params["schema"]))
             except SchemaError as exc:
