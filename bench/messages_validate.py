@@ -22,30 +22,38 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
-from runner.protocol import messages
+from runner.protocol import builders
+from runner.protocol.builders import cancel_notification, operational_error, result_response
 from runner.protocol.codes import ProtocolViolation
+from runner.protocol.envelope import Notification, Request, Success, classify
+from runner.protocol.names import (
+    CHANNEL_METHODS,
+    COMPONENT_TO_HOST_METHODS,
+    HOST_TO_COMPONENT_METHODS,
+    REQUEST_CANCEL,
+)
+from runner.protocol.params import validate_params
+from runner.protocol.results import validate_result
 
 SPEC = Path(__file__).resolve().parents[1] / "spec"
-RESULT_METHODS = ("flow/run", "capability/call", *sorted(messages.CHANNEL_METHODS))
-REQUEST_METHODS = messages.HOST_TO_COMPONENT_METHODS | messages.COMPONENT_TO_HOST_METHODS
+RESULT_METHODS = ("flow/run", "capability/call", *sorted(CHANNEL_METHODS))
+REQUEST_METHODS = HOST_TO_COMPONENT_METHODS | COMPONENT_TO_HOST_METHODS
 
 
 def hand_written(frame: Any) -> bool:
     try:
-        message = messages.classify(frame)
+        message = classify(frame)
     except ProtocolViolation:
         return False
-    if isinstance(message, messages.Request):
+    if isinstance(message, Request):
         return (
             message.method in REQUEST_METHODS
-            and messages.validate_params(message.method, message.params) is None
+            and validate_params(message.method, message.params) is None
         )
-    if isinstance(message, messages.Notification):
-        return message.method == messages.REQUEST_CANCEL
-    if isinstance(message, messages.Success):
-        return any(
-            messages.validate_result(method, message.result) is None for method in RESULT_METHODS
-        )
+    if isinstance(message, Notification):
+        return message.method == REQUEST_CANCEL
+    if isinstance(message, Success):
+        return any(validate_result(method, message.result) is None for method in RESULT_METHODS)
     return True
 
 
@@ -54,17 +62,17 @@ def realistic_mix() -> list[tuple[Any, str, str | None]]:
 
     Each entry is ``(frame, schema definition, method a response answers)``.
     """
-    send = messages.request(
+    send = builders.request(
         "component:41",
         "channel/send",
         {"endpoint": "updates:w", "value": {"sample": "room", "celsius": 21.5, "seq": 41}},
     )
-    nxt = messages.request("component:42", "channel/next", {"endpoint": "updates:r"})
-    item = messages.result_response(
+    nxt = builders.request("component:42", "channel/next", {"endpoint": "updates:r"})
+    item = result_response(
         "component:42", {"item": {"sequence": 41, "value": {"sample": "room", "celsius": 21.5}}}
     )
-    accepted = messages.result_response("component:41", None)
-    call = messages.request(
+    accepted = result_response("component:41", None)
+    call = builders.request(
         "component:43",
         "capability/call",
         {
@@ -75,7 +83,7 @@ def realistic_mix() -> list[tuple[Any, str, str | None]]:
             "channels": {"events": "updates:w"},
         },
     )
-    child = messages.request(
+    child = builders.request(
         "component:44",
         "flow/run-child",
         {
@@ -85,7 +93,7 @@ def realistic_mix() -> list[tuple[Any, str, str | None]]:
             "input": {"subject": "football", "limit": 5},
         },
     )
-    root = messages.request(
+    root = builders.request(
         "host:1",
         "flow/run",
         {
@@ -113,10 +121,10 @@ def realistic_mix() -> list[tuple[Any, str, str | None]]:
             },
         },
     )
-    result = messages.result_response("host:1", {"outcome": "done", "output": {"rows": 3}})
-    value = messages.result_response("component:43", {"value": {"written": 181}})
-    failed = messages.operational_error("component:44", "UNAVAILABLE", "no provider")
-    cancel = messages.cancel_notification("component:42")
+    result = result_response("host:1", {"outcome": "done", "output": {"rows": 3}})
+    value = result_response("component:43", {"value": {"written": 181}})
+    failed = operational_error("component:44", "UNAVAILABLE", "no provider")
+    cancel = cancel_notification("component:42")
     streaming: list[tuple[Any, str, str | None]] = [
         (send, "channelSendRequest", None),
         (nxt, "channelNextRequest", None),
@@ -137,14 +145,14 @@ def realistic_mix() -> list[tuple[Any, str, str | None]]:
 def host_path(frame: Any, method: str | None) -> bool:
     """What the host does: classify, then the params, or the result of the known method."""
     try:
-        message = messages.classify(frame)
+        message = classify(frame)
     except ProtocolViolation:
         return False
-    if isinstance(message, messages.Request):
-        return messages.validate_params(message.method, message.params) is None
-    if isinstance(message, messages.Success):
+    if isinstance(message, Request):
+        return validate_params(message.method, message.params) is None
+    if isinstance(message, Success):
         assert method is not None
-        return messages.validate_result(method, message.result) is None
+        return validate_result(method, message.result) is None
     return True
 
 

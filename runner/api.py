@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from runner.contracts.ports import required_ports
 from runner.host.broker import Broker, UnavailableBroker
-from runner.host.channels import ChannelHub, ChannelOffer, ChannelParty, required_ports
+from runner.host.channels import ChannelHub, ChannelOffer, ChannelParty
 from runner.host.driver import Graces, RunControl, RunOutcome, drive
 from runner.host.operations import RETAINED_BYTES
 from runner.json1 import JSONValue

@@ -208,7 +208,7 @@ class ExecRequest:
         (anything with `/` or `:`) is never a flow: the file found here is then not even
         read. A name the configuration does not define is an image too.
         """
-        from runner.config import is_local_name
+        from runner.protocol.names import is_local_name
 
         if self.process or (self.config is None and not is_local_name(self.target[0])):
             return None

@@ -43,6 +43,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    RootModel,
     ValidationError,
     model_validator,
 )
@@ -50,16 +51,7 @@ from pydantic import (
 from runner import json1
 from runner.host.channels import ChannelLimits
 from runner.host.operations import ENTRY_BYTES, RETAINED_BYTES
-
-_CHANNELS = ChannelLimits()
-
-_LOCAL_NAME = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
-MAX_NAME_CHARS = 64
-
-
-def is_local_name(text: str) -> bool:
-    """1-64 of a-z and 0-9 in words joined by single dashes (whole string: no newline)."""
-    return len(text) <= MAX_NAME_CHARS and _LOCAL_NAME.fullmatch(text) is not None
+from runner.protocol.names import is_local_name
 
 
 def _local_name(text: str) -> str:
@@ -151,18 +143,17 @@ class FlowConfig(_Strict):
         return parse_duration(self.deadline) if self.deadline is not None else None
 
 
-class ChannelBounds(_Strict):
-    """Channel bounds; exceeding one is RESOURCE_EXHAUSTED (or LAGGED for a slow reader)."""
+class ChannelBounds(RootModel[ChannelLimits]):
+    """``[limits.channels]``: the hub's own :class:`ChannelLimits`, fields and ranges alike.
 
-    queue_items: int = Field(default=_CHANNELS.queue_items, ge=1, le=65_536)
-    queue_bytes: int = Field(default=_CHANNELS.queue_bytes, ge=1)
-    item_bytes: int = Field(default=_CHANNELS.item_bytes, ge=1, le=_CHANNELS.item_bytes)
-    source_bytes: int = Field(default=_CHANNELS.source_bytes, ge=1)
-    pending_sends: int = Field(default=_CHANNELS.pending_sends, ge=1, le=64)
-    allocations: int = Field(default=_CHANNELS.allocations, ge=2, le=65_536)
+    Exceeding one is RESOURCE_EXHAUSTED (or LAGGED for a slow reader). Nothing is copied:
+    a bound added to the hub is a key of the file.
+    """
+
+    root: ChannelLimits = Field(default_factory=ChannelLimits)
 
     def limits(self) -> ChannelLimits:
-        return ChannelLimits(**self.model_dump())
+        return self.root
 
 
 class Limits(_Strict):
@@ -272,8 +263,9 @@ def _explain(path: Path, exc: ValidationError) -> str:
     for error in exc.errors():
         key = ".".join(_key(part) for part in error["loc"] if part != "[key]") or "(top level)"
         problem: str = error["msg"]
-        kind: Literal["extra_forbidden", "value_error"] | str = error["type"]
-        if kind == "extra_forbidden":
+        kind: Literal["extra_forbidden", "unexpected_keyword_argument", "value_error"] | str
+        kind = error["type"]
+        if kind in ("extra_forbidden", "unexpected_keyword_argument"):  # a model's, a dataclass's
             problem = "unknown key; check its spelling against the documented keys"
         elif kind == "value_error":
             problem = str(error["ctx"]["error"])  # our own message, without "Value error, "

@@ -14,7 +14,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = ROOT / "spec"
-SHIPPED_SCHEMAS = ROOT / "runner" / "host" / "capabilities" / "schemas"
+SHIPPED_SCHEMAS = ROOT / "runner" / "contracts" / "schemas"
 
 COPIES: dict[Path, str] = {
     SPEC / "run-1.schema.json": "spec/run-1.schema.json",

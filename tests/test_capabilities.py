@@ -21,6 +21,13 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from runner import json1
+from runner.contracts import schema1
+from runner.contracts.schema1 import (
+    SchemaError,
+    check_schema1,
+    compile_schema1,
+    compile_schema1_file,
+)
 from runner.host.capabilities import (
     ENTRY_POINT_GROUP,
     CapabilityBinding,
@@ -38,16 +45,9 @@ from runner.host.capabilities import (
     load_provider,
     parse_contract,
     provider,
-    schema1,
 )
 from runner.host.capabilities.artifacts import ArtifactsProvider
 from runner.host.capabilities.kv import KeyValueProvider, default_path
-from runner.host.capabilities.schema1 import (
-    SchemaError,
-    check_schema1,
-    compile_schema1,
-    compile_schema1_file,
-)
 from runner.json1 import JSONValue
 from runner.protocol.codes import OperationError
 
@@ -1238,7 +1238,7 @@ def test_kv_under_its_contract(kv: KeyValueProvider) -> None:
 def test_contract_copies_load_with_the_same_identity(tmp_path: Path) -> None:
     # A package carries a copy of the built-in descriptor; the host matches identities.
     for name in ["artifacts", "kv"]:
-        shipped = Path(schema1.__file__).parent / "contracts" / f"{name}.json"
+        shipped = Path(artifacts.__file__).parent / "contracts" / f"{name}.json"
         copied = tmp_path / f"{name}.json"
         descriptor = json.loads(shipped.read_text())
         copied.write_text(json.dumps(copy.deepcopy(descriptor), indent=1, sort_keys=True))

@@ -49,7 +49,7 @@ import pytest
 
 import runner.flows
 import runner.host.capabilities
-import runner.host.channels
+import runner.host.channels.party
 from execkit import ROOT, containers, exec_run, of_runner, profile_file
 from runner.api import Execution
 from runner.config import load_config
@@ -559,14 +559,14 @@ def test_a_stalled_reader_does_not_slow_an_unrelated_writer(
     # blocked on back-pressure all that time. A host that let one full queue hold up
     # other streams would deadlock here (and hit the deadline).
     seals: list[dict[str, Any]] = []
-    seal = runner.host.channels._seal
+    seal = runner.host.channels.party.seal
 
     def recording_seal(source: Any) -> None:
         others = sorted((s.last, len(s.pending)) for s in source.hub.sources if s is not source)
         seals.append({"sealed_at": source.last, "others": others})
         seal(source)
 
-    monkeypatch.setattr(runner.host.channels, "_seal", recording_seal)
+    monkeypatch.setattr(runner.host.channels.party, "seal", recording_seal)
     count = 200
     tree = run_tree(engine, config, [
         {"create": "stalled"}, {"create": "stream"}, {"create": "go"},

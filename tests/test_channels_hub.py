@@ -19,14 +19,8 @@ import anyio
 import pytest
 
 from runner import json1
-from runner.host.channels import (
-    ChannelHub,
-    ChannelLimits,
-    ChannelParty,
-    ItemSchema,
-    PortSpec,
-    SourceType,
-)
+from runner.contracts.ports import ItemSchema, PortSpec, SourceType
+from runner.host.channels import ChannelHub, ChannelLimits, ChannelParty
 from runner.json1 import JSONValue
 from runner.protocol.codes import OperationError
 

@@ -9,9 +9,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runner.protocol import messages
+from runner.protocol.builders import cancel_notification
 from runner.protocol.codes import LocalProtocolError, ProtocolViolation
+from runner.protocol.envelope import ErrorResponse, Message, Request, Success, classify
 from runner.protocol.frames import MAX_PAYLOAD_BYTES, FrameDecoder, decode_payload, encode_frame
+from runner.protocol.names import CHANNEL_METHODS, COMPONENT_TO_HOST_METHODS
+from runner.protocol.params import validate_params
+from runner.protocol.results import validate_result
 from speckit import load_spec
 
 _load = load_spec
@@ -178,7 +182,7 @@ def test_finished_decoder_is_a_local_error() -> None:
 
 
 def test_encode_frame() -> None:
-    message = messages.cancel_notification("component:2")
+    message = cancel_notification("component:2")
     frame = encode_frame(message)
     assert frame.endswith(b"\n") and frame.count(b"\n") == 1
     assert b" " not in frame
@@ -201,14 +205,14 @@ def test_parse_error_reply_is_a_valid_frame() -> None:
         decode_payload(b'{"a":1,"a":2}')
     reply = caught.value.reply
     assert reply is not None
-    assert isinstance(messages.classify(reply), messages.ErrorResponse)
+    assert isinstance(classify(reply), ErrorResponse)
     assert _read_stream(encode_frame(reply)) == [reply]
 
 
 def test_non_object_payload_decodes_and_classify_rejects() -> None:
     for payload in (b"[]", b"1", b'"x"', b"null"):
         with pytest.raises(ProtocolViolation) as caught:
-            messages.classify(decode_payload(payload))
+            classify(decode_payload(payload))
         assert caught.value.reply is not None
 
 
@@ -239,14 +243,14 @@ def mutated_streams(draw: st.DrawFn) -> list[bytes]:
     return [bytes(data[a:b]) for a, b in itertools.pairwise(bounds)]
 
 
-def _check_message(message: messages.Message) -> None:
-    if isinstance(message, messages.Request):
-        if message.method in messages.COMPONENT_TO_HOST_METHODS | {"flow/run"}:
-            messages.validate_params(message.method, message.params)
-    elif isinstance(message, messages.Success):
-        for method in ("flow/run", "capability/call", *sorted(messages.CHANNEL_METHODS)):
-            messages.validate_result(method, message.result)
-    elif isinstance(message, messages.ErrorResponse):
+def _check_message(message: Message) -> None:
+    if isinstance(message, Request):
+        if message.method in COMPONENT_TO_HOST_METHODS | {"flow/run"}:
+            validate_params(message.method, message.params)
+    elif isinstance(message, Success):
+        for method in ("flow/run", "capability/call", *sorted(CHANNEL_METHODS)):
+            validate_result(method, message.result)
+    elif isinstance(message, ErrorResponse):
         message.operation_error()
 
 
@@ -257,7 +261,7 @@ def test_mutated_streams_raise_only_protocol_errors(chunks: list[bytes]) -> None
     try:
         for chunk in chunks:
             for frame in decoder.feed(chunk):
-                _check_message(messages.classify(decode_payload(frame)))
+                _check_message(classify(decode_payload(frame)))
         decoder.eof()
     except ProtocolViolation:  # decode_payload wraps every json1.JSON1Error
         pass

@@ -303,7 +303,7 @@ PORTS = (
 
 
 def test_channel_ports_resolve_their_contract_identity_and_schema() -> None:
-    from runner.host.capabilities.channel_contracts import channel_contract_digest
+    from runner.contracts.channel import channel_contract_digest
 
     files = {"FLOW.md": flow_md(PORTS), "contracts/progress.json": PROGRESS}
     ports = channel_ports(package_from_files(files))

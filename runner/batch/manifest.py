@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from runner import json1
 from runner.config import ConfigError, HostConfig, parse_duration
 from runner.json1 import JSONValue
-from runner.protocol.messages import is_local_name
+from runner.protocol.names import is_local_name
 from runner.sandbox.attachments import AttachmentError, check_attachments, parse_attachments
 from runner.sandbox.base import Attachment
 from runner.sandbox.profiles import ProfileError, SandboxProfile, load_profile

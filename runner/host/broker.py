@@ -14,7 +14,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from runner.host.channels import ChannelParty, HostEndpoint, PortSpec
+from runner.contracts.ports import PortSpec
+from runner.host.channels import ChannelParty, HostEndpoint
 from runner.json1 import JSONValue
 from runner.protocol.codes import LOCAL_CODES, OperationError, WireCode
 

@@ -30,12 +30,13 @@ import anyio.lowlevel
 from anyio.abc import TaskGroup
 
 from runner.host.broker import Broker, CallContext
-from runner.host.channels import CHANNEL_METHODS, ChannelParty
+from runner.host.channels import ChannelParty
 from runner.host.operations import RETAINED_BYTES, OperationLedger, Ticket
 from runner.json1 import JSONValue
-from runner.protocol import messages
 from runner.protocol.codes import LOCAL_CODES, OperationError
 from runner.protocol.completion import Ending, HostKill, Verdict, judge
+from runner.protocol.names import CHANNEL_METHODS
+from runner.protocol.results import validate_capability_result, validate_run_result
 from runner.protocol.session import (
     CallCancelled,
     CallRequested,
@@ -480,11 +481,7 @@ class _Run:
         if ticket is None:
             return await work()
         result = await self.ledger.settle(ticket, work)
-        check = (
-            messages.validate_run_result
-            if method == "flow/run-child"
-            else messages.validate_capability_result
-        )
+        check = validate_run_result if method == "flow/run-child" else validate_capability_result
         reason = check(result)
         if reason is not None:
             raise OperationError("INVALID_RESULT", f"the {method} result is invalid: {reason}")

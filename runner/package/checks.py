@@ -14,14 +14,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
+from runner.contracts.ports import ItemSchema, PortSpec, SourceType
 from runner.json1 import JSONValue
 from runner.package.errors import InvocationRefused
 from runner.protocol.codes import OperationError
 from runner.sandbox.base import Attachment
 
 if TYPE_CHECKING:
-    from runner.host.capabilities.channel_contracts import ChannelContract
-    from runner.host.channels import ItemSchema, PortSpec, SourceType
+    from runner.contracts.channel import ChannelContract
     from runner.package.reader import Package
 
 
@@ -131,8 +131,6 @@ def result_failure(package: Package, result: dict[str, JSONValue]) -> OperationE
 
 def channel_ports(package: Package) -> dict[str, PortSpec]:
     """The package's declared channel ports, resolved for matching against grants."""
-    from runner.host.channels import ItemSchema, PortSpec
-
     ports: dict[str, PortSpec] = {}
     for name, port in package.channels.items():
         schema = None if port.schema is None else ItemSchema.compile(port.schema)
@@ -149,9 +147,9 @@ def channel_ports(package: Package) -> dict[str, PortSpec]:
 
 def channel_contract_resolver(package: Package) -> Callable[[str], SourceType]:
     """Resolve ``channel/create``'s ``contract`` path inside this package, or refuse it."""
-    from runner.host.capabilities.channel_contracts import parse_channel_contract
-    from runner.host.capabilities.contracts import ContractError
-    from runner.host.channels import SourceType
+    # Imported here: contract parsing loads jsonschema, which most runs never need.
+    from runner.contracts.capability import ContractError
+    from runner.contracts.channel import parse_channel_contract
 
     parsed = dict(package.channel_contracts)  # this invocation's, so the package stays as read
 
@@ -174,8 +172,6 @@ def channel_contract_resolver(package: Package) -> Callable[[str], SourceType]:
 
 
 def _contract_schema(contract: ChannelContract) -> ItemSchema | None:
-    from runner.host.channels import ItemSchema
-
     if contract.item is True:
         return None
     return ItemSchema(contract.item, contract.validator.first_error)

@@ -22,10 +22,11 @@ from typing import Final, Literal
 import yaml  # type: ignore[import-untyped,unused-ignore]
 
 from runner import json1
-from runner.host.capabilities.schema1 import SchemaError, compile_schema1
+from runner.contracts.schema1 import SchemaError, compile_schema1
 from runner.json1 import JSONValue
 from runner.package import FLOW_MD
 from runner.package.errors import PackageError
+from runner.protocol.names import is_local_name
 
 MAX_FRONTMATTER_BYTES: Final = 262_144
 MAX_DEPTH: Final = 16
@@ -38,7 +39,6 @@ METADATA_KEYS: Final = frozenset(
 )
 PORT_KEYS: Final = frozenset({"direction", "required", "schema", "contract", "delivery", "start"})
 
-_LOCAL_NAME: Final = re.compile(r"\A[a-z0-9]+(?:-[a-z0-9]+)*\Z")
 _JSON_NUMBER: Final = re.compile(r"\A-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?\Z")
 _BOM: Final = b"\xef\xbb\xbf"
 
@@ -267,7 +267,7 @@ def parse_metadata(value: JSONValue, body: bytes = b"", *, file: str = FLOW_MD) 
         raise PackageError(file, "", "the frontmatter must be a mapping of keys to values")
     extensions: dict[str, JSONValue] = {}
     for key in value:
-        if key.startswith("x-") and _is_local_name(key[2:]):
+        if key.startswith("x-") and is_local_name(key[2:]):
             extensions[key] = value[key]
         elif key not in METADATA_KEYS:
             raise PackageError(
@@ -279,7 +279,7 @@ def parse_metadata(value: JSONValue, body: bytes = b"", *, file: str = FLOW_MD) 
     name = value.get("name")
     if "name" not in value:
         raise PackageError(file, "name", "required; give the package a LocalName label")
-    if not _is_local_name(name):
+    if not is_local_name(name):
         raise PackageError(
             file, "name", f"{name!r} is not a LocalName (a-z, 0-9, single dashes, ≤64)"
         )
@@ -326,7 +326,7 @@ def parse_metadata(value: JSONValue, body: bytes = b"", *, file: str = FLOW_MD) 
         port: _port(spec, f"channels.{port}", file)
         for port, spec in _local_map(value, "channels", file).items()
     }
-    return Metadata(name, description, uses, outcomes, attachments, channels, extensions, body)  # type: ignore[arg-type]
+    return Metadata(name, description, uses, outcomes, attachments, channels, extensions, body)
 
 
 def _local_map(value: dict[str, JSONValue], key: str, file: str) -> dict[str, JSONValue]:
@@ -334,7 +334,7 @@ def _local_map(value: dict[str, JSONValue], key: str, file: str) -> dict[str, JS
     if not isinstance(members, dict):
         raise PackageError(file, key, "must be a mapping of LocalNames")
     for name in members:
-        if not _is_local_name(name):
+        if not is_local_name(name):
             raise PackageError(
                 file, f"{key}.{name}", "not a LocalName (a-z, 0-9, single dashes, ≤64 characters)"
             )
@@ -395,7 +395,3 @@ def check_reference(ref: JSONValue, *, file: str, key: str) -> str:
         raise PackageError(file, key, f"{ref!r} {rule}")
     assert isinstance(ref, str)
     return ref
-
-
-def _is_local_name(value: object) -> bool:
-    return isinstance(value, str) and len(value) <= 64 and _LOCAL_NAME.match(value) is not None

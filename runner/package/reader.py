@@ -34,9 +34,9 @@ from runner.package import FLOW_MD
 from runner.package.errors import PackageError
 
 if TYPE_CHECKING:
-    from runner.host.capabilities.channel_contracts import ChannelContract
-    from runner.host.capabilities.contracts import CapabilityContract
-    from runner.host.capabilities.schema1 import Schema1Validator
+    from runner.contracts.capability import CapabilityContract
+    from runner.contracts.channel import ChannelContract
+    from runner.contracts.schema1 import Schema1Validator
     from runner.package.frontmatter import Access, Port
 
 
@@ -238,13 +238,13 @@ def package_from_files(files: dict[str, bytes], image_id: str = "", root: str = 
     The YAML, contract and Schema/1 machinery is imported here, not with the module: a
     run of an image without a package (or with a cached absence) never pays for it.
     """
-    from runner.host.capabilities.channel_contracts import parse_channel_contract
-    from runner.host.capabilities.contracts import (
+    from runner.contracts.capability import (
         MAX_CONTRACT_BYTES,
         ContractError,
         parse_contract,
     )
-    from runner.host.capabilities.schema1 import SchemaError, compile_schema1_file
+    from runner.contracts.channel import parse_channel_contract
+    from runner.contracts.schema1 import SchemaError, compile_schema1_file
     from runner.package.frontmatter import parse_flow_md
 
     if FLOW_MD not in files:

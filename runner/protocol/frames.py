@@ -19,13 +19,13 @@ from typing import Final
 
 from runner import json1
 from runner.json1 import JSONValue
+from runner.protocol.builders import error_response
 from runner.protocol.codes import (
     MAX_ERROR_MESSAGE_SCALARS,
     PARSE_ERROR,
     LocalProtocolError,
     ProtocolViolation,
 )
-from runner.protocol.messages import error_response
 
 MAX_PAYLOAD_BYTES: Final = 16_777_216
 """The largest frame payload (bytes before the LF)."""

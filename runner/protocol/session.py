@@ -15,7 +15,7 @@ from typing import Literal
 
 from runner import json1
 from runner.json1 import JSONValue
-from runner.protocol import messages
+from runner.protocol import builders
 from runner.protocol.codes import (
     INVALID_PARAMS,
     METHOD_NOT_FOUND,
@@ -24,7 +24,11 @@ from runner.protocol.codes import (
     ProtocolViolation,
     bounded_message,
 )
+from runner.protocol.envelope import ErrorResponse, Notification, Request, Success, classify
 from runner.protocol.frames import MAX_PAYLOAD_BYTES, FrameDecoder, decode_payload, encode_frame
+from runner.protocol.names import COMPONENT_TO_HOST_METHODS
+from runner.protocol.params import validate_params
+from runner.protocol.results import validate_run_result
 
 MAX_PENDING = 64
 """Component requests that may await a response at once (PROTOCOL.md §1)."""
@@ -43,7 +47,7 @@ def flow_run_overflow(params: dict[str, JSONValue]) -> int | None:
     (PROTOCOL.md §1): a caller checks before it launches anything, since
     :meth:`HostSession.start` refuses to write that frame.
     """
-    size = len(json1.dumps(messages.request(ROOT_ID, "flow/run", params)))
+    size = len(json1.dumps(builders.request(ROOT_ID, "flow/run", params)))
     return size if size > MAX_PAYLOAD_BYTES else None
 
 
@@ -108,7 +112,7 @@ class HostSession:
     """One Run/1 channel incarnation seen from the host. Not thread-safe; no I/O."""
 
     def __init__(self, params: dict[str, JSONValue]) -> None:
-        reason = messages.validate_params("flow/run", params)
+        reason = validate_params("flow/run", params)
         if reason is not None:
             raise LocalProtocolError(f"flow/run params are invalid: {reason}")
         self.params = params
@@ -162,7 +166,7 @@ class HostSession:
         if self._started:
             raise LocalProtocolError("flow/run was already sent on this channel")
         self._started = True
-        self._queue(messages.request(ROOT_ID, "flow/run", self.params))
+        self._queue(builders.request(ROOT_ID, "flow/run", self.params))
 
     def cancel_root(self, condition: Condition) -> bool:
         """Record root cancellation or the deadline; the first recorded condition wins.
@@ -175,18 +179,18 @@ class HostSession:
             return False
         self.condition = condition
         if self._started:
-            self._queue(messages.cancel_notification(ROOT_ID))
+            self._queue(builders.cancel_notification(ROOT_ID))
         return True
 
     def respond(self, request_id: str, result: JSONValue) -> None:
         """Answer a dispatched component request with a success result."""
         if self._settle(request_id):
-            self._queue(messages.result_response(request_id, result))
+            self._queue(builders.result_response(request_id, result))
 
     def respond_error(self, request_id: str, error: OperationError) -> None:
         """Answer a dispatched component request with a ``-32000`` operational error."""
         if self._settle(request_id):
-            self._queue(messages.operation_error_response(request_id, error))
+            self._queue(builders.operation_error_response(request_id, error))
 
     # ----- component bytes ------------------------------------------------------------
 
@@ -222,12 +226,12 @@ class HostSession:
         if frame.violation is not None:
             return self._fatal(frame.violation.reason, frame.violation.reply)
         try:
-            message = messages.classify(frame.value)
+            message = classify(frame.value)
         except ProtocolViolation as exc:
             return self._fatal(exc.reason, exc.reply)
-        if isinstance(message, messages.Request):
+        if isinstance(message, Request):
             return self._receive_request(message)
-        if isinstance(message, messages.Notification):
+        if isinstance(message, Notification):
             return self._receive_notification(message)
         return self._receive_response(message)
 
@@ -262,7 +266,7 @@ class HostSession:
         self._pending.clear()
         return [Violation(reason)]
 
-    def _receive_request(self, request: messages.Request) -> list[Event]:
+    def _receive_request(self, request: Request) -> list[Event]:
         rid = request.id
         if rid in self._seen_ids:
             return self._fatal(f"reused request ID {rid!r}")
@@ -273,30 +277,30 @@ class HostSession:
                 f"request-ID lifetime limit: request {rid!r} is the "
                 f"{self.lifetime_requests}th from the component (limit {MAX_LIFETIME_REQUESTS})"
             )
-        if request.method not in messages.COMPONENT_TO_HOST_METHODS:
+        if request.method not in COMPONENT_TO_HOST_METHODS:
             self._queue(
-                messages.error_response(
+                builders.error_response(
                     rid,
                     METHOD_NOT_FOUND,
                     bounded_message(f"method {request.method!r} is not valid here"),
                 )
             )
             return []
-        reason = messages.validate_params(request.method, request.params)
+        reason = validate_params(request.method, request.params)
         if reason is not None:
-            self._queue(messages.error_response(rid, INVALID_PARAMS, bounded_message(reason)))
+            self._queue(builders.error_response(rid, INVALID_PARAMS, bounded_message(reason)))
             return []
         assert isinstance(request.params, dict)  # validate_params admits only objects
         if not self._admits(request.method):
             self._queue(
-                messages.operational_error(
+                builders.operational_error(
                     rid, "OWNER_CLOSED", "the root Run is no longer admitting owned work"
                 )
             )
             return []
         if len(self._pending) >= MAX_PENDING:
             self._queue(
-                messages.operational_error(
+                builders.operational_error(
                     rid,
                     "RESOURCE_EXHAUSTED",
                     f"{MAX_PENDING} component requests are already pending",
@@ -312,10 +316,10 @@ class HostSession:
             return self._started and self.root_response is None
         return self.admitting
 
-    def _receive_notification(self, note: messages.Notification) -> list[Event]:
+    def _receive_notification(self, note: Notification) -> list[Event]:
         if note.method != "request/cancel":
             return []
-        reason = messages.validate_params("request/cancel", note.params)
+        reason = validate_params("request/cancel", note.params)
         if reason is not None:
             return self._fatal(f"malformed request/cancel: {reason}")
         assert isinstance(note.params, dict)
@@ -324,17 +328,17 @@ class HostSession:
         if target not in self._pending:
             return []  # unknown, stale, duplicate: responses and cancels race
         self._pending.discard(target)
-        self._queue(messages.operational_error(target, "CANCELLED", "cancelled by the component"))
+        self._queue(builders.operational_error(target, "CANCELLED", "cancelled by the component"))
         return [CallCancelled(target)]
 
-    def _receive_response(self, response: messages.Success | messages.ErrorResponse) -> list[Event]:
+    def _receive_response(self, response: Success | ErrorResponse) -> list[Event]:
         if response.id != ROOT_ID or not self._started:
             return self._fatal(f"response to an id the host never sent: {response.id!r}")
         if self.root_response is not None:
             return self._fatal("a second root response")
         event: RootResult | RootError
-        if isinstance(response, messages.Success):
-            reason = messages.validate_run_result(response.result)
+        if isinstance(response, Success):
+            reason = validate_run_result(response.result)
             if reason is not None:
                 return self._fatal(f"invalid root result: {reason}")
             assert isinstance(response.result, dict)

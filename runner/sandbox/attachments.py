@@ -44,7 +44,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.protocol.messages import MAX_ATTACHMENTS, is_local_name
+from runner.protocol.names import MAX_ATTACHMENTS, is_local_name
 from runner.sandbox.base import Access, Attachment
 
 _MODES: dict[str, Access] = {"ro": "read", "rw": "read-write"}

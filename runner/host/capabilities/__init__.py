@@ -11,20 +11,22 @@ The broker builds one :class:`CapabilityBinding` per configured slot::
 
 and answers ``capability/call`` with the result, or with the ``OperationError`` that
 ``call`` raised. See :mod:`.provider` for writing a provider, :mod:`.contracts` for
-descriptors and :mod:`.schema1` for the Schema/1 dialect.
+descriptors (the contracts layer) and :mod:`runner.contracts.schema1` for the Schema/1
+dialect.
 """
 
-from .binding import CapabilityBinding
-from .contracts import (
+from runner.contracts.capability import (
     CapabilityContract,
     ContractBinding,
     ContractError,
     ContractIdentity,
-    builtin_contract,
     contract_digest,
     load_contract,
     parse_contract,
 )
+
+from .binding import CapabilityBinding
+from .builtin import builtin_contract
 from .provider import (
     ENTRY_POINT_GROUP,
     CapabilityError,

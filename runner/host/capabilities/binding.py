@@ -25,12 +25,13 @@ from typing import Final
 import anyio.to_thread
 
 from runner import json1
-from runner.host.channels import HostEndpoint, PortSpec, ports_of
+from runner.contracts.capability import CapabilityContract, ContractBinding, operation_error
+from runner.contracts.ports import PortSpec, ports_of
+from runner.host.channels import HostEndpoint
 from runner.json1 import JSONValue
 from runner.protocol.codes import OperationError
-from runner.protocol.messages import is_local_name
+from runner.protocol.names import is_local_name
 
-from .contracts import CapabilityContract, ContractBinding, operation_error
 from .provider import CapabilityError, InvalidInput, Provider, ProviderLost, UnknownMethod
 
 INLINE_CHECK_BYTES: Final = 65_536

@@ -63,20 +63,6 @@ each refer to the next is as deep as the chain is long, and evaluation recurses 
 deep. This bound keeps it well inside Python's stack; no realistic schema comes near it.
 """
 
-KEYWORDS: Final = frozenset(
-    {
-        "$schema", "$defs", "$ref", "$comment", "title", "description", "examples",
-        "type", "enum", "const",
-        "allOf", "anyOf", "oneOf", "not", "if", "then", "else",
-        "properties", "required", "additionalProperties", "minProperties", "maxProperties",
-        "dependentRequired", "dependentSchemas",
-        "prefixItems", "items", "contains", "minContains", "maxContains",
-        "minItems", "maxItems",
-        "minLength", "maxLength",
-        "minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum",
-    }
-)  # fmt: skip
-"""The complete Schema/1 keyword allow-list; anything else is refused at every depth."""
 
 SchemaErrorCode = Literal[
     "SCHEMA_INVALID_JSON",
@@ -249,11 +235,26 @@ def meta_violation(instance: JSONValue, schema_uri: str) -> tuple[str, str] | No
 
 
 def _shipped_schema(name: str) -> dict[str, JSONValue]:
-    """A meta-schema shipped in ``runner/host/capabilities/schemas/`` (a spec copy)."""
+    """A meta-schema shipped in ``runner/contracts/schemas/`` (a spec copy)."""
     data = (resources.files(__package__) / "schemas" / name).read_bytes()
     document = json1.loads(data)
     assert isinstance(document, dict), f"shipped schema {name} is not an object"
     return document
+
+
+def _keywords() -> frozenset[str]:
+    """Every keyword ``schema-1.json`` admits: its root's own and its keyword object's."""
+    meta = _shipped_schema("schema-1.json")
+    root, defs = meta["properties"], meta["$defs"]
+    assert isinstance(root, dict) and isinstance(defs, dict)
+    keyword_object = defs["keyword-object"]
+    assert isinstance(keyword_object, dict) and isinstance(keyword_object["properties"], dict)
+    return frozenset(root) | frozenset(keyword_object["properties"])
+
+
+KEYWORDS: Final = _keywords()
+"""The complete Schema/1 keyword allow-list, read from the shipped ``schema-1.json``;
+anything else is refused at every depth."""
 
 
 # --- compile-time checks -----------------------------------------------------------

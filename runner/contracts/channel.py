@@ -11,10 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Final
 
+from runner.contracts.capability import (
+    ContractIdentity,
+    checked_graph,
+    domain_digest,
+    read_descriptor,
+)
+from runner.contracts.schema1 import Schema1Validator
 from runner.json1 import JSONValue
-
-from .contracts import ContractIdentity, checked_graph, domain_digest, read_descriptor
-from .schema1 import Schema1Validator
 
 CHANNEL_CONTRACT_1_URI: Final = "https://flow.jig.md/schemas/channel-contract-1.schema.json"
 DIGEST_DOMAIN: Final = b"FLOW-Channel-Contract/1\0"

@@ -20,15 +20,10 @@ from __future__ import annotations
 import hashlib
 import os
 from dataclasses import dataclass, field
-from importlib import resources
 from typing import Final, Literal, NamedTuple
 
 from runner import json1
-from runner.json1 import JSONValue
-from runner.protocol.codes import MAX_ERROR_MESSAGE_SCALARS, FlowCode, OperationError, WireCode
-from runner.protocol.messages import validate_capability_result
-
-from .schema1 import (
+from runner.contracts.schema1 import (
     Schema1Graph,
     Schema1Validator,
     SchemaError,
@@ -36,6 +31,9 @@ from .schema1 import (
     meta_violation,
     pointer_segment,
 )
+from runner.json1 import JSONValue
+from runner.protocol.codes import MAX_ERROR_MESSAGE_SCALARS, FlowCode, OperationError, WireCode
+from runner.protocol.results import validate_capability_result
 
 CAPABILITY_CONTRACT_1_URI: Final = "https://flow.jig.md/schemas/capability-contract-1.schema.json"
 """The ``$schema`` of every Capability Contract/1 descriptor."""
@@ -120,21 +118,6 @@ def load_contract(path: str | os.PathLike[str]) -> CapabilityContract:
             str(path), "CONTRACT_UNREADABLE", "", f"cannot read the descriptor: {reason}"
         ) from exc
     return parse_contract(data, source=str(path))
-
-
-def builtin_contract(name: str) -> CapabilityContract:
-    """The descriptor shipped for a built-in provider (``artifacts`` or ``kv``).
-
-    A package that uses a built-in capability carries a copy of this file; the host
-    matches the two on :attr:`CapabilityContract.identity`.
-    """
-    folder = resources.files(__package__) / "contracts"
-    shipped = sorted(entry.name.removesuffix(".json") for entry in folder.iterdir())
-    if name not in shipped:
-        raise ValueError(f"no built-in contract {name!r}; shipped: {', '.join(shipped)}")
-    return parse_contract(
-        (folder / f"{name}.json").read_bytes(), source=f"built-in contract {name}"
-    )
 
 
 def parse_contract(data: bytes, *, source: str = "<descriptor>") -> CapabilityContract:

@@ -1,0 +1,210 @@
+"""The queue state of the channel hub: sources, the rights over them, waiting sends.
+
+Every structure here belongs to one run tree's :class:`HubState` and is
+changed only on the host's event loop (see the package docstring). The functions at the
+end are the moves a source makes (sealed, failed) and the failures readers then see.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Annotated, ClassVar, cast
+
+import anyio
+from pydantic import ConfigDict, Field
+
+from runner.contracts.ports import Delivery, Direction, ItemSchema, SourceType
+from runner.json1 import JSONValue
+from runner.protocol.codes import LOCAL_CODES, OperationError, WireCode
+
+
+@dataclass(frozen=True)
+class ChannelLimits:
+    """Host-chosen channel bounds (the spec leaves every number to the host).
+
+    The one definition of the bounds: each field's range is declared here, and the host
+    configuration's ``[limits.channels]`` is validated as this class (runner/config.py).
+    """
+
+    __pydantic_config__: ClassVar = ConfigDict(extra="forbid")
+
+    queue_items: Annotated[int, Field(ge=1, le=65_536)] = 64
+    """Items a receiver may have waiting (a committed, unread item counts as one)."""
+    queue_bytes: Annotated[int, Field(ge=1)] = 64 << 20
+    """Bytes of JSON a receiver may have waiting; one item is always admitted."""
+    item_bytes: Annotated[int, Field(ge=1, le=16 << 20)] = 16 << 20
+    """The largest value one ``channel/send`` may carry (the frame bound)."""
+    source_bytes: Annotated[int, Field(ge=1)] = 4 << 30
+    """Bytes one source may accept in its lifetime."""
+    pending_sends: Annotated[int, Field(ge=1, le=64)] = 64
+    """``channel/send`` requests one direct source may hold waiting for room."""
+    allocations: Annotated[int, Field(ge=2, le=65_536)] = 1024
+    """Endpoints, sources and subscriptions one invocation may create in its lifetime."""
+
+
+class HubState:
+    """The channel state of one run tree: its limits and every live source.
+
+    :class:`~runner.host.channels.party.ChannelHub` adds the invocations' views; a source
+    knows only this, so the state never imports the views.
+    """
+
+    def __init__(self, limits: ChannelLimits | None = None) -> None:
+        self.limits = limits or ChannelLimits()
+        self.sources: set[Source] = set()
+        """Live sources; empty again once every invocation of the tree has concluded."""
+
+    @property
+    def queued_items(self) -> int:
+        """Items held in every receiver queue (a test and diagnostics figure)."""
+        return sum(len(r.queue) for s in self.sources for r in s.readers)
+
+
+@dataclass(eq=False)
+class PendingSend:
+    value: JSONValue
+    size: int
+    done: anyio.Event = field(default_factory=anyio.Event)
+    error: OperationError | None = None
+    accepted: bool = False
+
+    def finish(self, error: OperationError | None) -> None:
+        self.accepted = error is None
+        self.error = error
+        self.done.set()
+
+
+class Source:
+    """One single-writer sequence and its readers (one for direct, any for broadcast)."""
+
+    def __init__(self, hub: HubState, delivery: Delivery, kind: SourceType) -> None:
+        self.hub = hub
+        self.delivery: Delivery = delivery
+        self.identity = kind.identity
+        self.schema = kind.schema
+        self.last = 0
+        """The last accepted sequence (0: none yet)."""
+        self.sealed = False
+        self.failure: OperationError | None = None
+        self.accepted_bytes = 0
+        self.pending_bytes = 0
+        """Bytes of sends waiting for room: they count against the budget already."""
+        self.writer: Endpoint | None = None
+        self.readers: list[Receiver] = []
+        self.pending: deque[PendingSend] = deque()
+        self.receiver_gone = False
+        """Direct only: the receiver was disposed; sends and close are DISCONNECTED."""
+
+    @property
+    def open(self) -> bool:
+        return not self.sealed and self.failure is None
+
+
+class Endpoint:
+    """One right over a source, held under ``token`` in one invocation's table."""
+
+    direction: Direction = "send"
+
+    def __init__(self, source: Source) -> None:
+        self.source = source
+        self.token = ""
+        self.used = False
+        """Claimed by first local use; only an unused right moves (§7.3)."""
+        self.disposed = False
+        self.status: dict[str, JSONValue] | None = None
+        """The ``channel/release`` answer, kept so that a repeated release joins it."""
+        self.schema: ItemSchema | None = None
+        """A port's own item constraint, added when the right moved to that port."""
+
+
+class Receiver(Endpoint):
+    direction: Direction = "receive"
+
+    def __init__(self, source: Source, start: int) -> None:
+        super().__init__(source)
+        self.start = start
+        self.queue: deque[tuple[int, JSONValue, int]] = deque()
+        self.queued_bytes = 0
+        self.committed = False
+        """An item was answered and no later read has freed its room yet."""
+        self.delivered = start - 1
+        self.failure: OperationError | None = None
+        self.ended = False
+        self.reading = False
+        self.wake: anyio.Event | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.ended or self.failure is not None or self.disposed
+
+    def has_room(self, size: int, limits: ChannelLimits) -> bool:
+        if len(self.queue) + self.committed >= limits.queue_items:
+            return False
+        return not self.queue or self.queued_bytes + size <= limits.queue_bytes
+
+    def push(self, sequence: int, value: JSONValue, size: int) -> None:
+        self.queue.append((sequence, value, size))
+        self.queued_bytes += size
+        self._wake()
+
+    def fail(self, error: OperationError) -> None:
+        """A sticky failure: uncommitted items are dropped, the next read reports it."""
+        if self.finished:
+            return
+        self.failure = error
+        self.queue.clear()
+        self.queued_bytes = 0
+        self._wake()
+
+    def _wake(self) -> None:
+        if self.wake is not None:
+            self.wake.set()
+
+
+def drop_pending(source: Source, error: OperationError) -> None:
+    """Answer every waiting send with ``error``; none of their values is accepted."""
+    for pending in source.pending:
+        pending.finish(error)
+    source.pending.clear()
+    source.pending_bytes = 0
+
+
+def seal(source: Source) -> None:
+    source.sealed = True
+    for receiver in source.readers:
+        receiver._wake()
+
+
+def fail(source: Source, error: OperationError) -> None:
+    """Abort an unsealed source: waiting sends and every unfinished reader fail with it."""
+    if not source.open:
+        return
+    source.failure = error
+    drop_pending(source, error)
+    for receiver in source.readers:
+        receiver.fail(error)
+
+
+def abort_error(error: OperationError | None, name: str, *, owner: bool = False) -> OperationError:
+    """What readers of an aborted source see: the writer side's own failure code."""
+    if error is None:
+        return disconnected(f"invocation {name} ended; the sources it created are gone")
+    code = "EXECUTION_FAILED" if error.code in LOCAL_CODES else cast(WireCode, error.code)
+    whose = "that created the source" if owner else "holding the writer"
+    return OperationError(code, f"the invocation {whose} failed ({error.code})")
+
+
+def disconnected(message: str = "the receiver was released") -> OperationError:
+    return OperationError("DISCONNECTED", message)
+
+
+def again(error: OperationError) -> OperationError:
+    """A fresh exception with a sticky failure's code, message and details."""
+    return OperationError(error.code, error.message, error.details)
+
+
+def new_token(kind: str) -> str:
+    """An unguessable reference in the wire-id grammar (128 random bits)."""
+    return f"{kind}-{secrets.token_hex(16)}"

@@ -1,0 +1,196 @@
+"""The result step: a success ``result`` checked once the caller knows what it answers.
+
+The schema alone cannot know which request a response answers, so these run after
+correlation: :func:`validate_run_result`, :func:`validate_capability_result` and
+:func:`validate_channel_result` (or :func:`validate_result` by method name).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Final
+
+from runner.json1 import MAX_SAFE_INTEGER, JSONValue
+from runner.protocol.codes import LocalProtocolError, is_wire_code
+from runner.protocol.names import (
+    CAPABILITY_CALL,
+    CHANNEL_CLOSE,
+    CHANNEL_CREATE,
+    CHANNEL_METHODS,
+    CHANNEL_NEXT,
+    CHANNEL_RELEASE,
+    CHANNEL_SEND,
+    CHANNEL_SUBSCRIBE,
+    FLOW_RUN,
+    FLOW_RUN_CHILD,
+    is_local_name,
+    is_wire_id,
+)
+from runner.protocol.params import check_grant
+from runner.protocol.shapes import is_integer_in, members
+
+_RUN_RESULT_MEMBERS: Final = frozenset({"outcome", "output"})
+_VALUE_MEMBERS: Final = frozenset({"value"})
+_ERROR_ARM_MEMBERS: Final = frozenset({"error"})
+_CAPABILITY_ERROR_MEMBERS: Final = frozenset({"name", "data"})
+_PAIR_MEMBERS: Final = frozenset({"send", "receive"})
+_BROADCAST_MEMBERS: Final = frozenset({"send", "source"})
+_ITEM_ARM_MEMBERS: Final = frozenset({"item"})
+_ITEM_MEMBERS: Final = frozenset({"sequence", "value"})
+_END_ARM_MEMBERS: Final = frozenset({"end"})
+_END_MEMBERS: Final = frozenset({"lastSequence"})
+_RELEASED_MEMBERS: Final = frozenset({"status"})
+_ENDED_MEMBERS: Final = frozenset({"status", "lastSequence"})
+_FAILED_REQUIRED: Final = frozenset({"status", "code"})
+_FAILED_MEMBERS: Final = frozenset({"status", "code", "details"})
+
+
+def validate_run_result(result: JSONValue) -> str | None:
+    """A ``flow/run`` / ``flow/run-child`` result: exactly ``{outcome, output}``.
+
+    Whether ``outcome`` is ``done`` or a declared outcome is package knowledge, left to
+    the caller (``INVALID_RESULT``).
+    """
+    if not isinstance(result, dict):
+        return "a Run result must be an object {outcome, output}"
+    reason = members(result, _RUN_RESULT_MEMBERS, _RUN_RESULT_MEMBERS)
+    if reason is not None:
+        return reason
+    if not is_local_name(result["outcome"]):
+        return "outcome must be a LocalName"
+    return None
+
+
+def validate_capability_result(result: JSONValue) -> str | None:
+    """A ``capability/call`` result: exactly one of ``{value}`` or ``{error: {name, data}}``."""
+    if not isinstance(result, dict):
+        return "a capability result must be an object"
+    if "value" in result:
+        return members(result, _VALUE_MEMBERS, _VALUE_MEMBERS)
+    if "error" not in result:
+        return "a capability result needs exactly one of value and error"
+    reason = members(result, _ERROR_ARM_MEMBERS, _ERROR_ARM_MEMBERS)
+    if reason is not None:
+        return reason
+    error = result["error"]
+    if not isinstance(error, dict):
+        return "error must be an object {name, data}"
+    reason = members(error, _CAPABILITY_ERROR_MEMBERS, _CAPABILITY_ERROR_MEMBERS)
+    if reason is not None:
+        return f"error: {reason}"
+    if not is_local_name(error["name"]):
+        return "error.name must be a LocalName"
+    return None
+
+
+def _check_created(result: JSONValue) -> str | None:
+    if not isinstance(result, dict):
+        return "a channel/create result must be an object"
+    if "receive" in result:
+        reason = members(result, _PAIR_MEMBERS, _PAIR_MEMBERS)
+        if reason is not None:
+            return reason
+        reason = check_grant(result["send"], "send", "direct")
+        if reason is not None:
+            return f"send: {reason}"
+        reason = check_grant(result["receive"], "receive", "direct")
+        return None if reason is None else f"receive: {reason}"
+    reason = members(result, _BROADCAST_MEMBERS, _BROADCAST_MEMBERS)
+    if reason is not None:
+        return reason
+    reason = check_grant(result["send"], "send", "broadcast")
+    if reason is not None:
+        return f"send: {reason}"
+    return None if is_wire_id(result["source"]) else "source must be a source reference"
+
+
+def _check_subscribed(result: JSONValue) -> str | None:
+    return check_grant(result, "receive", "broadcast")
+
+
+def _check_accepted(result: JSONValue) -> str | None:
+    return None if result is None else "the result must be null"
+
+
+def _check_read(result: JSONValue) -> str | None:
+    if not isinstance(result, dict):
+        return "a channel/next result must be an object {item} or {end}"
+    if "item" in result:
+        reason = members(result, _ITEM_ARM_MEMBERS, _ITEM_ARM_MEMBERS)
+        if reason is not None:
+            return reason
+        item = result["item"]
+        if not isinstance(item, dict):
+            return "item must be an object {sequence, value}"
+        reason = members(item, _ITEM_MEMBERS, _ITEM_MEMBERS)
+        if reason is not None:
+            return f"item: {reason}"
+        if not is_integer_in(item["sequence"], 1, MAX_SAFE_INTEGER):
+            return "item.sequence must be an integer 1..2^53-1"
+        return None
+    reason = members(result, _END_ARM_MEMBERS, _END_ARM_MEMBERS)
+    if reason is not None:
+        return reason
+    end = result["end"]
+    if not isinstance(end, dict):
+        return "end must be an object {lastSequence}"
+    reason = members(end, _END_MEMBERS, _END_MEMBERS)
+    if reason is not None:
+        return f"end: {reason}"
+    if not is_integer_in(end["lastSequence"], 0, MAX_SAFE_INTEGER):
+        return "end.lastSequence must be an integer 0..2^53-1"
+    return None
+
+
+def _check_released(result: JSONValue) -> str | None:
+    if not isinstance(result, dict):
+        return "a channel/release result must be an object {status, …}"
+    status = result.get("status")
+    if status == "released":
+        return members(result, _RELEASED_MEMBERS, _RELEASED_MEMBERS)
+    if status == "ended":
+        reason = members(result, _ENDED_MEMBERS, _ENDED_MEMBERS)
+        if reason is not None:
+            return reason
+        if not is_integer_in(result["lastSequence"], 0, MAX_SAFE_INTEGER):
+            return "lastSequence must be an integer 0..2^53-1"
+        return None
+    if status == "failed":
+        reason = members(result, _FAILED_REQUIRED, _FAILED_MEMBERS)
+        if reason is not None:
+            return reason
+        return None if is_wire_code(result["code"]) else "code is not one of the 13 wire codes"
+    return 'status must be "released", "ended" or "failed"'
+
+
+_CHANNEL_RESULT_CHECKS: Final[dict[str, Callable[[JSONValue], str | None]]] = {
+    CHANNEL_CREATE: _check_created,
+    CHANNEL_SUBSCRIBE: _check_subscribed,
+    CHANNEL_SEND: _check_accepted,
+    CHANNEL_NEXT: _check_read,
+    CHANNEL_CLOSE: _check_accepted,
+    CHANNEL_RELEASE: _check_released,
+}
+
+
+def validate_channel_result(method: str, result: JSONValue) -> str | None:
+    """The result of one of the six ``channel/*`` methods (§7.2): ``None`` if valid.
+
+    ``channel/create`` accepts the direct pair or the broadcast shape; matching it to
+    the requested delivery is the caller's business.
+    """
+    check = _CHANNEL_RESULT_CHECKS.get(method)
+    if check is None:
+        raise LocalProtocolError(f"{method!r} is not a channel method")
+    return check(result)
+
+
+def validate_result(method: str, result: JSONValue) -> str | None:
+    """The success ``result`` of any Run/1 request method, by the method it answers."""
+    if method in (FLOW_RUN, FLOW_RUN_CHILD):
+        return validate_run_result(result)
+    if method == CAPABILITY_CALL:
+        return validate_capability_result(result)
+    if method in CHANNEL_METHODS:
+        return validate_channel_result(method, result)
+    raise LocalProtocolError(f"{method!r} is not a Run/1 request method")
