@@ -112,7 +112,7 @@ def decode_payload(payload: bytes) -> JSONValue:
     Invalid UTF-8 raises :class:`ProtocolViolation` with no reply; any other JSON/1
     failure (syntax, BOM, duplicate member, lone surrogate, out-of-domain number,
     exceeded bound) raises it with a best-effort ``-32700`` reply (``id: null``).
-    The value may still be a non-object; :func:`~runner.protocol.messages.classify`
+    The value may still be a non-object; :func:`~runner.protocol.envelope.classify`
     rejects that.
 
     JSON/1 refuses invalid UTF-8 too, so the payload is decoded once: only a refused one
