@@ -255,6 +255,10 @@ def test_k8s_job_refuses_host_paths_and_bad_names(tmp_path: Path) -> None:
     validate(resources)
     bad = cli("k8s", "job", "img:1", "--name", "Bad_Name", "--", "run")
     assert bad.returncode == 2 and b"--name" in bad.stderr
+    newline = cli("k8s", "job", "img:1", "--name", "job\n", "--", "run")
+    assert newline.returncode == 2 and b"--name" in newline.stderr  # `$` once let it in
+    with pytest.raises(manifests.RenderError):
+        manifests.parse_mount("d=pvc:claim\n", load_profile("default"))
 
 
 def test_k8s_batch_indexed_job(tmp_path: Path) -> None:

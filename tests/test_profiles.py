@@ -411,3 +411,8 @@ def test_at_most_256_attachments(tmp_path: Path) -> None:
     assert len(parse_attachments(specs[:256])) == 256
     with pytest.raises(AttachmentError, match=r"257 attachments given.*at most 256"):
         parse_attachments(specs)
+
+
+def test_a_profile_name_with_a_trailing_newline_is_not_a_name() -> None:
+    with pytest.raises(ProfileError, match="neither a profile name"):
+        load_profile("default\n")

@@ -47,7 +47,7 @@ to the wrapper and reaps orphans; the wrapper runs the component."""
 LABEL_KEY = "flow-runner.io/key"
 LABEL_JOB = "flow-runner.io/job"
 NOTES = "flow-runner.io/not-enforced"
-_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _CONFIG_KEY = re.compile(r"[^-._a-zA-Z0-9]")
 BATCH_FIELDS = ("id", "image", "input", "settings", "deadline", "profile", "command", "attach")
 
@@ -101,11 +101,11 @@ def parse_mount(spec: str, profile: SandboxProfile, option: str = "--attach") ->
     kind, _, source = head.partition(":")
     if kind == "pvc":
         claim, _, subpath = source.partition("/")
-        if not _NAME.match(claim) or ".." in subpath.split("/"):
+        if not _NAME.fullmatch(claim) or ".." in subpath.split("/"):
             raise RenderError(f"{option} {spec!r}: {claim!r} is not a claim name; {form}")
         return Mount(name, "pvc", claim, subpath or None, writable)
     if kind == "configmap":
-        if not _NAME.match(source):
+        if not _NAME.fullmatch(source):
             raise RenderError(f"{option} {spec!r}: {source!r} is not a ConfigMap name; {form}")
         if writable:
             raise RenderError(f"{option} {spec!r}: a ConfigMap is mounted read-only; drop :rw")
@@ -375,7 +375,7 @@ def _metadata(spec: JobSpec, name: str, key: str) -> dict[str, Any]:
 def _job_name(name: str | None, key: str) -> str:
     if name is None:
         return f"flow-{key[:12]}"
-    if len(name) > 52 or not _NAME.match(name):
+    if len(name) > 52 or not _NAME.fullmatch(name):
         raise RenderError(
             f"--name {name!r}: a Job name is at most 52 lowercase letters, digits and dashes "
             "(its pods add a suffix within the 63 of a label)"

@@ -35,10 +35,11 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails
 
+from runner.protocol.names import is_local_name
+
 PROFILE_DIR_NAME = "sandbox-profiles"
 _CHECKOUT_DIR = Path(__file__).resolve().parents[2] / PROFILE_DIR_NAME
 _INSTALLED_DIR = Path(sys.prefix) / "share" / "flow-runner" / PROFILE_DIR_NAME
-_PROFILE_NAME = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 _SIZE = re.compile(r"^\s*(\d+)\s*([bkmg]?)\s*$", re.IGNORECASE)
 _SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 
@@ -68,7 +69,8 @@ class SandboxProfile(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
-    name: str = Field(pattern=_PROFILE_NAME.pattern, max_length=64)
+    # pydantic's (Rust) regex: `$` is the end of the text, so "abc\n" does not match.
+    name: str = Field(pattern=r"^[a-z0-9]+(?:-[a-z0-9]+)*$", max_length=64)
     description: str = ""
     runtime: Literal["runc", "runsc"] = "runc"
     user: str = Field(default="65534:65534", pattern=r"^[A-Za-z0-9_.-]+(?::[A-Za-z0-9_.-]+)?$")
@@ -195,7 +197,7 @@ def load_profile(name_or_path: str | Path) -> SandboxProfile:
     text = str(name_or_path)
     if isinstance(name_or_path, Path) or "/" in text or text.endswith(".toml"):
         return load_profile_file(Path(name_or_path))
-    if not _PROFILE_NAME.match(text):
+    if not is_local_name(text):
         raise ProfileError(
             f"{text!r} is neither a profile name (lowercase letters, digits and dashes) "
             "nor a path to a .toml file; use e.g. --profile default or --profile ./mine.toml"
