@@ -30,11 +30,12 @@ from anyio.abc import ObjectReceiveStream
 from runner import json1
 from runner.api import Execution, Invocation, execute, new_run_id
 from runner.config import ConfigError, HostConfig
-from runner.host.driver import Graces, RunControl
+from runner.host.driver import RunControl
 from runner.package.errors import InvocationRefused, PackageError
 from runner.sandbox.attachments import AttachmentError
 from runner.sandbox.base import LaunchRequest
 from runner.sandbox.errors import ImageMissing, SandboxError
+from runner.sandbox.registry import SandboxSpec, open_sandbox
 
 from .keys import Digests, ImageIds, input_digest, invocation_key, key_document, shard_of
 from .manifest import Defaults, Row, check
@@ -191,7 +192,7 @@ class _Batch:
 
     def client(self) -> Any:
         if self._client is None:
-            from runner.sandbox.docker import default_client
+            from runner.sandbox.docker.engine import default_client
 
             self._client = default_client()
         return self._client
@@ -329,22 +330,20 @@ class _Batch:
                 return await self._flow_host().run(
                     row.flow, row.input, deadline_seconds=row.deadline, control=run
                 )
-            from runner.sandbox.docker import DockerSandbox
-
             assert row.image is not None and row.profile is not None
-            command = list(row.command) if row.command is not None else None
-            sandbox = DockerSandbox(row.image, row.profile, command, client=self.client())
+            command = tuple(row.command) if row.command is not None else None
+            spec = SandboxSpec(
+                "docker", image=row.image, command=command, profile=row.profile,
+                client=self.client(),
+            )  # fmt: skip
+            sandbox, graces = open_sandbox(spec)
             invocation = Invocation.within(
                 row.deadline,
                 input=row.input,
                 settings=row.settings,
                 launch=LaunchRequest(row.attachments, None, run_id),
             )
-            graces = Graces(cancel=row.profile.cancel_grace, exit=row.profile.exit_grace)
-            return await execute(
-                sandbox, invocation, target=row.image, backend="docker", graces=graces,
-                control=run,
-            )  # fmt: skip
+            return await execute(sandbox, invocation, target=row.image, graces=graces, control=run)
         except Exception as exc:  # judged below: final, retried, or infra-failed
             return exc
         finally:

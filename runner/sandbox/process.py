@@ -23,6 +23,7 @@ from anyio.abc import ByteReceiveStream, ByteSendStream, Process
 
 from runner.sandbox.base import LaunchRequest, RunningComponent, SandboxFacts
 from runner.sandbox.errors import CommandNotFound
+from runner.sandbox.registry import SandboxSpec, StopGraces
 
 
 class ProcessComponent:
@@ -56,8 +57,18 @@ class ProcessComponent:
             os.killpg(self._process.pid, signal.SIGKILL)
 
 
+def open_process(spec: SandboxSpec) -> tuple[ProcessSandbox, StopGraces]:
+    """The ``process`` backend's factory (``flow_runner.sandboxes``): ``spec.command`` is
+    the argv; images, profiles and users are not this backend's (the OS decides)."""
+    if not spec.command:
+        raise CommandNotFound("the process backend needs a command: exec --process -- COMMAND")
+    return ProcessSandbox(spec.command, env=spec.env, cwd=spec.cwd), StopGraces()
+
+
 class ProcessSandbox:
     """Launch a component as ``argv`` with the given environment and working directory."""
+
+    name = "process"
 
     def __init__(
         self,
@@ -71,6 +82,10 @@ class ProcessSandbox:
         self.argv = list(argv)
         self.env = dict(env) if env is not None else None
         self.cwd = cwd
+
+    async def image_source(self) -> None:
+        """A host command runs no image: there are no image files to read."""
+        return None
 
     @asynccontextmanager
     async def launch(self, request: LaunchRequest) -> AsyncIterator[RunningComponent]:
