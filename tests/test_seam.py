@@ -240,3 +240,9 @@ def test_with_the_owners_user_the_scratch_is_written_and_the_file_lands(
     assert landed.is_file() and landed.stat().st_uid == OWNER
     root = exec_run("--user", "0:0", *args)
     assert root.returncode == 2 and "uid 0 or gid 0 is root" in root.stderr
+
+
+def test_options_may_come_after_the_target() -> None:
+    ran = exec_run("--process", sys.executable, str(FAKE), "echo", "--input", '{"after": true}')
+    assert ran.returncode == 0, ran.stderr
+    assert ran.printed["output"] == {"after": True}
