@@ -99,7 +99,12 @@ class DiskBreach:
 
 @dataclass
 class SandboxFacts:
-    """What the backend observed; filled in as the run proceeds, read for the report."""
+    """What the backend observed; filled in as the run proceeds, read for the report.
+
+    The one record of how the component ended: the driver judges from ``exit_code`` and
+    ``oom_killed`` as ``wait`` left them, and the report reads them after cleanup (which
+    records them for a component it had to kill).
+    """
 
     exit_code: int | None = None
     oom_killed: bool = False
