@@ -47,7 +47,6 @@ def via_host(calls: int, window: int) -> float:
             ProcessSandbox(COMPONENT),
             Invocation.within(600, input={"calls": calls, "window": window}),
             target="bench",
-            backend="process",
             broker=PingBroker(),
         )
         assert execution.verdict.result is not None, execution.report

@@ -67,7 +67,7 @@ from runner.config import load_config
 from runner.flows import FlowHost
 from runner.json1 import JSONValue
 from runner.sandbox.base import LaunchRequest
-from runner.sandbox.docker import DockerSandbox
+from runner.sandbox.docker.sandbox import DockerSandbox
 from runner.sandbox.profiles import load_profile
 
 IMAGE = "flow-runner/channel-plan:latest"

@@ -44,7 +44,8 @@ from rawrun import docker_run
 
 from runner.api import Invocation, execute
 from runner.host.driver import Graces
-from runner.sandbox.docker import SCRATCH_PATH, DockerSandbox
+from runner.sandbox.docker.container import SCRATCH_PATH
+from runner.sandbox.docker.sandbox import DockerSandbox
 from runner.sandbox.profiles import SandboxProfile, load_profile
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,7 +61,7 @@ Timed = tuple[float, dict[str, float]]
 PHASES = r"""
 import json, os, sys, time
 marks = {"begin": time.time()}
-import runner.cli, runner.api, runner.sandbox.gc, runner.sandbox.docker
+import runner.cli, runner.api, runner.sandbox.gc, runner.sandbox.docker.sandbox
 marks["imported"] = time.time()
 sweep, execute = runner.sandbox.gc.sweep, runner.api.execute
 def timed_sweep(*args, **kwargs):
@@ -137,7 +138,6 @@ def api_run(image: str, profile_name: str) -> Timed:
             DockerSandbox(image, profile),
             Invocation.within(300, input=INPUT),
             target=image,
-            backend="docker",
             graces=Graces(profile.cancel_grace, profile.exit_grace),
         )
         if execution.verdict.result is None:

@@ -11,7 +11,7 @@ import subprocess
 import time
 
 from runner.json1 import JSONValue
-from runner.sandbox.docker import SCRATCH_PATH
+from runner.sandbox.docker.container import SCRATCH_PATH
 
 
 def root_frame(input: JSONValue) -> bytes:

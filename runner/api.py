@@ -6,12 +6,10 @@ layer over it, and so are the tests and benchmarks that need a real run.
 
 from __future__ import annotations
 
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import anyio
@@ -31,13 +29,15 @@ from runner.package.checks import (
     result_failure,
 )
 from runner.package.errors import InvocationRefused
+from runner.package.reader import sandbox_package
 from runner.protocol.codes import OperationError
 from runner.protocol.completion import Verdict
 from runner.protocol.frames import MAX_PAYLOAD_BYTES
 from runner.protocol.session import flow_run_overflow
-from runner.report import ReportedError, RunReport, SandboxLoss
-from runner.sandbox.base import DiskBreach, LaunchRequest, Sandbox
+from runner.report import ReportedError, ReportedPackage, RunReport, SandboxLoss
+from runner.sandbox.base import DiskBreach, LaunchRequest, Sandbox, SandboxFacts
 from runner.sandbox.errors import SandboxLost
+from runner.sandbox.registry import StopGraces
 
 if TYPE_CHECKING:
     from runner.package.reader import Package
@@ -54,6 +54,9 @@ class Invocation:
     channels: ChannelOffer | None = None
     """The invocation's channel table and the rights its caller maps to it; a root run
     gets a table of its own in a fresh hub."""
+    package: Package | None = None
+    """The package to hold the run to when its sandbox runs no image that carries one
+    (``exec --process --package DIR``); otherwise the image's package, if any."""
 
     @classmethod
     def within(cls, seconds: float, **kwargs: object) -> Invocation:
@@ -80,9 +83,8 @@ async def execute(
     invocation: Invocation,
     *,
     target: str,
-    backend: str,
     broker: Broker | None = None,
-    graces: Graces | None = None,
+    graces: Graces | StopGraces | None = None,
     control: RunControl | None = None,
     stderr_sink: Callable[[bytes], None] | None = None,
     depth: int = 0,
@@ -96,7 +98,8 @@ async def execute(
     and, before the cancellation goes on, ``on_stopped`` gets its judged execution: a
     parent's report keeps the children its cancellation stopped.
 
-    When the sandbox's image carries a FLOW package, the run is held to it: settings and
+    The report's ``backend`` is the sandbox's name. When the sandbox's image carries a
+    FLOW package (or the invocation names one), the run is held to it: settings and
     attachments are checked first (:class:`~runner.package.InvocationRefused`), then the
     input (an ``INVALID_INPUT`` Run failure with no container created), and after the
     run the outcome and ``result.schema.json`` (``INVALID_RESULT``). A broken package
@@ -111,7 +114,10 @@ async def execute(
         request = LaunchRequest(
             request.attachments, request.scratch_dir, new_run_id(), request.parent_run_id
         )
-    package = await _package_of(sandbox)
+    package = invocation.package or await sandbox_package(sandbox)
+    backend = sandbox.name
+    if isinstance(graces, StopGraces):
+        graces = Graces(cancel=graces.cancel, exit=graces.exit)
     offer = invocation.channels or ChannelOffer(ChannelHub().party(request.run_id))
     ports = None
     if package is not None:
@@ -129,37 +135,48 @@ async def execute(
         refused = input_failure(package, invocation.input)
         if refused is not None:
             offer.party.conclude(refused)
-            return _refused(refused, request.run_id, target, backend)
+            return _refused(refused, request.run_id, target, backend, package)
     grants = offer.admit(ports)  # the last check: after it, rights have moved
     control = control or RunControl()
+    run = _Run(request.run_id, target, backend, package)
     try:
-        attachments, scratch = _planned_paths(request, backend)
+        attachments, scratch = sandbox.planned_paths(request)
         _check_frame(_params(invocation, attachments, scratch, grants))
         return await _launch_and_drive(
-            sandbox, invocation, request, package, target, backend, broker, graces, control,
-            stderr_sink, depth, retained_bytes, offer.party, grants,
+            sandbox, invocation, request, run, broker, graces, control, stderr_sink, depth,
+            retained_bytes, offer.party, grants,
         )  # fmt: skip
     except SandboxLost as lost:
-        execution = _lost(lost, request.run_id, target, backend)
+        execution = _lost(lost, run)
         offer.party.conclude(execution.verdict.error)
         return execution
     except anyio.get_cancelled_exc_class():
         stopped = control.stopped
         if on_stopped is not None and stopped is not None:
-            report = _report(stopped, stopped.verdict, request.run_id, target, backend)
+            report = _report(stopped, stopped.verdict, run)
             on_stopped(Execution(stopped.verdict, report))
         raise
     finally:  # a no-op once the run was judged; else it was stopped or failed to launch
         offer.party.conclude(OperationError("CANCELLED", "the invocation was stopped"))
 
 
+@dataclass
+class _Run:
+    """What the report of one run says whatever its end: its names, its package, and
+    the facts its sandbox recorded (the one record of its exit code and OOM kill)."""
+
+    run_id: str
+    target: str
+    backend: str
+    package: Package | None
+    facts: SandboxFacts | None = None
+
+
 async def _launch_and_drive(
     sandbox: Sandbox,
     invocation: Invocation,
     request: LaunchRequest,
-    package: Package | None,
-    target: str,
-    backend: str,
+    run: _Run,
     broker: Broker | None,
     graces: Graces | None,
     control: RunControl,
@@ -169,7 +186,9 @@ async def _launch_and_drive(
     channels: ChannelParty,
     grants: dict[str, JSONValue],
 ) -> Execution:
+    package = run.package
     async with sandbox.launch(request) as component:
+        run.facts = component.facts
         paths = component.attachment_paths
         outcome = await drive(
             component,
@@ -192,9 +211,8 @@ async def _launch_and_drive(
     if facts.disk_breach is not None:
         verdict = _disk_failure(facts.disk_breach, verdict)
     verdict = _settle_channels(channels, verdict)
-    report = _report(outcome, verdict, request.run_id, target, backend)
+    report = _report(outcome, verdict, run)
     report.timings.update(facts.timings)
-    report.oom_killed = report.oom_killed or facts.oom_killed
     return Execution(verdict, report)
 
 
@@ -232,24 +250,6 @@ def _params(
     return params
 
 
-def _planned_paths(request: LaunchRequest, backend: str) -> tuple[dict[str, str], str]:
-    """The attachment and scratch paths the backend will give the component, known before
-    launch so that the ``flow/run`` frame can be measured first.
-
-    Docker mounts every attachment at ``/flow/attachments/NAME`` and scratch at
-    ``/flow/scratch``; the process backend passes host paths, and a private scratch is a
-    ``tempfile.mkdtemp`` directory of a fixed-length name (the same JSON length).
-    """
-    if backend == "docker":
-        from runner.sandbox.docker import ATTACHMENTS_DIR, SCRATCH_PATH
-
-        mounted = {a.name: f"{ATTACHMENTS_DIR}/{a.name}" for a in request.attachments}
-        return mounted, SCRATCH_PATH
-    private = Path(tempfile.gettempdir(), "flow-runner-scratch-" + "x" * 8)
-    scratch = request.scratch_dir or private
-    return {a.name: str(a.host_path) for a in request.attachments}, str(scratch)
-
-
 def _check_frame(params: dict[str, JSONValue]) -> None:
     """Refuse an invocation whose ``flow/run`` frame would not fit Run/1's frame bound."""
     size = flow_run_overflow(params)
@@ -279,26 +279,24 @@ def _settle_channels(channels: ChannelParty, verdict: Verdict) -> Verdict:
     return verdict
 
 
-async def _package_of(sandbox: Sandbox) -> Package | None:
-    """The package of the sandbox's image, if its backend has one (Docker) and it carries one.
-
-    Images without a FLOW.md (test images, a bare command) run unchecked, as before.
-    """
-    read = getattr(sandbox, "package", None)
-    if read is None:
+def _reported_package(package: Package | None) -> ReportedPackage | None:
+    if package is None:
         return None
-    package: Package | None = await read()
-    return package
+    source = package.image_id or package.root
+    return ReportedPackage(name=package.name, digest=package.digest, source=source)
 
 
-def _refused(error: OperationError, run_id: str, target: str, backend: str) -> Execution:
+def _refused(
+    error: OperationError, run_id: str, target: str, backend: str, package: Package
+) -> Execution:
     """A Run that failed its package's checks before any container was created."""
     reason = "refused by the package before launch; no container was created"
     verdict = Verdict(None, error, (reason,))
     report = RunReport(
         run_id=run_id,
         target=target,
-        backend="docker" if backend == "docker" else "process",
+        backend=backend,
+        package=_reported_package(package),
         status="failed",
         error=ReportedError(code=error.code, message=error.message, details=error.details),
         reasons=[reason],
@@ -306,7 +304,7 @@ def _refused(error: OperationError, run_id: str, target: str, backend: str) -> E
     return Execution(verdict, report)
 
 
-def _lost(lost: SandboxLost, run_id: str, target: str, backend: str) -> Execution:
+def _lost(lost: SandboxLost, run: _Run) -> Execution:
     """A Run whose container or engine went away under it (PROTOCOL.md §9.3: transport
     loss is ``CHANNEL_LOST``); the details say which, so a caller can retry an engine's."""
     loss = SandboxLoss(
@@ -325,9 +323,10 @@ def _lost(lost: SandboxLost, run_id: str, target: str, backend: str) -> Executio
         )
     verdict = Verdict(None, error, tuple(reasons))
     report = RunReport(
-        run_id=run_id,
-        target=target,
-        backend="docker" if backend == "docker" else "process",
+        run_id=run.run_id,
+        target=run.target,
+        backend=run.backend,
+        package=_reported_package(run.package),
         status="failed",
         error=ReportedError(code=error.code, message=error.message, details=details),
         reasons=reasons,
@@ -336,23 +335,26 @@ def _lost(lost: SandboxLost, run_id: str, target: str, backend: str) -> Executio
     return Execution(verdict, report)
 
 
-def _report(
-    outcome: RunOutcome, verdict: Verdict, run_id: str, target: str, backend: str
-) -> RunReport:
+def _report(outcome: RunOutcome, verdict: Verdict, run: _Run) -> RunReport:
+    """The report of a driven run. Its exit code and OOM kill are the sandbox's facts,
+    read after cleanup (which may be what recorded them); the driver's ``Ending`` was
+    taken from the same facts to judge the run."""
     session, ending = outcome.session, outcome.ending
     error = verdict.error
+    facts = run.facts or SandboxFacts()
     return RunReport(
-        run_id=run_id,
-        target=target,
-        backend="docker" if backend == "docker" else "process",
+        run_id=run.run_id,
+        target=run.target,
+        backend=run.backend,
+        package=_reported_package(run.package),
         status="succeeded" if verdict.result is not None else "failed",
         outcome=str(verdict.result["outcome"]) if verdict.result is not None else None,
         error=ReportedError(code=error.code, message=error.message, details=error.details)
         if error is not None
         else None,
         reasons=list(verdict.reasons),
-        exit_code=ending.exit_code,
-        oom_killed=ending.oom_killed,
+        exit_code=facts.exit_code,
+        oom_killed=facts.oom_killed,
         host_kill=ending.host_kill,
         condition=session.condition,
         timings=dict(outcome.timings),

@@ -31,9 +31,9 @@ if TYPE_CHECKING:
     from runner.api import Execution
     from runner.batch import Halt
     from runner.config import HostConfig
-    from runner.host.driver import Graces, RunControl
+    from runner.host.driver import RunControl
     from runner.json1 import JSONValue
-    from runner.sandbox.base import Attachment, Sandbox
+    from runner.sandbox.registry import SandboxSpec
 
 EXIT_DONE = 0
 EXIT_USAGE = 2
@@ -134,6 +134,31 @@ def exec_(
     profile: Annotated[
         str, typer.Option("--profile", "-p", help="Sandbox profile: a name or a TOML file.")
     ] = "default",
+    user: Annotated[
+        str | None,
+        typer.Option(
+            "--user",
+            help="Run the container as UID[:GID] instead of the profile's user, e.g. "
+            "--user $(id -u):$(id -g) to write a directory you own (uid 0 needs a profile "
+            "with allow_root).",
+        ),
+    ] = None,
+    package: Annotated[
+        Path | None,
+        typer.Option(
+            "--package",
+            help="With --process: hold the run to the FLOW package in this directory "
+            "(settings, attachments, input, result, ports), as an image's package holds it.",
+        ),
+    ] = None,
+    flow: Annotated[
+        str | None,
+        typer.Option(
+            "--flow",
+            help="With --process: the local command stands in for this configured flow, "
+            "with its capabilities, children, attachments, settings and limits.",
+        ),
+    ] = None,
     config: Annotated[
         Path | None,
         typer.Option(
@@ -158,7 +183,7 @@ def exec_(
     """Run one component and print its Run result (or its error) as one JSON line."""
     request = ExecRequest(
         target or [], process, input_, settings, attach or [], scratch, deadline, profile,
-        config, allow_host_commands, quiet,
+        config, allow_host_commands, quiet, user, package, flow,
     )  # fmt: skip
     try:
         execution = _run(request.starter(), quiet)
@@ -187,6 +212,9 @@ class ExecRequest:
     config: Path | None
     allow_host_commands: bool
     quiet: bool
+    user: str | None = None
+    package: Path | None = None
+    flow: str | None = None
 
     def starter(self) -> Starter:
         """Validate everything, then return the coroutine factory that runs it."""
@@ -194,12 +222,68 @@ class ExecRequest:
             raise UsageError("name an image (flow-runner exec IMAGE) or a command with --process")
         if self.scratch is not None and not self.scratch.is_dir():
             raise UsageError(f"--scratch {self.scratch}: no such directory; create it first")
+        self._check_process_options()
         seconds = parse_duration(self.deadline)
         value = _read_json("--input", self.input_text)
+        if self.flow is not None:
+            return self._stand_in_starter(value, seconds)
         host_config = self._host_config()
         if host_config is not None and self.target[0] in host_config.flows:
             return self._flow_starter(host_config, value, seconds)
         return self._component_starter(value, seconds)
+
+    def _check_process_options(self) -> None:
+        """Options that mean something for one backend only are refused for the other."""
+        if not self.process:
+            for name, given in (("--package", self.package), ("--flow", self.flow)):
+                if given is not None:
+                    raise UsageError(
+                        f"{name} is for a local run (--process); an image carries its own "
+                        "package, and a configured flow is run by naming it: exec NAME"
+                    )
+            return
+        if self.user is not None:
+            raise UsageError(
+                "--user is for a container; a local run (--process) runs as you, unsandboxed"
+            )
+        if self.config is not None and self.flow is None:
+            raise UsageError(
+                f"--config {self.config} with --process needs --flow NAME: the local command "
+                "then stands in for that flow, with its capabilities, children, attachments, "
+                "settings and limits (or drop --config: a bare --process run has no slots)"
+            )
+        if self.package is not None and not self.package.is_dir():
+            raise UsageError(f"--package {self.package}: no such directory; give the package's")
+
+    def _stand_in_starter(self, value: JSONValue, seconds: float) -> Starter:
+        """``exec --process --flow NAME [--config FILE] -- COMMAND``: the configuration's
+        flow NAME, with COMMAND (a host process) in place of its image or command."""
+        host_config = _load_config(self.config, self.allow_host_commands)
+        assert self.flow is not None
+        if host_config is None:
+            raise UsageError(
+                f"--flow {self.flow}: no configuration; name one with --config FILE "
+                "(./flow-runner.toml is read when present)"
+            )
+        if self.flow not in host_config.flows:
+            known = ", ".join(sorted(host_config.flows)) or "none"
+            raise UsageError(
+                f"--flow {self.flow}: {host_config.base_dir} defines no such flow (known: {known})"
+            )
+        if self.attach or self.settings_text != "{}" or self.profile != "default":
+            raise UsageError(
+                f"--flow {self.flow}: its settings and attachments come from the "
+                "configuration; drop --settings, --attach and --profile"
+            )
+        original = host_config.flows[self.flow]
+        package = str(self.package.resolve()) if self.package is not None else None
+        stand_in = original.model_copy(
+            update={"image": None, "backend": "process", "command": list(self.target),
+                    "package": package}
+        )  # fmt: skip
+        flows = {**host_config.flows, self.flow: stand_in}
+        config = host_config.model_copy(update={"flows": flows})
+        return self._flow_starter(config, value, seconds, name=self.flow, check=False)
 
     def _host_config(self) -> HostConfig | None:
         """The configuration, where the target may be one of its flows.
@@ -214,18 +298,27 @@ class ExecRequest:
             return None
         return _load_config(self.config, self.allow_host_commands)
 
-    def _flow_starter(self, host_config: HostConfig, value: JSONValue, seconds: float) -> Starter:
+    def _flow_starter(
+        self,
+        host_config: HostConfig,
+        value: JSONValue,
+        seconds: float,
+        *,
+        name: str | None = None,
+        check: bool = True,
+    ) -> Starter:
         from runner.flows import FlowHost
 
         extra = self.attach or self.settings_text != "{}" or self.profile != "default"
-        if len(self.target) > 1 or extra:
+        if check and (len(self.target) > 1 or extra or self.user is not None):
             raise UsageError(
                 f"{self.target[0]!r} is a configured flow: its command, settings, "
-                "attachments and profile come from the configuration; drop the extra "
-                "arguments"
+                "attachments and profile come from the configuration (its user from that "
+                "profile); drop the extra arguments"
             )
-        _sweep()
-        name, scratch = self.target[0], self._scratch_dir()
+        if any(flow.sandbox_backend == "docker" for flow in host_config.flows.values()):
+            _sweep()
+        name, scratch = name or self.target[0], self._scratch_dir()
 
         async def start(control: RunControl, sink: Callable[[bytes], None] | None) -> Execution:
             host = FlowHost(host_config, stderr_sink=sink, on_host_command=_warn_unsandboxed)
@@ -240,29 +333,51 @@ class ExecRequest:
 
     def _component_starter(self, value: JSONValue, seconds: float) -> Starter:
         from runner.api import Invocation, execute
+        from runner.package.errors import PackageError
+        from runner.package.reader import directory_package
+        from runner.sandbox.attachments import parse_attachments
         from runner.sandbox.base import LaunchRequest
+        from runner.sandbox.errors import SandboxError
+        from runner.sandbox.registry import open_sandbox
 
         settings = _read_json("--settings", self.settings_text)
         if not isinstance(settings, dict):
             raise UsageError("--settings must be a JSON object, for example '{}'")
-        graces, sandbox, attachments, label = _prepare(
-            self.target, self.process, self.profile, self.attach
-        )
+        spec = self._spec()
+        try:
+            attachments = parse_attachments(self.attach)
+            sandbox, graces = open_sandbox(spec)
+            package = directory_package(self.package) if self.package is not None else None
+        except (SandboxError, PackageError) as exc:
+            raise UsageError(str(exc)) from exc
+        if spec.backend == "docker":
+            _sweep()
         invocation = Invocation.within(
             seconds,
             input=value,
             settings=settings,
-            launch=LaunchRequest(tuple(attachments), self._scratch_dir()),
+            launch=LaunchRequest(attachments, self._scratch_dir()),
+            package=package,
         )
-        backend = "process" if self.process else "docker"
+        label = " ".join(self.target) if self.process else self.target[0]
 
         async def start(control: RunControl, sink: Callable[[bytes], None] | None) -> Execution:
             return await execute(
-                sandbox, invocation, target=label, backend=backend, graces=graces,
-                control=control, stderr_sink=sink,
+                sandbox, invocation, target=label, graces=graces, control=control,
+                stderr_sink=sink,
             )  # fmt: skip
 
         return start
+
+    def _spec(self) -> SandboxSpec:
+        from runner.sandbox.registry import SandboxSpec
+
+        if self.process:
+            return SandboxSpec("process", command=tuple(self.target))
+        command = tuple(self.target[1:]) or None
+        return SandboxSpec(
+            "docker", image=self.target[0], command=command, profile=self.profile, user=self.user
+        )
 
     def _scratch_dir(self) -> Path | None:
         return self.scratch.resolve() if self.scratch else None
@@ -296,34 +411,6 @@ def _sweep() -> None:
         raise UsageError(str(exc)) from exc
 
 
-def _prepare(
-    target: list[str], process: bool, profile_name: str, attach: list[str]
-) -> tuple[Graces, Sandbox, list[Attachment], str]:
-    from runner.host.driver import Graces
-    from runner.sandbox.attachments import AttachmentError, check_attachments, parse_attachments
-
-    try:
-        attachments = list(parse_attachments(attach))
-    except AttachmentError as exc:
-        raise UsageError(str(exc)) from exc
-    if process:
-        from runner.sandbox.process import ProcessSandbox
-
-        return Graces(), ProcessSandbox(target), attachments, " ".join(target)
-    from runner.sandbox.docker import DockerSandbox
-    from runner.sandbox.profiles import ProfileError, load_profile
-
-    try:
-        profile = load_profile(profile_name)
-        check_attachments(attachments, profile.allowed_mounts)
-    except (ProfileError, AttachmentError) as exc:
-        raise UsageError(str(exc)) from exc
-    _sweep()
-    image, command = target[0], target[1:] or None
-    graces = Graces(cancel=profile.cancel_grace, exit=profile.exit_grace)
-    return graces, DockerSandbox(image, profile, command), attachments, image
-
-
 def _run(start: Starter, quiet: bool) -> Execution:
     """Run under signal handling: first SIGINT/SIGTERM cancels, the second kills."""
     import signal
@@ -333,10 +420,9 @@ def _run(start: Starter, quiet: bool) -> Execution:
     from runner.config import ConfigError
     from runner.host.driver import RunControl
     from runner.package.errors import InvocationRefused, PackageError
-    from runner.sandbox.attachments import AttachmentError
     from runner.sandbox.errors import SandboxError
 
-    refusals = (SandboxError, ConfigError, InvocationRefused, PackageError, AttachmentError)
+    refusals = (SandboxError, ConfigError, InvocationRefused, PackageError)
     control = RunControl()
     echo = None if quiet else StderrEcho(sys.stderr.fileno())
 
@@ -817,20 +903,19 @@ def inspect_(
     json_: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Read an image's FLOW package without running it and summarise what it declares."""
-    import docker.errors
+    import anyio
 
     from runner import json1
     from runner.package.errors import PackageError
-    from runner.package.reader import read_image_package, summary
-    from runner.sandbox.docker import default_client
-    from runner.sandbox.errors import DockerSandboxError
+    from runner.package.reader import sandbox_package, summary
+    from runner.sandbox.errors import SandboxError
+    from runner.sandbox.registry import SandboxSpec, open_sandbox
 
     try:
-        package = read_image_package(default_client(), image)
-    except (PackageError, DockerSandboxError) as exc:
+        sandbox, _ = open_sandbox(SandboxSpec("docker", image=image))
+        package = anyio.run(sandbox_package, sandbox)
+    except (PackageError, SandboxError) as exc:
         _fail_usage(str(exc))
-    except docker.errors.ImageNotFound:
-        _fail_usage(f"image {image!r} is not on this Docker engine; build it (`make images`)")
     if package is None:
         _fail_usage(f"image {image!r} carries no FLOW package (no FLOW.md in its package dir)")
     info = summary(package)
@@ -1205,8 +1290,12 @@ class JobRequest:
         from runner.api import Invocation, execute, new_run_id
         from runner.host.driver import Graces
         from runner.k8s import wrapper
+        from runner.package.errors import PackageError
+        from runner.package.reader import directory_package
         from runner.sandbox.attachments import AttachmentError, parse_attachments
         from runner.sandbox.base import LaunchRequest
+        from runner.sandbox.errors import SandboxError
+        from runner.sandbox.registry import SandboxSpec, open_sandbox
 
         if not self.command:
             raise UsageError("name the component's command: flow-runner job -- COMMAND [ARGS]")
@@ -1234,16 +1323,20 @@ class JobRequest:
         except AttachmentError as exc:
             raise UsageError(str(exc)) from exc
         run_id = new_run_id()
+        try:  # the pod is the sandbox: the component is the wrapper's child process
+            sandbox, _ = open_sandbox(SandboxSpec("process", command=tuple(self.command)))
+            package = directory_package(self.package) if self.package is not None else None
+        except (SandboxError, PackageError) as exc:
+            raise UsageError(str(exc)) from exc
         invocation = Invocation.within(
             seconds, input=value, settings=settings,
-            launch=LaunchRequest(attachments, self.scratch, run_id),
+            launch=LaunchRequest(attachments, self.scratch, run_id), package=package,
         )  # fmt: skip
-        sandbox = wrapper.PodSandbox(self.command, self.package)
         graces = Graces(cancel=self.grace, exit=self.exit_grace)
 
         async def start(control: RunControl, sink: Callable[[bytes], None] | None) -> Execution:
             return await execute(
-                sandbox, invocation, target=" ".join(self.command), backend="process",
+                sandbox, invocation, target=" ".join(self.command),
                 broker=wrapper.PodBroker(), graces=graces, control=control, stderr_sink=sink,
             )  # fmt: skip
 
@@ -1397,7 +1490,7 @@ def _image_command(image: str) -> tuple[tuple[str, ...], str | None]:
     """The image's CMD and package label, from the local engine: the pod's command
     replaces the image's entrypoint with the wrapper, so the component's is named."""
     try:
-        from runner.sandbox.docker import default_client
+        from runner.sandbox.docker.engine import default_client
 
         config = default_client().api.inspect_image(image)["Config"]  # type: ignore[no-untyped-call]
     except Exception as exc:  # no engine, no such image: say what to do instead

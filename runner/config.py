@@ -111,7 +111,14 @@ class FlowConfig(_Strict):
     image: str | None = None
     command: list[str] | None = None
     """Replaces the image's command; without an image, a host process (no sandbox at all)."""
+    backend: str | None = Field(default=None, pattern=r"^[a-z][a-z0-9_-]{0,63}$")
+    """The sandbox backend (``flow_runner.sandboxes``): by default ``docker`` for a flow
+    with an image and ``process`` (a host process, no sandbox) for one with only a
+    command."""
     profile: str = "default"
+    package: str | None = None
+    """A host directory holding the FLOW package a ``process`` flow is held to (as an
+    image's package holds a ``docker`` flow); relative paths start at the config file."""
     settings: dict[str, Any] = Field(default_factory=dict)
     attachments: dict[LocalName, str] = Field(default_factory=dict)
     """Attachment name -> ``HOSTPATH[:ro|rw]`` (relative paths: from the config file)."""
@@ -125,6 +132,17 @@ class FlowConfig(_Strict):
     def _runnable(self) -> FlowConfig:
         if self.image is None and not self.command:
             raise ValueError("a flow needs an image (or, for a local process, a command)")
+        if self.backend == "process" and (self.image is not None or not self.command):
+            raise ValueError(
+                "backend 'process' runs `command` on the host and no image; drop `image` "
+                "(and give `command`), or choose another backend"
+            )
+        if self.backend == "docker" and self.image is None:
+            raise ValueError("backend 'docker' runs an image; give `image`")
+        if self.package is not None and self.image is not None:
+            raise ValueError(
+                "`package` is for a flow that runs no image; an image carries its own package"
+            )
         if self.deadline is not None:
             parse_duration(self.deadline)
         try:
@@ -134,9 +152,14 @@ class FlowConfig(_Strict):
         return self
 
     @property
+    def sandbox_backend(self) -> str:
+        """The backend this flow runs under, named or implied."""
+        return self.backend or ("docker" if self.image is not None else "process")
+
+    @property
     def host_command(self) -> bool:
         """Whether this flow runs as a process on the host, with no sandbox."""
-        return self.image is None
+        return self.sandbox_backend == "process"
 
     @property
     def deadline_seconds(self) -> float | None:

@@ -45,7 +45,7 @@ class Finding:
 
 def diagnose(directories: Sequence[Path]) -> Iterator[Finding]:
     """The findings, one by one (the engine first: without it nothing else is looked at)."""
-    from runner.sandbox.docker import connect
+    from runner.sandbox.docker.engine import connect
     from runner.sandbox.errors import EngineUnavailable
     from runner.sandbox.pathmap import PathMap
 

@@ -15,19 +15,24 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import anyio
+
 from runner.api import Execution, Invocation, execute, new_run_id
 from runner.config import CapabilityConfig, ConfigError, FlowConfig, HostConfig
 from runner.host.broker import CallContext, CapabilitySlot, ChildBudget, FlowBroker, child_failure
 from runner.host.channels import ChannelHub, ChannelOffer, ChannelParty
-from runner.host.driver import Graces, RunControl
+from runner.host.driver import RunControl
 from runner.json1 import JSONValue
 from runner.package.errors import InvocationRefused, PackageError
+from runner.package.reader import directory_package, sandbox_package
 from runner.protocol.codes import OperationError
 from runner.report import RunReport
 from runner.sandbox.base import Attachment, LaunchRequest, Sandbox
+from runner.sandbox.registry import SandboxSpec, open_sandbox
 
 if TYPE_CHECKING:
     from runner.host.capabilities import CapabilityBinding, ContractIdentity
+    from runner.package.reader import Package
 
 PATH_OPTIONS = frozenset({"root", "path"})
 """Provider options that name host paths; relative ones start at the config file."""
@@ -119,8 +124,9 @@ class FlowHost:
             assert execution.verdict.error is not None
             raise child_failure(execution.verdict.error, execution.report.dispatches)
 
-        sandbox, graces = self._sandbox(flow)
-        await self._check_package(name, flow, sandbox)
+        sandbox, graces = open_sandbox(self._spec(flow))
+        package = await self._package(flow, sandbox)
+        self._check_package(name, flow, package)
         if flow.host_command and self.on_host_command is not None:
             assert flow.command is not None
             self.on_host_command(name, flow.command)
@@ -140,12 +146,12 @@ class FlowHost:
                 self._attachments(flow), scratch_dir, run_id, parent_run_id=parent
             ),
             channels=ChannelOffer(party, giver, mapping or {}),
+            package=package,
         )
         execution = await execute(
             sandbox,
             invocation,
             target=f"{name} ({flow.image or ' '.join(flow.command or [])})",
-            backend="docker" if flow.image else "process",
             broker=broker,
             graces=graces,
             control=control,
@@ -157,21 +163,16 @@ class FlowHost:
         execution.report.children = children
         return execution
 
-    async def _check_package(self, name: str, flow: FlowConfig, sandbox: Sandbox) -> None:
+    def _check_package(self, name: str, flow: FlowConfig, package: Package | None) -> None:
         """Refuse capability slots the flow's package does not declare in ``uses``.
 
         Before any provider is built or container created: a component may call only
         the slots its FLOW.md names, so a configured extra slot is a configuration error.
         """
-        read = getattr(sandbox, "package", None)
-        if read is None or not flow.capabilities:
+        if package is None or not flow.capabilities:
             return
         from runner.package.checks import check_capability_slots
-        from runner.package.errors import InvocationRefused
 
-        package = await read()
-        if package is None:
-            return
         where = f"{self.config.base_dir}: flows.{name}.capabilities"
         try:
             check_capability_slots(package, flow.capabilities, where=where)
@@ -203,19 +204,23 @@ class FlowHost:
             return builtin_contract(binding.provider).identity
         return None
 
-    def _sandbox(self, flow: FlowConfig) -> tuple[Sandbox, Graces]:
-        if flow.image is None:
-            from runner.sandbox.process import ProcessSandbox
+    async def _package(self, flow: FlowConfig, sandbox: Sandbox) -> Package | None:
+        """The package the flow is held to: its configured directory, or its image's."""
+        if flow.package is None:
+            return await sandbox_package(sandbox)
+        return await anyio.to_thread.run_sync(directory_package, self.config.resolve(flow.package))
 
-            assert flow.command is not None
-            return ProcessSandbox(flow.command, cwd=self.config.base_dir), Graces()
-        from runner.sandbox.docker import DockerSandbox
-        from runner.sandbox.profiles import load_profile
-
-        profile_path = self.config.base_dir / flow.profile
-        profile = load_profile(profile_path if profile_path.is_file() else flow.profile)
-        graces = Graces(cancel=profile.cancel_grace, exit=profile.exit_grace)
-        return DockerSandbox(flow.image, profile, flow.command), graces
+    def _spec(self, flow: FlowConfig) -> SandboxSpec:
+        """The flow's sandbox: its backend (``docker`` for an image, ``process`` for a
+        bare command, unless the flow names one), its profile relative to the file."""
+        command = tuple(flow.command) if flow.command is not None else None
+        base = self.config.base_dir
+        if flow.sandbox_backend == "process":
+            return SandboxSpec("process", command=command, cwd=base)
+        return SandboxSpec(
+            flow.sandbox_backend, image=flow.image, command=command, profile=flow.profile,
+            base_dir=base, cwd=base,
+        )  # fmt: skip
 
     def _attachments(self, flow: FlowConfig) -> tuple[Attachment, ...]:
         from runner.sandbox.attachments import parse_attachments

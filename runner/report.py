@@ -36,12 +36,24 @@ class SandboxLoss(BaseModel):
     """True if cleanup could not remove the container: the next ``flow-runner gc`` does."""
 
 
+class ReportedPackage(BaseModel):
+    """The FLOW package a run was held to (settings, attachments, input, result, ports)."""
+
+    name: str
+    digest: str
+    source: str
+    """The image id it was read from, or the host directory (``--package DIR``)."""
+
+
 class RunReport(BaseModel):
     """One run, judged."""
 
     run_id: str
     target: str
-    backend: Literal["docker", "process"]
+    backend: str
+    """The sandbox backend's registered name (``docker``, ``process``, a plugin's)."""
+    package: ReportedPackage | None = None
+    """The package the run was held to; ``null``: nothing was checked against one."""
     status: Literal["succeeded", "failed"]
     outcome: str | None = None
     error: ReportedError | None = None

@@ -81,7 +81,6 @@ def run(
     deadline: float = 20,
     graces: Graces = FAST,
     cancel_after: float | None = None,
-    backend: str = "process",
 ) -> Execution:
     """Run one invocation to its verdict; optionally cancel it after some seconds."""
 
@@ -99,7 +98,6 @@ def run(
                 sandbox,
                 Invocation.within(deadline, input=input),
                 target="fake",
-                backend=backend,
                 broker=broker or ScriptedBroker(),
                 graces=graces,
                 control=control,

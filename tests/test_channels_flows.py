@@ -219,7 +219,7 @@ def test_channels_work_in_a_run_without_configuration() -> None:
     async def main() -> Execution:
         sandbox = ProcessSandbox(PLAN, env={**os.environ, "PYTHONPATH": str(ROOT)})
         invocation = Invocation.within(20, input=plan)
-        return await execute(sandbox, invocation, target="plan", backend="process")
+        return await execute(sandbox, invocation, target="plan")
 
     log = log_of(anyio.run(main))
     assert log["read"] == {"start": 1, "values": [1, 2], "end": 2}

@@ -13,8 +13,8 @@ from pathlib import Path
 from hostkit import FAKE
 from rsskit import measured, peak_kib
 from runner import json1
-from runner.api import _planned_paths
 from runner.sandbox.base import Attachment, LaunchRequest
+from runner.sandbox.process import ProcessSandbox
 
 CLI = [sys.executable, "-m", "runner.cli"]
 
@@ -204,7 +204,8 @@ def test_planned_process_paths_have_the_length_of_the_real_ones(tmp_path: Path) 
     """The pre-launch frame check measures the process backend's private scratch path by
     its planned stand-in: both must encode to the same length."""
     params = json.loads(exec_fake("params", "--attach", f"a={tmp_path}").stdout)["output"]
-    attachments, scratch = _planned_paths(LaunchRequest((Attachment("a", tmp_path),)), "process")
+    request = LaunchRequest((Attachment("a", tmp_path),))
+    attachments, scratch = ProcessSandbox(["true"]).planned_paths(request)
     assert len(scratch) == len(params["scratch"])
     assert attachments == {"a": params["attachments"]["a"]["path"]}
 

@@ -34,7 +34,7 @@ from execkit import (
     wait_running,
 )
 from hostkit import ScriptedBroker, output, run
-from runner.sandbox.docker import DockerSandbox
+from runner.sandbox.docker.sandbox import DockerSandbox
 from runner.sandbox.profiles import load_profile
 
 MIB = 1 << 20
@@ -191,7 +191,7 @@ def test_rb02_65_simultaneous_calls_64_dispatched_the_65th_refused(engine: Any) 
     command = ["python3", FAKE_SCRIPT, "simultaneous-65"]
     sandbox = DockerSandbox(FAKE_IMAGE, load_profile("default"), command, client=engine)
     broker = ScriptedBroker()
-    execution = run(sandbox, broker=broker, backend="docker")
+    execution = run(sandbox, broker=broker)
     assert output(execution) == {"accepted": 64, "rejected": 1}
     assert broker.count("op:") == 64
     assert execution.report.component_requests == 65
@@ -213,7 +213,7 @@ def test_call_after_call_over_the_attach_socket(engine: Any, scenario: str, expe
     and neither may sit on bytes filed for the other (this once stalled every 2nd call)."""
     command = ["python3", FAKE_SCRIPT, scenario]
     sandbox = DockerSandbox(FAKE_IMAGE, load_profile("default"), command, client=engine)
-    execution = run(sandbox, broker=ScriptedBroker(), backend="docker", deadline=15)
+    execution = run(sandbox, broker=ScriptedBroker(), deadline=15)
     assert output(execution) == expected
 
 

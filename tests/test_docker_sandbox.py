@@ -25,18 +25,13 @@ import docker.errors
 import pytest
 from anyio.abc import ByteReceiveStream, SocketStream
 
-from runner.sandbox import docker as docker_backend
 from runner.sandbox.attachments import AttachmentError, check_attachment, parse_attach
 from runner.sandbox.base import Attachment, LaunchRequest, RunningComponent
-from runner.sandbox.docker import (
-    AttachDemuxer,
-    DockerSandbox,
-    EngineUnavailable,
-    ImageMissing,
-    RuntimeMissing,
-    _AttachConnection,
-    connect,
-)
+from runner.sandbox.docker import sandbox as docker_backend
+from runner.sandbox.docker.attach import AttachConnection, AttachDemuxer
+from runner.sandbox.docker.engine import connect
+from runner.sandbox.docker.sandbox import DockerSandbox
+from runner.sandbox.errors import EngineUnavailable, ImageMissing, RuntimeMissing
 from runner.sandbox.gc import sweep
 from runner.sandbox.labels import (
     LABEL_CREATED,
@@ -167,7 +162,7 @@ async def test_a_reset_attach_connection_ends_the_stream_for_wait_to_inspect() -
     with socket.create_server(("127.0.0.1", 0)) as server:
         ours = socket.create_connection(server.getsockname())
         theirs, _ = server.accept()
-    connection = _AttachConnection(await SocketStream.from_socket(ours))
+    connection = AttachConnection(await SocketStream.from_socket(ours))
     theirs.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     theirs.close()  # linger 0: a reset, not an orderly end
     try:
@@ -233,6 +228,7 @@ async def test_container_carries_labels_and_the_profile_limits(
     probe: Any, docker_client: Any, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
     rid = run_id(request)
+    tmp_path.chmod(0o755)  # pytest's 0700 would be refused: nobody could read it
     attach = parse_attach(f"data={tmp_path}:ro")
     launch = LaunchRequest(attachments=(attach,), run_id=rid, parent_run_id="parent-1")
     before_ms = time.time() * 1000
@@ -459,6 +455,7 @@ def swap(tmp_path: Path) -> Iterator[tuple[Path, Any]]:
     directory that is refused (it holds a listening unix socket)."""
     checked, forbidden = tmp_path / "checked", tmp_path / "forbidden"
     checked.mkdir()
+    checked.chmod(0o777)  # usable by nobody, also as a scratch: only the swap is refused
     forbidden.mkdir()
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
         server.bind(str(forbidden / "engine.sock"))

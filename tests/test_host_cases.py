@@ -143,7 +143,6 @@ def test_without_configuration_child_runs_and_capabilities_are_unavailable() -> 
             fake("unavailable"),
             Invocation.within(20),
             target="fake",
-            backend="process",
             graces=FAST,
             control=RunControl(),
         )

@@ -24,8 +24,8 @@ from runner.api import Execution, Invocation, execute
 from runner.config import ConfigError, load_config
 from runner.flows import FlowHost
 from runner.package.errors import InvocationRefused
-from runner.package.reader import forget_packages, read_image_package
-from runner.sandbox.docker import DockerSandbox
+from runner.package.reader import Package, forget_packages, sandbox_package
+from runner.sandbox.docker.sandbox import DockerSandbox
 from runner.sandbox.profiles import load_profile
 
 HELLO = "flow-runner/examples-hello:latest"
@@ -68,15 +68,18 @@ class Counting:
         return sum("flow-runner.run-id" in (kw.get("labels") or {}) for kw in self.kwargs)
 
 
+def read_image_package(client: Any, image: str) -> Package | None:
+    """The image's package, read through the Docker backend as a run reads it."""
+    return anyio.run(sandbox_package, DockerSandbox(image, load_profile("default"), client=client))
+
+
 def run(
     client: Any, image: str, input: Any, command: list[str] | None = None, **kw: Any
 ) -> Execution:
     sandbox = DockerSandbox(image, load_profile("default"), command, client=client)
 
     async def main() -> Execution:
-        return await execute(
-            sandbox, Invocation.within(30, input=input, **kw), target=image, backend="docker"
-        )
+        return await execute(sandbox, Invocation.within(30, input=input, **kw), target=image)
 
     return anyio.run(main)
 

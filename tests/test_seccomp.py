@@ -19,7 +19,7 @@ import pytest
 
 from execkit import FAKE_IMAGE, flow_runner
 from runner.sandbox.base import LaunchRequest
-from runner.sandbox.docker import DockerSandbox
+from runner.sandbox.docker.sandbox import DockerSandbox
 from runner.sandbox.profiles import load_profile
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,14 +10,26 @@ place, so a new classification (a run report that says "infrastructure") is one 
 from __future__ import annotations
 
 from runner.api import Execution
+from runner.sandbox.attachments import AttachmentError
 from runner.sandbox.errors import (
     CommandNotFound,
+    FilesTooLarge,
     ImageMissing,
     RuntimeMissing,
     SandboxError,
 )
+from runner.sandbox.profiles import ProfileError
+from runner.sandbox.registry import BackendUnknown
 
-_NOT_INFRASTRUCTURE = (ImageMissing, RuntimeMissing, CommandNotFound)
+_NOT_INFRASTRUCTURE = (
+    ImageMissing,
+    RuntimeMissing,
+    CommandNotFound,
+    AttachmentError,
+    ProfileError,
+    FilesTooLarge,
+    BackendUnknown,
+)
 """Sandbox errors that the same invocation meets again every time: final."""
 
 

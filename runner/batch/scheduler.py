@@ -35,11 +35,12 @@ from anyio.streams.memory import MemoryObjectSendStream
 from runner import json1
 from runner.api import Execution, Invocation, execute, new_run_id
 from runner.config import ConfigError, HostConfig
-from runner.host.driver import Graces, RunControl
+from runner.host.driver import RunControl
 from runner.package.errors import InvocationRefused, PackageError
 from runner.sandbox.attachments import AttachmentError
 from runner.sandbox.base import LaunchRequest, Sandbox
 from runner.sandbox.errors import ImageMissing, SandboxError
+from runner.sandbox.registry import SandboxSpec, StopGraces, open_sandbox
 
 from .keys import Digests, ImageIds, input_digest, invocation_key, key_document, shard_of
 from .manifest import Defaults, Row, check
@@ -218,7 +219,7 @@ class _Batch:
 
     def client(self) -> Any:
         if self._client is None:
-            from runner.sandbox.docker import default_client
+            from runner.sandbox.docker.engine import default_client
 
             self._client = default_client()
         return self._client
@@ -333,7 +334,7 @@ class _Batch:
         # leaving the launch, and belongs to the run's result: such runs wait for it.
         background = not any(att.access == "read-write" for att in row.attachments)
         prepared = Prepared(
-            self._sandbox(row), request, background=background, removals=self._removals,
+            self._sandbox(row)[0], request, background=background, removals=self._removals,
             on_left=self._left,
         )  # fmt: skip
         self._prepared.add(prepared)
@@ -436,18 +437,16 @@ class _Batch:
                     row.flow, row.input, deadline_seconds=row.deadline, control=run
                 )
             assert row.image is not None and row.profile is not None
-            sandbox: Sandbox = self._sandbox(row) if prepared is None else PreparedSandbox(prepared)
+            sandbox, graces = self._sandbox(row)
+            if prepared is not None:
+                sandbox = PreparedSandbox(prepared)
             invocation = Invocation.within(
                 row.deadline,
                 input=row.input,
                 settings=row.settings,
                 launch=LaunchRequest(row.attachments, None, run_id),
             )
-            graces = Graces(cancel=row.profile.cancel_grace, exit=row.profile.exit_grace)
-            return await execute(
-                sandbox, invocation, target=row.image, backend="docker", graces=graces,
-                control=run,
-            )  # fmt: skip
+            return await execute(sandbox, invocation, target=row.image, graces=graces, control=run)
         except Exception as exc:  # judged below: final, retried, or infra-failed
             return exc
         finally:
@@ -455,12 +454,14 @@ class _Batch:
             if prepared is not None and not prepared.taken:
                 prepared.discard()
 
-    def _sandbox(self, row: Row) -> Sandbox:
-        from runner.sandbox.docker import DockerSandbox
-
+    def _sandbox(self, row: Row) -> tuple[Sandbox, StopGraces]:
+        """The row's Docker sandbox, built where every backend is (runner.sandbox.registry)."""
         assert row.image is not None and row.profile is not None
-        command = list(row.command) if row.command is not None else None
-        return DockerSandbox(row.image, row.profile, command, client=self.client())
+        command = tuple(row.command) if row.command is not None else None
+        spec = SandboxSpec(
+            "docker", image=row.image, command=command, profile=row.profile, client=self.client()
+        )
+        return open_sandbox(spec)
 
     def _flow_host(self) -> FlowHost:
         if self._flows is None:

@@ -22,7 +22,7 @@ import hashlib
 import os
 import secrets
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -30,12 +30,10 @@ from typing import TYPE_CHECKING
 from runner import __version__, json1
 from runner.host.broker import CallContext
 from runner.json1 import JSONValue
-from runner.package.errors import PackageError
 from runner.protocol.codes import OperationError
-from runner.sandbox.process import ProcessSandbox
 
 if TYPE_CHECKING:
-    from runner.package.reader import Package
+    pass
 
 HEADER_KEY = "flowRunnerJob"
 """The member naming the wrapper's header line (stderr, first line of the pod log)."""
@@ -156,43 +154,6 @@ class PodBroker:
             "processes of the same pod, not isolated from each other; run each flow as "
             "its own Job (flow-runner k8s job)",
         )
-
-
-class PodSandbox(ProcessSandbox):
-    """The process backend, holding the run to the FLOW package in ``package_dir``."""
-
-    def __init__(self, argv: Sequence[str], package_dir: Path | None) -> None:
-        super().__init__(argv)
-        self.package_dir = package_dir
-
-    async def package(self) -> Package | None:
-        if self.package_dir is None:
-            return None
-        from runner.package.reader import package_from_files
-
-        files = dict(_package_files(self.package_dir))
-        return package_from_files(files, root=str(self.package_dir))
-
-
-def _package_files(root: Path) -> Iterator[tuple[str, bytes]]:
-    """Package path -> bytes of every regular file under ``root`` (links refused)."""
-    from runner.package.reader import MAX_FILES
-
-    if not root.is_dir():
-        raise PackageError(str(root), "", "--package must name the package's directory")
-    total = count = 0
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames.sort()
-        for name in sorted(filenames) + [d for d in dirnames if Path(dirpath, d).is_symlink()]:
-            path = Path(dirpath, name)
-            relative = path.relative_to(root).as_posix()
-            if path.is_symlink() or not path.is_file():
-                raise PackageError(relative, "", "only regular files may be in a package")
-            data = path.read_bytes()
-            count, total = count + 1, total + len(data)
-            if count > MAX_FILES or total > MAX_PACKAGE_BYTES:
-                raise PackageError(str(root), "", "the package is too large")
-            yield relative, data
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,12 @@
-"""Reading a FLOW package out of an image without running any of its code.
+"""Reading a FLOW package out of an image, or out of a directory, without running it.
 
 The package directory is named by the image label ``flow.package`` (``/flow/package``
-when the label is absent). Its files come out through the engine's archive endpoint of a
-container that is created (network none) but never started, then removed: no component
-code runs before the host has validated the metadata and compiled every schema
-(PROTOCOL.md §14, §15.3 "inert inspection").
+when the label is absent). Its files come from the sandbox backend, which knows images
+but not packages (:class:`~runner.sandbox.base.ImageSource`: the Docker backend reads them
+through the engine's archive endpoint of a container that is created but never started):
+no component code runs before the host has validated the metadata and compiled every
+schema (PROTOCOL.md §14, §15.3 "inert inspection"). A package directory on the host (``exec
+--process --package DIR``) goes through the same checks and the same parse.
 
 An image whose package directory is missing, or holds no ``FLOW.md``, carries no
 package: it runs as before, unchecked (the test images, and a bare command image).
@@ -17,21 +19,25 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import io
 import json
 import os
+import stat
 import struct
-import tarfile
 import threading
 import unicodedata
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final, Literal
+
+import anyio
 
 from runner import json1
 from runner.json1 import JSONValue
 from runner.package import FLOW_MD
 from runner.package.errors import PackageError
+from runner.sandbox.base import ImageEntry, ImageSource, Sandbox
+from runner.sandbox.errors import FilesTooLarge
 
 if TYPE_CHECKING:
     from runner.contracts.capability import CapabilityContract
@@ -87,26 +93,76 @@ def forget_packages() -> None:
         _cache.clear()
 
 
-def read_image_package(client: Any, image: str) -> Package | None:
-    """The package of ``image`` (a name or id), or ``None`` when it carries none.
+async def sandbox_package(sandbox: Sandbox) -> Package | None:
+    """The package of the image ``sandbox`` runs, or ``None`` (no image, or no package).
 
-    Blocking: call it from a worker thread. Raises :class:`PackageError` for a broken
-    package and ``docker.errors.ImageNotFound`` for a missing image.
+    Raises :class:`PackageError` for a broken package and the backend's
+    :class:`~runner.sandbox.errors.SandboxError` for a missing image or engine.
     """
-    info = client.api.inspect_image(image)
-    image_id: str = info["Id"]
+    source = await sandbox.image_source()
+    return None if source is None else await image_package(source)
+
+
+async def image_package(source: ImageSource) -> Package | None:
+    """The package of an image (cached per image id), or ``None`` when it carries none."""
+    image_id = source.image_id
     with _cache_lock:
         if image_id in _cache:
             return _cache[image_id]
-    labels = (info.get("Config") or {}).get("Labels") or {}
-    root = labels.get(PACKAGE_LABEL) or DEFAULT_PACKAGE_DIR
-    files = _stored_files(client, image_id, root)
-    package = (
-        None if files is None or FLOW_MD not in files else package_from_files(files, image_id, root)
-    )
+    root = source.labels.get(PACKAGE_LABEL) or DEFAULT_PACKAGE_DIR
+    files = await _stored_files(source, root)
+    package = None
+    if files is not None and FLOW_MD in files:
+        package = await anyio.to_thread.run_sync(package_from_files, files, image_id, root)
     with _cache_lock:
         _cache[image_id] = package
     return package
+
+
+def directory_package(directory: Path) -> Package:
+    """The package in a host directory (``exec --process --package DIR``), read afresh.
+
+    Held to the rules of a package in an image: regular files and directories only, valid
+    Package/1 paths, the same bounds; a directory without ``FLOW.md`` is an error here,
+    since the user named it as a package.
+    """
+    root = str(directory)
+    files = files_from_entries(_walk(directory), root)
+    if FLOW_MD not in files:
+        raise PackageError(FLOW_MD, "", f"missing in {directory}: a package has a root FLOW.md")
+    return package_from_files(files, "", root)
+
+
+def _walk(directory: Path) -> Iterable[ImageEntry]:
+    """The entries under ``directory`` as a backend names them, without following links."""
+    try:
+        top = os.lstat(directory)
+    except OSError as exc:
+        raise PackageError(str(directory), "", f"cannot read the package: {exc.strerror}") from exc
+    if not stat.S_ISDIR(top.st_mode):
+        raise PackageError(str(directory), "", "not a directory; give the package's directory")
+    total = 0
+    for base, dirs, names in os.walk(directory, onerror=_unreadable):
+        dirs.sort()
+        for name in sorted(dirs + names):
+            full = Path(base, name)
+            rel = full.relative_to(directory).as_posix()
+            mode = os.lstat(full).st_mode
+            if stat.S_ISDIR(mode):
+                yield ImageEntry(rel, "dir")
+            elif stat.S_ISREG(mode):
+                data = full.read_bytes()
+                total += len(data)
+                if total > MAX_ARCHIVE_BYTES:
+                    bound = f"exceeds flow-runner's {MAX_ARCHIVE_BYTES:,}-byte bound"
+                    raise PackageError(str(directory), "", bound)
+                yield ImageEntry(rel, "file", data)
+            else:
+                yield ImageEntry(rel, "other")
+
+
+def _unreadable(exc: OSError) -> None:
+    raise PackageError(str(exc.filename), "", f"cannot read the package: {exc.strerror}") from exc
 
 
 def cache_dir() -> Path:
@@ -115,23 +171,41 @@ def cache_dir() -> Path:
     return Path(base) / "flow-runner" / "packages"
 
 
-def _stored_files(client: Any, image_id: str, root: str) -> dict[str, bytes] | None:
+async def _stored_files(source: ImageSource, root: str) -> dict[str, bytes] | None:
     """The package files of an image, from the disk cache or else from the image.
 
     An image id is the digest of the image's content, so an entry never goes stale; the
     cache saves each new process the create/get_archive/remove round trip (about 60 ms).
     Entries are re-validated like a fresh read; an unreadable entry is simply read again.
     """
-    key = hashlib.sha256(f"{image_id}\0{root}".encode()).hexdigest()
+    key = hashlib.sha256(f"{source.image_id}\0{root}".encode()).hexdigest()
     path = cache_dir() / f"{key}.json"
+    cached = await anyio.to_thread.run_sync(_cached, path)
+    if cached is not False:
+        return cached
+    try:
+        entries = await source.files(root, max_bytes=MAX_ARCHIVE_BYTES)
+    except FilesTooLarge as exc:
+        raise PackageError(
+            root, "", f"the package exceeds flow-runner's {MAX_ARCHIVE_BYTES:,}-byte bound"
+        ) from exc
+    files = None if entries is None else files_from_entries(entries, root)
+    await anyio.to_thread.run_sync(_store, path, files)
+    return files
+
+
+def _cached(path: Path) -> dict[str, bytes] | Literal[False] | None:
+    """The disk cache's entry: files, ``None`` (no package dir), or ``False`` (a miss)."""
     try:
         stored = json.loads(path.read_bytes())
         if stored is None:
             return None
         return {name: base64.b64decode(data) for name, data in stored.items()}
     except (OSError, ValueError, AttributeError, TypeError):
-        pass
-    files = _archive_files(client, image_id, root)
+        return False
+
+
+def _store(path: Path, files: dict[str, bytes] | None) -> None:
     encoded = None if files is None else {n: base64.b64encode(d).decode() for n, d in files.items()}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -140,69 +214,31 @@ def _stored_files(client: Any, image_id: str, root: str) -> dict[str, bytes] | N
         os.replace(partial, path)
     except OSError:
         pass  # a read-only or full cache only costs the next process a re-read
-    return files
 
 
-def _archive_files(client: Any, image_id: str, root: str) -> dict[str, bytes] | None:
-    """The regular files under ``root`` in the image, by package path; ``None`` if absent."""
-    import docker.errors
-
-    from runner.sandbox.labels import inspect_labels
-
-    api = client.api
-    created = api.create_container(
-        image_id,
-        ["true"],
-        network_disabled=True,
-        # Owned like a run's container, so `flow-runner gc` sweeps it if we die here.
-        labels=inspect_labels(),
-        host_config=api.create_host_config(network_mode="none"),
-    )
-    try:
-        try:
-            stream, _stat = api.get_archive(created["Id"], root)
-        except docker.errors.NotFound:
-            return None
-        buffer = bytearray()
-        for chunk in stream:
-            buffer += chunk
-            if len(buffer) > MAX_ARCHIVE_BYTES:
-                raise PackageError(
-                    root, "", f"the package exceeds flow-runner's {MAX_ARCHIVE_BYTES:,}-byte bound"
-                )
-    finally:
-        # With its anonymous volumes: an image that declares a VOLUME would otherwise leave
-        # one behind on every cache miss.
-        api.remove_container(created["Id"], v=True, force=True)
-    return files_from_tar(bytes(buffer), root)
-
-
-def files_from_tar(data: bytes, root: str) -> dict[str, bytes]:
-    """Package path → bytes of every regular file in a ``get_archive`` tar of ``root``."""
+def files_from_entries(entries: Iterable[ImageEntry], root: str) -> dict[str, bytes]:
+    """Package path → bytes of every regular file, held to the Package/1 path rules."""
     files: dict[str, bytes] = {}
     folded: dict[str, str] = {}
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
-        for member in tar:
-            _, _, path = member.name.partition("/")
-            if member.isdir():
-                continue
-            if not member.isfile():
-                raise PackageError(
-                    path or member.name,
-                    "",
-                    "symlinks, hard links and special files are not allowed in a package; "
-                    "copy the file in instead",
-                )
-            _check_path(path)
-            fold = unicodedata.normalize("NFC", path).casefold()
-            if fold in folded:
-                raise PackageError(path, "", f"collides with {folded[fold]!r} (case or NFC)")
-            folded[fold] = path
-            if len(files) == MAX_FILES:
-                raise PackageError(root, "", f"a package holds at most {MAX_FILES:,} files")
-            extracted = tar.extractfile(member)
-            assert extracted is not None
-            files[path] = extracted.read()
+    for entry in entries:
+        path = entry.path
+        if entry.kind == "dir":
+            continue
+        if entry.kind != "file":
+            raise PackageError(
+                path,
+                "",
+                "symlinks, hard links and special files are not allowed in a package; "
+                "copy the file in instead",
+            )
+        _check_path(path)
+        fold = unicodedata.normalize("NFC", path).casefold()
+        if fold in folded:
+            raise PackageError(path, "", f"collides with {folded[fold]!r} (case or NFC)")
+        folded[fold] = path
+        if len(files) == MAX_FILES:
+            raise PackageError(root, "", f"a package holds at most {MAX_FILES:,} files")
+        files[path] = entry.data
     return files
 
 

@@ -1,7 +1,8 @@
 """Run the probe under a profile, exactly as a run under it would be started, and judge it.
 
 The probe (images/policy-probe) is an ordinary Run/1 component: it goes through
-``runner.api.execute`` with a ``DockerSandbox(probe image, profile)``, the code path every
+``runner.api.execute`` in the Docker backend's sandbox of (probe image, profile), the code
+path every
 ``exec`` takes (user, mounts, tmpfs, limits, seccomp, runtime, the given attachments), so
 what it observes is what a component under that profile gets. The sandbox is asked to
 record the running container's inspect (``record_engine``) for the engine column.
@@ -10,18 +11,24 @@ record the running container's inspect (``record_engine``) for the engine column
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from runner.api import Invocation, execute
-from runner.host.driver import Graces
 from runner.policy.battery import Context, Row, judge, skipped
-from runner.sandbox.base import Attachment, LaunchRequest, RunningComponent, SandboxFacts
-from runner.sandbox.docker import DockerSandbox
+from runner.sandbox.base import (
+    Attachment,
+    ImageSource,
+    LaunchRequest,
+    RunningComponent,
+    Sandbox,
+    SandboxFacts,
+)
 from runner.sandbox.errors import RuntimeMissing
 from runner.sandbox.profiles import SandboxProfile
+from runner.sandbox.registry import SandboxSpec, open_sandbox
 
 PROBE_IMAGE = "flow-runner/policy-probe:latest"
 _DEADLINE = 30.0
@@ -40,9 +47,16 @@ class Verification:
 class _Recorder:
     """A sandbox that is the given one, keeping the launched component's facts."""
 
-    def __init__(self, sandbox: DockerSandbox) -> None:
+    def __init__(self, sandbox: Sandbox) -> None:
         self.sandbox = sandbox
+        self.name = sandbox.name
         self.facts: SandboxFacts | None = None
+
+    async def image_source(self) -> ImageSource | None:
+        return await self.sandbox.image_source()
+
+    def planned_paths(self, request: LaunchRequest) -> tuple[Mapping[str, str], str]:
+        return self.sandbox.planned_paths(request)
 
     def launch(self, request: LaunchRequest) -> AbstractAsyncContextManager[RunningComponent]:
         return self._launch(request)
@@ -67,7 +81,10 @@ async def verify(
     it; an engine that does not answer or a missing probe image raise (nothing ran).
     """
     started = time.perf_counter()
-    recorder = _Recorder(DockerSandbox(image, profile, record_engine=True))
+    sandbox, graces = open_sandbox(
+        SandboxSpec("docker", image=image, profile=profile, record_engine=True)
+    )
+    recorder = _Recorder(sandbox)
     invocation = Invocation.within(
         _STRESS_DEADLINE if stress else _DEADLINE,
         input={"attachments": {a.name: a.access for a in attachments}, "stress": stress},
@@ -75,8 +92,7 @@ async def verify(
     )
     try:
         execution = await execute(
-            recorder, invocation, target=image, backend="docker",
-            graces=Graces(cancel=profile.cancel_grace, exit=profile.exit_grace),
+            recorder, invocation, target=image, graces=graces,
         )  # fmt: skip
     except RuntimeMissing as exc:
         rows = skipped(profile, attachments, stress, "SKIP", str(exc))
@@ -109,7 +125,7 @@ async def verify(
 
 def environment(profile: SandboxProfile) -> dict[str, str]:
     """What a snapshot is taken on: the engine's version, its kernel, the runtime."""
-    from runner.sandbox.docker import default_client
+    from runner.sandbox.docker.engine import default_client
 
     version = default_client().version()
     return {

@@ -46,6 +46,7 @@ from pathlib import Path
 
 from runner.protocol.names import MAX_ATTACHMENTS, is_local_name
 from runner.sandbox.base import Access, Attachment
+from runner.sandbox.errors import SandboxError
 
 _MODES: dict[str, Access] = {"ro": "read", "rw": "read-write"}
 _SUFFIX: dict[Access, str] = {"read": "ro", "read-write": "rw"}
@@ -86,7 +87,7 @@ SCAN_LIMIT = 10_000
 """Entries of an attached directory looked at for sockets and device nodes."""
 
 
-class AttachmentError(ValueError):
+class AttachmentError(SandboxError, ValueError):
     """An attachment spec is malformed, or names a host path that must not be attached."""
 
 
@@ -187,6 +188,71 @@ class HeldPath:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+
+
+_READ, _WRITE, _SEARCH = 4, 2, 1
+_ACL_XATTRS = ("system.posix_acl_access",)
+
+
+def check_usable(held: HeldPath, user: str, *, shown_as: str | None = None) -> None:
+    """Refuse a held path the sandbox's ``user`` (``UID:GID``) cannot use as attached.
+
+    Run as another user than the path's owner (65534 by default), a component could not
+    write a root-owned 0755 directory attached read-write: the writes fail inside, the run
+    may well succeed, and the user finds nothing. So, before any container exists, the
+    owner, group and mode bits of what was judged are read against the ids: read and
+    search for a read-only directory, read for a read-only file, write and search for a
+    read-write directory, read and write for a read-write file. Supplementary groups of
+    the image's user are not known here and not counted. A path that carries a POSIX ACL
+    is not judged (its mode bits do not tell the whole story), nor is a ``user`` that
+    names a user (the image decides its ids). ``shown_as`` names the path in the message
+    (``--scratch DIR``) where it is no attachment of the user's.
+    """
+    uid_text, _, gid_text = user.partition(":")
+    if not (uid_text.isdigit() and gid_text.isdigit()):
+        return
+    uid, gid = int(uid_text), int(gid_text)
+    info = os.fstat(held.fd)
+    directory = stat.S_ISDIR(info.st_mode)
+    writes = held.attachment.access == "read-write"
+    if directory:
+        need = (_WRITE if writes else _READ) | _SEARCH
+    else:
+        need = _READ | (_WRITE if writes else 0)
+    if _has_acl(held.fd):
+        return
+    mode = info.st_mode
+    if info.st_uid == uid:
+        bits = (mode >> 6) & 7
+    elif info.st_gid == gid:
+        bits = (mode >> 3) & 7
+    else:
+        bits = mode & 7
+    if bits & need == need:
+        return
+    asked = {_READ: "read", _WRITE: "write", _SEARCH: "search"}
+    what = " and ".join(word for bit, word in asked.items() if need & bit)
+    name = shown_as or f"attachment {spec_of(held.attachment)!r}"
+    owner = f"{info.st_uid}:{info.st_gid}"
+    grant = "rwx" if directory else ("rw" if writes else "r")
+    raise AttachmentError(
+        f"{name} is unusable: the component runs as {uid}:{gid} and could not {what} "
+        f"{held.path} (owner {owner}, mode {stat.S_IMODE(mode):04o}, "
+        f"{'directory' if directory else 'file'}). Fixes: run as a user that may, with "
+        f"exec --user UID:GID (or the profile's `user`; uid 0 needs allow_root), e.g. "
+        f"--user $(id -u):$(id -g) for a path you own; or let {uid}:{gid} in: "
+        f"`setfacl -m u:{uid}:{grant} {held.path}` or `chown {uid}:{gid} {held.path}`"
+    )
+
+
+def _has_acl(fd: int) -> bool:
+    for name in _ACL_XATTRS:
+        try:
+            os.getxattr(f"/proc/self/fd/{fd}", name)
+        except OSError:
+            continue
+        return True
+    return False
 
 
 def hold(

@@ -5,6 +5,11 @@ container: it asks a :class:`Sandbox` to ``launch`` an invocation, receives a
 :class:`RunningComponent` with three byte streams plus ``wait``/``kill``, and leaves the
 ``async with`` block whatever happens. Backends own their cleanup and run it shielded on
 exit, so a deadline, Ctrl-C or a crash cannot leak a process or a container.
+
+A backend knows images, never FLOW packages: one that runs images offers what it can read
+out of one (:class:`ImageSource`: its id, its labels, the files under a path), and
+``runner.package`` parses that. Set-up failures are the one family
+:class:`~runner.sandbox.errors.SandboxError`.
 """
 
 from __future__ import annotations
@@ -94,7 +99,12 @@ class DiskBreach:
 
 @dataclass
 class SandboxFacts:
-    """What the backend observed; filled in as the run proceeds, read for the report."""
+    """What the backend observed; filled in as the run proceeds, read for the report.
+
+    The one record of how the component ended: the driver judges from ``exit_code`` and
+    ``oom_killed`` as ``wait`` left them, and the report reads them after cleanup (which
+    records them for a component it had to kill).
+    """
 
     exit_code: int | None = None
     oom_killed: bool = False
@@ -125,8 +135,52 @@ class RunningComponent(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class ImageEntry:
+    """One entry under a path read out of an image, named relative to that path.
+
+    ``kind`` ``other`` is anything but a regular file or a directory (a symlink, a hard
+    link, a device): its bytes are not read.
+    """
+
+    path: str
+    kind: Literal["file", "dir", "other"]
+    data: bytes = b""
+
+
+class ImageSource(Protocol):
+    """What a backend can read out of the image it runs, without running any of it."""
+
+    image_id: str
+    """The image's content digest: the same id is the same files."""
+    labels: Mapping[str, str]
+
+    async def files(self, path: str, *, max_bytes: int) -> list[ImageEntry] | None:
+        """The entries under ``path`` (``None`` if the image has no such path).
+
+        More than ``max_bytes`` in all raises :class:`~runner.sandbox.errors.SandboxError`.
+        """
+        ...
+
+
 class Sandbox(Protocol):
     """A backend that can launch invocations; one launch per invocation."""
+
+    name: str
+    """The backend's registered name (``docker``, ``process``): the run report's ``backend``."""
+
+    async def image_source(self) -> ImageSource | None:
+        """The image this sandbox runs, to read files from; ``None`` when it runs none.
+
+        Raises :class:`~runner.sandbox.errors.SandboxError` (a missing image, no engine).
+        """
+        ...
+
+    def planned_paths(self, request: LaunchRequest) -> tuple[Mapping[str, str], str]:
+        """The attachment paths (name -> path) and the scratch path the component will be
+        given for ``request``, known before launch (or of the same JSON length), so the
+        ``flow/run`` frame can be measured before anything starts."""
+        ...
 
     def launch(self, request: LaunchRequest) -> AbstractAsyncContextManager[RunningComponent]:
         """Prepare and start the component; on exit, kill if needed and clean up, shielded."""

@@ -23,6 +23,10 @@ class CommandNotFound(SandboxError):
     """The process backend's command cannot be started (missing, not executable)."""
 
 
+class FilesTooLarge(SandboxError):
+    """Files read out of an image exceed the caller's bound."""
+
+
 class DockerSandboxError(SandboxError):
     """The Docker backend could not prepare, run or clean up a container."""
 

@@ -1,6 +1,6 @@
 """Sweep up containers whose flow-runner process died before it could remove them.
 
-Cleanup in ``runner.sandbox.docker`` is shielded from cancellation, but a SIGKILL, an OOM
+Cleanup in ``runner.sandbox.docker.sandbox`` is shielded from cancellation, but a SIGKILL, an OOM
 kill or a power cut of the host process still leaves its containers behind. Every ``exec``
 sweeps before it starts, so a sweep must never take a live run's container: it removes
 only what is provably abandoned, and anything it cannot prove dead is alive.
@@ -35,7 +35,7 @@ import docker
 import docker.errors
 import requests.exceptions
 
-from runner.sandbox.docker import default_client, engine_unavailable
+from runner.sandbox.docker.engine import default_client, engine_unavailable
 from runner.sandbox.errors import DockerSandboxError
 from runner.sandbox.labels import (
     LABEL_CREATED,

@@ -23,6 +23,9 @@ from anyio.abc import ByteReceiveStream, ByteSendStream, Process
 
 from runner.sandbox.base import LaunchRequest, RunningComponent, SandboxFacts
 from runner.sandbox.errors import CommandNotFound
+from runner.sandbox.registry import SandboxSpec, StopGraces
+
+_SCRATCH_PREFIX = "flow-runner-scratch-"
 
 
 class ProcessComponent:
@@ -56,8 +59,18 @@ class ProcessComponent:
             os.killpg(self._process.pid, signal.SIGKILL)
 
 
+def open_process(spec: SandboxSpec) -> tuple[ProcessSandbox, StopGraces]:
+    """The ``process`` backend's factory (``flow_runner.sandboxes``): ``spec.command`` is
+    the argv; images, profiles and users are not this backend's (the OS decides)."""
+    if not spec.command:
+        raise CommandNotFound("the process backend needs a command: exec --process -- COMMAND")
+    return ProcessSandbox(spec.command, env=spec.env, cwd=spec.cwd), StopGraces()
+
+
 class ProcessSandbox:
     """Launch a component as ``argv`` with the given environment and working directory."""
+
+    name = "process"
 
     def __init__(
         self,
@@ -72,13 +85,24 @@ class ProcessSandbox:
         self.env = dict(env) if env is not None else None
         self.cwd = cwd
 
+    async def image_source(self) -> None:
+        """A host command runs no image: there are no image files to read."""
+        return None
+
+    def planned_paths(self, request: LaunchRequest) -> tuple[Mapping[str, str], str]:
+        """Host paths as they are; a private scratch is a ``mkdtemp`` directory whose name
+        has a fixed length (its random part is 8 characters), so this one is as long."""
+        private = Path(tempfile.gettempdir(), _SCRATCH_PREFIX + "x" * 8)
+        scratch = request.scratch_dir or private
+        return {a.name: str(a.host_path) for a in request.attachments}, str(scratch)
+
     @asynccontextmanager
     async def launch(self, request: LaunchRequest) -> AsyncIterator[RunningComponent]:
         """Start the process; on exit kill its group if needed and remove private scratch."""
         scratch = request.scratch_dir
         private = scratch is None
         if scratch is None:
-            scratch = Path(tempfile.mkdtemp(prefix="flow-runner-scratch-"))
+            scratch = Path(tempfile.mkdtemp(prefix=_SCRATCH_PREFIX))
         started = time.monotonic()
         component: ProcessComponent | None = None
         try:

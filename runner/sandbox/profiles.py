@@ -36,6 +36,7 @@ from pydantic import (
 from pydantic_core import ErrorDetails
 
 from runner.protocol.names import is_local_name
+from runner.sandbox.errors import SandboxError
 
 PROFILE_DIR_NAME = "sandbox-profiles"
 _CHECKOUT_DIR = Path(__file__).resolve().parents[2] / PROFILE_DIR_NAME
@@ -44,7 +45,7 @@ _SIZE = re.compile(r"^\s*(\d+)\s*([bkmg]?)\s*$", re.IGNORECASE)
 _SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 
 
-class ProfileError(ValueError):
+class ProfileError(SandboxError, ValueError):
     """A sandbox profile could not be found, read or validated."""
 
 
@@ -210,6 +211,26 @@ def load_profile(name_or_path: str | Path) -> SandboxProfile:
             "pick one of those or pass a path to a .toml file"
         )
     return load_profile_file(path)
+
+
+def with_user(profile: SandboxProfile, user: str) -> SandboxProfile:
+    """``profile`` run as ``user`` (``UID[:GID]``, numbers; the GID defaults to the
+    profile's), held to the profile's rule on root (``allow_root``)."""
+    uid, sep, gid = user.partition(":")
+    if not uid.isdigit() or (sep and not gid.isdigit()):
+        raise ProfileError(
+            f"--user {user!r}: give numbers, UID or UID:GID (e.g. --user $(id -u):$(id -g))"
+        )
+    if not sep:
+        gid = profile.user.partition(":")[2] or uid
+    data = {**profile.model_dump(), "user": f"{int(uid)}:{int(gid)}"}
+    try:
+        return SandboxProfile.model_validate(data, strict=False)
+    except ValidationError as exc:
+        problems = "; ".join(
+            str(error["msg"]).removeprefix("Value error, ") for error in exc.errors()
+        )
+        raise ProfileError(f"--user {user!r} with profile {profile.name!r}: {problems}") from None
 
 
 def load_profile_file(path: Path) -> SandboxProfile:

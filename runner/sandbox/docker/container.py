@@ -1,0 +1,112 @@
+"""A started container, seen by the host as a :class:`RunningComponent`.
+
+Exit is seen as the end of the attach stream and confirmed by inspecting the container, so
+no worker thread sits in a long ``wait``. Every engine call goes through the container's
+:class:`Lease`, so a removed container or a lost engine is a :class:`SandboxLost`, never a
+docker-py error.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import anyio
+from anyio.abc import ByteReceiveStream, ByteSendStream
+
+from runner.sandbox.base import Attachment, SandboxFacts
+from runner.sandbox.docker.attach import STDERR, STDOUT, AttachConnection, Output, Stdin
+from runner.sandbox.docker.engine import Engine, Lease
+
+SCRATCH_PATH = "/flow/scratch"
+ATTACHMENTS_DIR = "/flow/attachments"
+STOP_TIMEOUT = 10.0
+"""Seconds cleanup waits for a killed container to be reported stopped before removing."""
+
+
+class Container:
+    """A started container: its stdio over the attach connection, wait, kill and stop."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        lease: Lease,
+        connection: AttachConnection,
+        attachments: tuple[Attachment, ...],
+        facts: SandboxFacts,
+    ) -> None:
+        self._engine = engine
+        self._lease = lease
+        self._connection = connection
+        self._started = time.perf_counter()
+        self.stdin: ByteSendStream = Stdin(connection)
+        self.stdout: ByteReceiveStream = Output(connection, STDOUT)
+        self.stderr: ByteReceiveStream = Output(connection, STDERR)
+        self.attachment_paths: Mapping[str, str] = {
+            att.name: f"{ATTACHMENTS_DIR}/{att.name}" for att in attachments
+        }
+        self.scratch_path = SCRATCH_PATH
+        self.facts = facts
+
+    async def wait(self) -> int:
+        """Read the attach stream to its end (keeping unread output), then confirm exit."""
+        if self.facts.exit_code is not None:
+            return self.facts.exit_code
+        await self._connection.drain()
+        state = await self._stopped_state()
+        if state["ExitCode"] == 137 and not state["OOMKilled"] and not self.facts.killed_by_host:
+            state = await self._late_oom(state)
+        return self._record(state)
+
+    async def kill(self) -> None:
+        """SIGKILL the container; a no-op once it has stopped.
+
+        Raises :class:`SandboxLost` if it was removed meanwhile or its engine is gone.
+        """
+        if self.facts.exit_code is not None:
+            return
+        was_killed = self.facts.killed_by_host
+        self.facts.killed_by_host = True  # recorded first: 137 is read as our doing
+        if not await self._engine.kill(self._lease):
+            self.facts.killed_by_host = was_killed
+
+    async def stop(self) -> None:
+        """Kill if still running and record the final state; used by cleanup."""
+        if self.facts.exit_code is not None:
+            return
+        await self.kill()
+        with anyio.move_on_after(STOP_TIMEOUT):
+            self._record(await self._stopped_state())
+
+    async def _inspect(self) -> dict[str, Any]:
+        state: dict[str, Any] = (await self._engine.inspect(self._lease))["State"]
+        return state
+
+    async def _stopped_state(self) -> dict[str, Any]:
+        """Inspect until the engine reports the container stopped (polling, backing off)."""
+        delay = 0.005
+        while True:
+            state = await self._inspect()
+            if not state["Running"]:
+                return state
+            await anyio.sleep(delay)
+            delay = min(delay * 2, 0.25)
+
+    async def _late_oom(self, state: dict[str, Any]) -> dict[str, Any]:
+        """Re-read a SIGKILL nobody here sent: the engine may report the exit before the
+        OOM event of the same container (seen about once in 50 OOM runs), and an OOM
+        must not be reported as a plain kill."""
+        for _ in range(5):
+            await anyio.sleep(0.05)
+            latest = await self._inspect()
+            if latest["OOMKilled"]:
+                return latest
+        return state
+
+    def _record(self, state: dict[str, Any]) -> int:
+        """Note the stopped container's state in the facts; return its exit code."""
+        exit_code = self.facts.exit_code = int(state["ExitCode"])
+        self.facts.oom_killed = bool(state["OOMKilled"])
+        self.facts.timings["run"] = time.perf_counter() - self._started
+        return exit_code

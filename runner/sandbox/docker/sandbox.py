@@ -1,0 +1,423 @@
+"""The Docker backend: one container per invocation, driven through ``engine.py``.
+
+A launch judges and holds every bind source (``runner.sandbox.attachments``), creates the
+container (never pulling: a missing image is an error that says how to build it),
+attaches to its stdio *before* starting it so no early output is lost, starts it,
+verifies that the engine mounted the very files that were held, and hands the host a
+:class:`~runner.sandbox.docker.container.Container` while the run's bounded host
+directories are watched (``runner.sandbox.disk``).
+
+Leaving the ``async with`` block always kills (if needed), records the container's state
+and removes it with its anonymous volumes, shielded from cancellation: a deadline, Ctrl-C
+or a crash in the host cannot leak a container. Every container carries labels naming the
+run and the owning process (``runner.sandbox.labels``), so ``runner.sandbox.gc`` can sweep
+up after a killed host. A loss of the container or the engine after creation is kept in
+the container's lease; cleanup still runs, and the launch then ends with the first loss,
+which the API reports as the run's failure rather than a traceback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import tarfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio
+import anyio.lowlevel
+import docker
+from docker.types import LogConfig, Mount, Ulimit
+
+from runner.sandbox.attachments import HeldPath, check_unique, check_usable, hold
+from runner.sandbox.base import (
+    Attachment,
+    DiskBreach,
+    ImageEntry,
+    LaunchRequest,
+    RunningComponent,
+    SandboxFacts,
+)
+from runner.sandbox.disk import DiskBound, DiskWatch, launch_bounds
+from runner.sandbox.docker.attach import AttachConnection, open_connection
+from runner.sandbox.docker.container import ATTACHMENTS_DIR, SCRATCH_PATH, Container
+from runner.sandbox.docker.engine import Engine, Lease, open_engine
+from runner.sandbox.errors import DockerSandboxError, RuntimeMissing, SandboxLost
+from runner.sandbox.labels import run_labels
+from runner.sandbox.pathmap import HostSource
+from runner.sandbox.profiles import SandboxProfile
+from runner.sandbox.registry import SandboxSpec, StopGraces, load_spec_profile
+
+T = TypeVar("T")
+
+
+def open_docker(spec: SandboxSpec) -> tuple[DockerSandbox, StopGraces]:
+    """The ``docker`` backend's factory (``flow_runner.sandboxes``): ``spec.image`` under
+    the spec's profile (and user), ``spec.command`` replacing the image's command."""
+    if not spec.image:
+        raise DockerSandboxError("the docker backend needs an image: exec IMAGE [COMMAND...]")
+    profile = load_spec_profile(spec)
+    command = list(spec.command) if spec.command is not None else None
+    sandbox = DockerSandbox(
+        spec.image, profile, command, client=spec.client, record_engine=spec.record_engine
+    )
+    return sandbox, StopGraces(cancel=profile.cancel_grace, exit=profile.exit_grace)
+
+
+@dataclass(frozen=True)
+class DockerImage:
+    """An image on the engine, as an :class:`~runner.sandbox.base.ImageSource`."""
+
+    engine: Engine
+    image_id: str
+    labels: Mapping[str, str]
+
+    async def files(self, path: str, *, max_bytes: int) -> list[ImageEntry] | None:
+        """The entries under ``path``, from the engine's archive of a never-started
+        container (see :meth:`Engine.read_archive`)."""
+        data = await self.engine.read_archive(self.image_id, path, max_bytes)
+        if data is None:
+            return None
+        return await anyio.to_thread.run_sync(entries_from_tar, data)
+
+
+def entries_from_tar(data: bytes) -> list[ImageEntry]:
+    """The entries of a ``get_archive`` tar, named below its top directory."""
+    entries: list[ImageEntry] = []
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+        for member in tar:
+            _, _, path = member.name.partition("/")
+            if member.isdir():
+                entries.append(ImageEntry(path, "dir"))
+            elif member.isfile():
+                extracted = tar.extractfile(member)
+                assert extracted is not None
+                entries.append(ImageEntry(path, "file", extracted.read()))
+            else:
+                entries.append(ImageEntry(path or member.name, "other"))
+    return entries
+
+
+class DockerSandbox:
+    """Launches each invocation in a fresh container of ``image`` under ``profile``."""
+
+    name = "docker"
+
+    def __init__(
+        self,
+        image: str,
+        profile: SandboxProfile,
+        command: list[str] | None = None,
+        client: docker.DockerClient | None = None,
+        record_engine: bool = False,
+    ) -> None:
+        self.image = image
+        self.profile = profile
+        self.command = command
+        self._client = client
+        self.record_engine = record_engine
+        """Inspect once started and keep what the engine put in effect in
+        ``facts.details["engine"]`` (``policy verify``'s engine column)."""
+
+    async def image_source(self) -> DockerImage:
+        """The image on the engine (asked once per call), to read its files inertly."""
+        engine = await open_engine(self._client)
+        info = await engine.inspect_image(self.image)
+        labels = (info.get("Config") or {}).get("Labels") or {}
+        return DockerImage(engine, str(info["Id"]), dict(labels))
+
+    def planned_paths(self, request: LaunchRequest) -> tuple[Mapping[str, str], str]:
+        """Every attachment is mounted at ``/flow/attachments/NAME``, scratch at
+        ``/flow/scratch``, whatever the host paths."""
+        return {a.name: f"{ATTACHMENTS_DIR}/{a.name}" for a in request.attachments}, SCRATCH_PATH
+
+    def launch(self, request: LaunchRequest) -> AbstractAsyncContextManager[RunningComponent]:
+        """Create, attach and start a container; on exit, kill if needed and remove it."""
+        return self._launch(request)
+
+    @asynccontextmanager
+    async def _launch(self, request: LaunchRequest) -> AsyncIterator[RunningComponent]:
+        with contextlib.ExitStack() as held:
+            # Each path is opened, judged and held until the component runs (see _mounts).
+            mounts = await anyio.to_thread.run_sync(self._hold, request, held)
+            engine = await open_engine(self._client)
+            await self._check_runtime(engine)
+            bounds = await anyio.to_thread.run_sync(
+                launch_bounds, self.profile, request.attachments, _scratch_attachment(request)
+            )
+            sources = await _host_sources(engine, mounts)
+            facts = SandboxFacts()
+            began = time.perf_counter()
+            lease = Lease(await self._create(engine, request, mounts, sources, facts), began)
+            connection: AttachConnection | None = None
+            container: Container | None = None
+            try:
+                for path in mounts.values():
+                    path.recheck()  # swapped after the check, before the engine mounts it?
+                connection = await _timed(facts, "attach", _attach(engine, lease))
+                lease.step = "start"
+                await _timed(facts, "start", self._start(engine, lease))
+                await _verify_mounts(engine, lease, mounts, facts)
+                if self.record_engine:
+                    info = await engine.inspect(lease)
+                    facts.details["engine"] = {**info["HostConfig"], "User": info["Config"]["User"]}
+                held.close()  # the mounts are what was judged; the descriptors can go
+                lease.step = "run"
+                container = Container(engine, lease, connection, request.attachments, facts)
+                async with _disk_watch(container, bounds, self.profile.disk_poll):
+                    yield container
+            finally:
+                with anyio.CancelScope(shield=True):
+                    cleanup = _cleanup(engine, lease, connection, container)
+                    await _timed(facts, "cleanup", cleanup)
+                if lease.lost is not None:
+                    raise lease.lost  # the run's failure, in place of what it caused in the host
+
+    def _hold(self, request: LaunchRequest, stack: contextlib.ExitStack) -> dict[str, HeldPath]:
+        """Judge and hold every bind source: mount target -> held path (closed by ``stack``)."""
+        check_unique(request.attachments)
+        allowed = self.profile.allowed_mounts
+        mounts: dict[str, HeldPath] = {}
+        user = self.profile.user
+        for att in request.attachments:
+            held = mounts[f"{ATTACHMENTS_DIR}/{att.name}"] = hold(att, allowed)
+            stack.callback(held.close)
+            check_usable(held, user)
+        scratch = _scratch_attachment(request)
+        if scratch is not None:
+            held = mounts[SCRATCH_PATH] = hold(scratch, allowed, directory=True)
+            stack.callback(held.close)
+            check_usable(held, user, shown_as=f"--scratch {scratch.host_path}")
+        return mounts
+
+    async def _start(self, engine: Engine, lease: Lease) -> None:
+        refused = await engine.start(lease)
+        if refused is not None:
+            raise DockerSandboxError(
+                f"container {lease.container_id[:12]} (image {self.image!r}, runtime "
+                f"{self.profile.runtime!r}) did not start: {refused}; check the "
+                "image's command and the engine's log"
+            )
+
+    async def _check_runtime(self, engine: Engine) -> None:
+        runtime = self.profile.runtime
+        if runtime == "runc":
+            return
+        runtimes = await engine.offered_runtimes()
+        if runtime not in runtimes:
+            raise RuntimeMissing(
+                f"sandbox profile {self.profile.name!r} needs the container runtime "
+                f"{runtime!r} (gVisor), which this engine does not offer (it has: "
+                f"{', '.join(sorted(runtimes))}); register it with "
+                "`images/engine.sh runsc` (installs Debian's runsc package, adds it under "
+                '"runtimes" in /etc/docker/daemon.json and reloads dockerd), or choose '
+                "another profile"
+            )
+
+    async def _create(
+        self,
+        engine: Engine,
+        request: LaunchRequest,
+        mounts: Mapping[str, HeldPath],
+        sources: Mapping[str, HostSource],
+        facts: SandboxFacts,
+    ) -> str:
+        run_id = request.run_id or uuid.uuid4().hex
+        create = engine.create(
+            self.image,
+            self.command,
+            user=self.profile.user,
+            labels=run_labels(run_id, request.parent_run_id),
+            host_config=_host_config(self.profile, mounts, sources),
+        )
+        container_id = await _timed(facts, "create", create)
+        facts.details.update(
+            container_id=container_id,
+            run_id=run_id,
+            image=self.image,
+            profile=self.profile.name,
+            runtime=self.profile.runtime,
+        )
+        return container_id
+
+
+@asynccontextmanager
+async def _disk_watch(
+    container: Container, bounds: tuple[DiskBound, ...], interval: float
+) -> AsyncIterator[None]:
+    """Poll the run's bounded host directories while it runs; kill it on a breach.
+
+    The breach is recorded in the facts before the kill, so the run is reported as
+    having exceeded its disk bound (by ``runner.api``), not as a plain kill.
+    """
+    if not bounds:
+        yield
+        return
+    token = anyio.lowlevel.current_token()
+
+    def breached(breach: DiskBreach) -> None:
+        container.facts.disk_breach = breach
+        # A failed kill is not fatal here: cleanup kills the container in any case.
+        with contextlib.suppress(DockerSandboxError, SandboxLost):
+            anyio.from_thread.run(container.kill, token=token)
+
+    watch = DiskWatch(bounds, interval, breached)
+    watch.start()
+    try:
+        yield
+    finally:
+        with anyio.CancelScope(shield=True):
+            container.facts.disk_breach = await anyio.to_thread.run_sync(watch.stop)
+
+
+def _scratch_attachment(request: LaunchRequest) -> Attachment | None:
+    """The run's own scratch directory, judged like an attachment before it is bound."""
+    if request.scratch_dir is None:
+        return None
+    return Attachment("scratch", Path(request.scratch_dir).resolve(), "read-write")
+
+
+async def _host_sources(engine: Engine, held: Mapping[str, HeldPath]) -> dict[str, HostSource]:
+    """Each held path's bind source as the engine's host names it (see ``pathmap``).
+
+    The judged path, not the one asked for, is translated: the kernel's name for the held
+    descriptor. Outside a container this is that path itself, and the engine is not asked.
+    """
+    if not held:
+        return {}
+    path_map = await engine.host_paths()
+    return {target: path_map.translate(path.path) for target, path in held.items()}
+
+
+def _host_config(
+    profile: SandboxProfile, held: Mapping[str, HeldPath], sources: Mapping[str, HostSource]
+) -> dict[str, Any]:
+    """The profile and the held mounts (target -> path, and its source on the engine's
+    host) as ``create_host_config`` arguments; without a held scratch directory the
+    scratch is a tmpfs."""
+    tmpfs = {"/tmp": _tmpfs(profile.tmp_size, profile)}
+    mounts = [
+        Mount(
+            target,
+            sources[target].source,
+            type=sources[target].type,
+            read_only=path.attachment.access == "read",
+        )
+        for target, path in held.items()
+    ]
+    if SCRATCH_PATH not in held:
+        tmpfs[SCRATCH_PATH] = _tmpfs(profile.scratch_size, profile)
+    security_opt = ["no-new-privileges"] if profile.no_new_privileges else []
+    if profile.seccomp_json is not None:
+        security_opt.append(f"seccomp={profile.seccomp_json}")
+    elif profile.seccomp == "unconfined":
+        security_opt.append("seccomp=unconfined")
+    return {
+        "network_mode": profile.network,
+        "read_only": profile.read_only_root,
+        "mem_limit": profile.memory,
+        "memswap_limit": profile.memory,
+        "nano_cpus": round(profile.cpus * 1e9),
+        "pids_limit": profile.pids,
+        "ulimits": [Ulimit(name="nofile", soft=profile.nofile, hard=profile.nofile)],
+        "cap_drop": list(profile.cap_drop),
+        "cap_add": list(profile.cap_add),
+        "security_opt": security_opt,
+        "init": profile.init,
+        "runtime": profile.runtime,
+        "tmpfs": tmpfs,
+        "mounts": mounts,
+        "log_config": LogConfig(type="none"),  # output goes to the host, not to disk too
+    }
+
+
+async def _verify_mounts(
+    engine: Engine, lease: Lease, held: Mapping[str, HeldPath], facts: SandboxFacts
+) -> None:
+    """Refuse the run unless every bind mount is the very file that was judged and held.
+
+    The engine resolves a bind source by name when the container starts, and a name can
+    be swapped after :meth:`HeldPath.recheck`; a descriptor cannot be given instead (runc
+    refuses ``/proc/PID/fd/N`` as a source: EINVAL, the mount belongs to another mount
+    namespace). So the started container's mount points are looked at through
+    ``/proc/<its pid>/root`` and compared by device and inode with the held descriptors;
+    on any difference the caller's cleanup kills the container before a single protocol
+    byte is sent. A runner without the right to look (not root: the container's user is
+    another), or one in a container of its own that sees none of the engine's pids (a
+    pid there names some other process, or none), records ``mounts_verified = False``
+    instead; a container already gone has nothing left to look at.
+    """
+    if not held:
+        return
+    if engine.path_map is not None and not engine.path_map.sees_engine_pids:
+        facts.details["mounts_verified"] = False
+        return
+    info = await engine.inspect(lease)
+    pid = int(info["State"]["Pid"])
+    if not info["State"]["Running"] or pid <= 0:
+        facts.details["mounts_verified"] = False
+        return
+    for target, path in held.items():
+        try:
+            mounted = os.stat(f"/proc/{pid}/root{target}", follow_symlinks=False)
+        except PermissionError:
+            facts.details["mounts_verified"] = False
+            return
+        except OSError as exc:
+            raise path.changed(f"the container's {target} cannot be looked at: {exc}") from exc
+        if (mounted.st_dev, mounted.st_ino) != path.identity:
+            raise path.changed(f"the engine mounted another file at {target}")
+    facts.details["mounts_verified"] = True
+
+
+def _tmpfs(size: int, profile: SandboxProfile) -> str:
+    """Options of a private tmpfs: the kernel bounds its bytes and its files (inodes)."""
+    return f"rw,nosuid,nodev,size={size},nr_inodes={profile.disk_entries},mode=1777"
+
+
+async def _attach(engine: Engine, lease: Lease) -> AttachConnection:
+    """Attach to stdin, stdout and stderr over one connection read with async I/O."""
+    return await open_connection(await engine.attach_socket(lease))
+
+
+async def _cleanup(
+    engine: Engine,
+    lease: Lease,
+    connection: AttachConnection | None,
+    container: Container | None,
+) -> None:
+    """Kill, record, remove (with anonymous volumes) and close; run shielded.
+
+    A loss on the way is kept in ``lease`` and the next step is still tried: a container
+    removed by someone else needs nothing more, and an engine that went away refuses the
+    removal at once, which leaves the container for the next sweep (``flow-runner gc``).
+    """
+    lease.step = "cleanup"
+    try:
+        if container is not None:
+            with contextlib.suppress(SandboxLost):
+                await container.stop()
+    finally:
+        try:
+            await engine.remove(lease)
+        except SandboxLost:
+            if lease.lost is not None:  # always: this loss, or the earlier one it followed
+                lease.lost.container_left = True
+        finally:
+            if connection is not None:
+                await connection.aclose()
+
+
+async def _timed(facts: SandboxFacts, name: str, step: Awaitable[T]) -> T:
+    """Await ``step`` and record how long it took in ``facts.timings[name]``."""
+    started = time.perf_counter()
+    try:
+        return await step
+    finally:
+        facts.timings[name] = time.perf_counter() - started
