@@ -64,12 +64,7 @@ ALLOWED: Mapping[str, frozenset[str]] = {
 }
 """The layer map as data: a part may import only itself and the parts its row names."""
 
-KNOWN_EXCEPTIONS: Mapping[tuple[str, str], str] = {
-    ("runner.sandbox.docker", "runner.package.reader"): (
-        "issue 13, sandbox half: the Docker backend offers the image's files and "
-        "runner/package/reader.py parses them; then sandbox imports no package/"
-    ),
-}
+KNOWN_EXCEPTIONS: Mapping[tuple[str, str], str] = {}
 """(importer, imported) pairs that break the map today, each with the fix that ends it."""
 
 
