@@ -24,12 +24,24 @@ build_base() {
   images/base.sh "$BASE" "$recipe"
 }
 
-build_dir() { # image-name dockerfile-dir [recipe-dir: what the image copies, default the first]
+copied_by() { # dockerfile -> every source its COPY lines name (globs expanded from the checkout)
+  local line word
+  while read -r line; do
+    set -f; set -- $line; set +f
+    shift # COPY
+    while [ $# -gt 1 ]; do
+      case $1 in --*) ;; *) for word in $1; do printf '%s\n' "$word"; done ;; esac
+      shift
+    done
+  done < <(grep -E '^(COPY|ADD)[[:space:]]' "$1")
+}
+
+build_dir() { # image-name dockerfile-dir [recipe-dir: extra inputs, default the first]
   local name=$1 dir=$2 recipe
-  # Derived images follow the base: its recipe is part of theirs.
-  recipe=$({ recipe_of "${3:-$dir}" runner/json1.py runner/component tests/fake_component.py \
-               tests/components/relay.py tests/components/channel_plan.py \
-               runner/host/capabilities/contracts
+  # Every file the image copies is an input, and so is its directory (the Dockerfile);
+  # derived images follow the base: its recipe is part of theirs.
+  local -a copied; mapfile -t copied < <(copied_by "$dir/Dockerfile")
+  recipe=$({ recipe_of "${3:-$dir}" "${copied[@]}"
              current_recipe "$BASE"; } | sha256sum | cut -c1-16)
   [ "$(current_recipe "$name")" = "$recipe" ] && return 0
   echo "images: building $name"
