@@ -5,11 +5,14 @@
 #   examples/*/Dockerfile         the example flows (examples/*/*/Dockerfile: one per flow)
 # Each image carries the label flow-runner.recipe = hash of its inputs; an image whose label
 # already matches is not rebuilt, so a second run takes a second or two.
+# `build.sh --recipes` builds nothing and prints each derived image's name and recipe.
 set -euo pipefail
 shopt -s nullglob
 cd "$(dirname "$0")/.."
 
 BASE=flow-runner/base:bookworm
+RECIPES_ONLY=false
+[ "${1:-}" = --recipes ] && RECIPES_ONLY=true
 
 recipe_of() { # files... -> short hash of their contents and names
   find "$@" -type f -not -name '*.pyc' -not -path '*/__pycache__/*' -print0 | sort -z \
@@ -43,6 +46,7 @@ build_dir() { # image-name dockerfile-dir [recipe-dir: extra inputs, default the
   local -a copied; mapfile -t copied < <(copied_by "$dir/Dockerfile")
   recipe=$({ recipe_of "${3:-$dir}" "${copied[@]}"
              current_recipe "$BASE"; } | sha256sum | cut -c1-16)
+  if $RECIPES_ONLY; then echo "$name $recipe"; return 0; fi
   [ "$(current_recipe "$name")" = "$recipe" ] && return 0
   echo "images: building $name"
   # The build context is the checkout so images can carry runner/json1.py and the SDK.
@@ -54,7 +58,7 @@ build_dir() { # image-name dockerfile-dir [recipe-dir: extra inputs, default the
   rm -f "$log"
 }
 
-build_base
+$RECIPES_ONLY || build_base
 for df in images/*/Dockerfile; do
   d=$(dirname "$df"); build_dir "flow-runner/$(basename "$d"):latest" "$d"
 done
@@ -67,4 +71,4 @@ for df in examples/*/*/Dockerfile; do
   build_dir "flow-runner/examples-$(basename "$p")-$(basename "$d"):latest" "$d" "$p"
 done
 # A rebuilt image leaves its predecessor untagged; remove those (only ours, by label).
-docker image prune --force --filter label=flow-runner.recipe >/dev/null
+$RECIPES_ONLY || docker image prune --force --filter label=flow-runner.recipe >/dev/null
