@@ -7,11 +7,14 @@
 # `build.sh runner` builds only the base and the runner image.
 # Each image carries the label flow-runner.recipe = hash of its inputs; an image whose label
 # already matches is not rebuilt, so a second run takes a second or two.
+# `build.sh --recipes` builds nothing and prints each derived image's name and recipe.
 set -euo pipefail
 shopt -s nullglob
 cd "$(dirname "$0")/.."
 
 BASE=flow-runner/base:bookworm
+RECIPES_ONLY=false
+[ "${1:-}" = --recipes ] && RECIPES_ONLY=true
 
 recipe_of() { # files... -> short hash of their contents and names
   find "$@" -type f -not -name '*.pyc' -not -path '*/__pycache__/*' -print0 | sort -z \
@@ -26,13 +29,26 @@ build_base() {
   images/base.sh "$BASE" "$recipe"
 }
 
-build_dir() { # image-name dockerfile-dir [recipe-dir: what the image copies, default the first]
+copied_by() { # dockerfile -> every source its COPY lines name (globs expanded from the checkout)
+  local line word
+  while read -r line; do
+    set -f; set -- $line; set +f
+    shift # COPY
+    while [ $# -gt 1 ]; do
+      case $1 in --*) ;; *) for word in $1; do printf '%s\n' "$word"; done ;; esac
+      shift
+    done
+  done < <(grep -E '^(COPY|ADD)[[:space:]]' "$1")
+}
+
+build_dir() { # image-name dockerfile-dir [recipe-dir: extra inputs, default the first]
   local name=$1 dir=$2 recipe
-  # Derived images follow the base: its recipe is part of theirs.
-  recipe=$({ recipe_of "${3:-$dir}" runner/json1.py runner/component tests/fake_component.py \
-               tests/components/relay.py tests/components/channel_plan.py \
-               runner/host/capabilities/contracts
+  # Every file the image copies is an input, and so is its directory (the Dockerfile);
+  # derived images follow the base: its recipe is part of theirs.
+  local -a copied; mapfile -t copied < <(copied_by "$dir/Dockerfile")
+  recipe=$({ recipe_of "${3:-$dir}" "${copied[@]}"
              current_recipe "$BASE"; } | sha256sum | cut -c1-16)
+  if $RECIPES_ONLY; then echo "$name $recipe"; return 0; fi
   [ "$(current_recipe "$name")" = "$recipe" ] && return 0
   echo "images: building $name"
   # The build context is the checkout so images can carry runner/json1.py and the SDK.
@@ -65,7 +81,7 @@ build_runner() {
   fi
   rm -f "$log"
 }
-build_base
+$RECIPES_ONLY || build_base
 if [ "${1:-}" = runner ]; then # `make image`: the base and the runner image only
   build_runner
   exit 0
@@ -81,6 +97,6 @@ for df in examples/*/*/Dockerfile; do
   d=$(dirname "$df"); p=$(dirname "$d")
   build_dir "flow-runner/examples-$(basename "$p")-$(basename "$d"):latest" "$d" "$p"
 done
-build_runner
+$RECIPES_ONLY || build_runner
 # A rebuilt image leaves its predecessor untagged; remove those (only ours, by label).
-docker image prune --force --filter label=flow-runner.recipe >/dev/null
+$RECIPES_ONLY || docker image prune --force --filter label=flow-runner.recipe >/dev/null
