@@ -7,6 +7,7 @@ files, not copied from a previous run.
 
 from __future__ import annotations
 
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -164,3 +165,16 @@ def test_slow_is_cancelled_by_ctrl_c_without_a_kill(engine: Any, report: Path) -
         None,
         0,
     )
+
+
+def test_the_research_report_artifacts_stay_out_of_the_checkout() -> None:
+    """Run from the checkout, the research-report example writes its artifacts under its
+    configured root; that tree is ignored, so a run leaves the work tree clean."""
+    from runner.config import load_config
+
+    config = load_config(EXAMPLES / "research-report" / "flow-runner.toml")
+    binding = config.flow("research-report").capabilities["artifacts"]
+    root = config.resolve(binding.options["root"])
+    written = (root / "notes" / "subject.txt").relative_to(ROOT)
+    ignored = subprocess.run(["git", "check-ignore", "-q", str(written)], cwd=ROOT, check=False)
+    assert ignored.returncode == 0, f"{written} would show in git status"

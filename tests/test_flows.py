@@ -167,15 +167,13 @@ def test_children_stopped_by_a_root_cancel_stay_in_the_report(tmp_path: Path) ->
 
     async def main() -> Execution:
         control = RunControl()
-        async with anyio.create_task_group() as tg:
 
-            async def cancel_soon() -> None:
-                await anyio.sleep(2)
+        def cancel_once_the_grandchild_sleeps(chunk: bytes) -> None:
+            if b"relay: sleeping" in chunk:  # the whole tree runs: stop it now
                 control.cancel()
 
-            tg.start_soon(cancel_soon)
-            host = FlowHost(load_config(config))
-            return await host.run("top", plan, deadline_seconds=30, control=control)
+        host = FlowHost(load_config(config), stderr_sink=cancel_once_the_grandchild_sleeps)
+        return await host.run("top", plan, deadline_seconds=30, control=control)
 
     execution = anyio.run(main)
     assert execution.verdict.error is not None

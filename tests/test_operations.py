@@ -49,7 +49,7 @@ def test_join_dispatches_once_and_replays_the_settled_result() -> None:
         async with anyio.create_task_group() as tg:
             tg.start_soon(call, "c:1")
             tg.start_soon(call, "c:2")
-            await anyio.sleep(0.01)
+            await anyio.wait_all_tasks_blocked()
             gate.set()
         assert await ledger.run("c:3", CALL, params(), work) == "shared"
         assert results == ["shared", "shared"]
@@ -77,9 +77,9 @@ def test_cancelled_dispatcher_keeps_the_work_while_a_waiter_remains() -> None:
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(ledger.run, "c:1", CALL, params(), work)
-            await anyio.sleep(0.01)
+            await anyio.wait_all_tasks_blocked()
             tg.start_soon(waiter)
-            await anyio.sleep(0.01)
+            await anyio.wait_all_tasks_blocked()
             assert ledger.cancel_waiter("c:1"), "the dispatcher's task must keep running"
             gate.set()
         assert survivor == ["survived"]
@@ -109,7 +109,7 @@ def test_work_abandoned_by_every_waiter_is_cancelled_and_uncertain() -> None:
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(dispatcher)
-            await anyio.sleep(0.01)
+            await anyio.wait_all_tasks_blocked()
             assert not ledger.cancel_waiter("c:1"), "no other waiter: let the task go"
         assert outcome == ["UNCERTAIN"]
         assert cancelled.is_set()

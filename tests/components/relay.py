@@ -13,6 +13,7 @@ same shape of input relays further, so one image serves every level of a tree.
 from __future__ import annotations
 
 import asyncio
+import sys
 from typing import Any
 
 from runner.component import CapabilityError, OperationError, RunContext, RunResult, handle
@@ -50,6 +51,7 @@ async def main(ctx: RunContext) -> RunResult:
     else:
         results = [await one(ctx, call, messages) for call in calls]
     if plan.get("sleep"):
+        print(f"relay: sleeping {plan['sleep']} s", file=sys.stderr, flush=True)  # a readiness line
         await asyncio.sleep(plan["sleep"])
     output = {"deadline": ctx.deadline_unix_ms, "results": results, "messages": messages}
     return RunResult("done", output)
