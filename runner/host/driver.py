@@ -276,9 +276,14 @@ class _Run:
         self.exit_code = await self.component.wait()
 
     async def _kill(self, why: HostKill) -> None:
-        if self.host_kill is None:
+        """Kill the component; the report names the reason only if the kill took effect
+        (a component that had already exited by itself was not killed by the host)."""
+        first = self.host_kill is None
+        if first:
             self.host_kill = why
         await self.component.kill()
+        if first and not self.component.facts.killed_by_host:
+            self.host_kill = None
 
     def outcome(self) -> RunOutcome:
         ending = Ending(self.exit_code, self.host_kill, self.component.facts.oom_killed)
