@@ -1,0 +1,5 @@
+"""``python -m runner.cli``: the console script's entry point."""
+
+from runner.cli import main
+
+main()

@@ -1,0 +1,117 @@
+"""The ``flow-runner`` command line (typer): the app, its sub-apps and the exit statuses.
+
+The commands live in the modules beside this one, each registering on the app it imports;
+``runner.cli`` imports them all.
+
+Heavy modules (docker-py, anyio, pydantic) are imported inside the commands, so that
+``--help`` and ``--version`` are instant and ``exec`` pays only for what it uses.
+
+Exit status of ``exec``: 0 outcome ``done``; 3 a declared custom outcome; 124
+``DEADLINE_EXCEEDED``; 130 ``CANCELLED`` by the user; 4 any other Run failure (a container
+removed by someone else included); 5 infrastructure failure: the engine failed or went
+away during the run, retrying may succeed; 2 bad usage or configuration (nothing was run).
+Of ``batch``: 0 every run succeeded (``done`` or a declared outcome), 4 some run failed, 5
+some run infra-failed, 130 interrupted, 2 bad usage (nothing ran).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TYPE_CHECKING, Annotated, NoReturn
+
+import typer
+import typer.core
+
+from runner import __version__
+
+if TYPE_CHECKING:
+    import click
+
+EXIT_DONE = 0
+EXIT_USAGE = 2
+EXIT_CUSTOM_OUTCOME = 3
+EXIT_FAILED = 4
+EXIT_INFRASTRUCTURE = 5
+EXIT_DEADLINE = 124
+EXIT_CANCELLED = 130
+
+app = typer.Typer(
+    help="Run FLOW Run/1 components, each in its own locked-down container.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+profiles_app = typer.Typer(help="Inspect sandbox profiles.", no_args_is_help=True)
+app.add_typer(profiles_app, name="profiles")
+policy_app = typer.Typer(
+    help="Test what a sandbox profile enforces on this engine, runtime and kernel.",
+    no_args_is_help=True,
+)
+app.add_typer(policy_app, name="policy")
+k8s_app = typer.Typer(
+    help="Render Kubernetes Jobs that run components with `flow-runner job` in their pods.",
+    no_args_is_help=True,
+)
+app.add_typer(k8s_app, name="k8s")
+
+
+class _BatchGroup(typer.core.TyperGroup):
+    """``batch MANIFEST`` runs a manifest; ``batch report|merge|diff`` read stores."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ("--help", "-h"):
+            args = ["run", *args]
+        return super().parse_args(ctx, args)
+
+
+batch_app = typer.Typer(
+    cls=_BatchGroup,
+    help="Run many invocations from a JSON Lines manifest, with a result store.",
+    no_args_is_help=True,
+)
+app.add_typer(batch_app, name="batch")
+
+
+class UsageError(Exception):
+    """Bad input from the user: reported with exit status 2 and no run."""
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"flow-runner {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
+    ] = False,
+) -> None:
+    """flow-runner: a FLOW Run/1 host."""
+
+
+def _fail_usage(message: str) -> NoReturn:
+    typer.echo(f"flow-runner: {message}", err=True)
+    raise typer.Exit(EXIT_USAGE)
+
+
+def main() -> NoReturn:
+    """Console-script entry point.
+
+    Ends with ``os._exit`` once the output is flushed: by then every container is removed
+    and every child process reaped, and skipping the interpreter's teardown of docker-py,
+    pydantic and anyio saves about 80 ms per run.
+    """
+    try:
+        app()
+        code: object = 0
+    except SystemExit as exit_:
+        code = exit_.code
+    if isinstance(code, str):
+        print(code, file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code if isinstance(code, int) else int(code is not None))

@@ -1,0 +1,262 @@
+"""``flow-runner batch``: run a JSON Lines manifest into a result store, and read stores."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Literal
+
+import typer
+
+from runner.cli.app import UsageError, _fail_usage, batch_app
+from runner.cli.inputs import _load_config, _read_json
+
+if TYPE_CHECKING:
+    from runner.batch import Halt
+
+
+@batch_app.command("run")
+def batch_run(
+    manifest: Annotated[Path, typer.Argument(help="JSON Lines: one invocation per line.")],
+    results: Annotated[
+        Path, typer.Option("--results", help="The SQLite result store (created if missing).")
+    ] = Path("flow-runner-results.sqlite"),
+    jobs: Annotated[
+        int | None,
+        typer.Option("--jobs", "-j", min=1, help="Runs at once (default: the number of cores)."),
+    ] = None,
+    image: Annotated[str | None, typer.Option("--image", help="Default image.")] = None,
+    flow: Annotated[
+        str | None, typer.Option("--flow", help="Default configured flow (with --config).")
+    ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", "-c", help="Host configuration (default ./flow-runner.toml)."),
+    ] = None,
+    input_: Annotated[str, typer.Option("--input", "-i", help="Default input: JSON or @FILE.")] = (
+        "null"
+    ),
+    settings: Annotated[str, typer.Option("--settings", help="Default settings (JSON).")] = "{}",
+    attach: Annotated[
+        list[str] | None, typer.Option("--attach", "-a", help="Default NAME=PATH[:ro|rw].")
+    ] = None,
+    deadline: Annotated[str, typer.Option("--deadline", "-d", help="Default deadline.")] = "5m",
+    profile: Annotated[str, typer.Option("--profile", "-p", help="Default profile.")] = "default",
+    command: Annotated[
+        str | None, typer.Option("--command", help="Default command (shell words).")
+    ] = None,
+    retries: Annotated[
+        int, typer.Option("--retries", min=0, help="Retries of infrastructure failures.")
+    ] = 2,
+    rerun: Annotated[
+        str | None, typer.Option("--rerun", help="failed | all: run final rows again too.")
+    ] = None,
+    halt_on_failure: Annotated[
+        str | None,
+        typer.Option("--halt-on-failure", help="N or N%: admit no new runs after that."),
+    ] = None,
+    halt: Annotated[
+        str, typer.Option("--halt", help="soon: runs in flight finish; now: cancel them.")
+    ] = "soon",
+    shard: Annotated[
+        str | None, typer.Option("--shard", help="I/N: only rows whose key is in shard I.")
+    ] = None,
+    junit: Annotated[Path | None, typer.Option("--junit", help="Write JUnit XML.")] = None,
+    jsonl: Annotated[Path | None, typer.Option("--jsonl", help="Write one result a line.")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress display.")] = False,
+    progress_every: Annotated[
+        float, typer.Option("--progress-every", min=0.05, help="Seconds between plain lines.")
+    ] = 5.0,
+    prepare: Annotated[
+        int | None,
+        typer.Option(
+            "--prepare",
+            min=0,
+            help="Containers started ahead of their runs (default: --jobs; 0: none).",
+        ),
+    ] = None,
+) -> None:
+    """Run every invocation of MANIFEST that has no committed result for its key."""
+    import shlex
+
+    from runner.batch import BatchOptions, Defaults
+
+    try:
+        value = _read_json("--input", input_)
+        settings_value = _read_json("--settings", settings)
+        if not isinstance(settings_value, dict):
+            raise UsageError("--settings must be a JSON object, for example '{}'")
+        defaults = Defaults(
+            image, flow, value, settings_value, tuple(attach or ()), deadline, profile,
+            tuple(shlex.split(command)) if command else None,
+        )  # fmt: skip
+        if rerun not in (None, "failed", "all"):
+            raise UsageError(f"--rerun {rerun!r}: use failed or all")
+        again: Literal["none", "failed", "all"] = "all" if rerun == "all" else "none"
+        if rerun == "failed":
+            again = "failed"
+        if halt not in ("soon", "now"):
+            raise UsageError(f"--halt {halt!r}: use soon or now")
+        options = BatchOptions(
+            manifest, results, defaults, _load_config(config, False), jobs or _cores(),
+            retries, again, _halt(halt_on_failure), halt == "now",
+            _shard(shard), "quiet" if quiet else "auto", progress_every, prepare=prepare,
+        )  # fmt: skip
+    except UsageError as exc:
+        _fail_usage(str(exc))
+    raise typer.Exit(_run_batch(options, junit, jsonl))
+
+
+def _cores() -> int:
+
+    return os.cpu_count() or 1
+
+
+def _halt(text: str | None) -> Halt | None:
+    from runner.batch import Halt
+
+    if text is None:
+        return None
+    try:
+        return Halt.parse(text)
+    except ValueError as exc:
+        raise UsageError(f"--halt-on-failure {exc}") from exc
+
+
+def _shard(text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    index, sep, count = text.partition("/")
+    if sep and index.isdigit() and count.isdigit() and 1 <= int(index) <= int(count):
+        return int(index), int(count)
+    raise UsageError(f"--shard {text!r}: use I/N with 1 <= I <= N, e.g. --shard 2/4")
+
+
+def _run_batch(options: object, junit: Path | None, jsonl: Path | None) -> int:
+    """Run the batch under signal handling: the first SIGINT/SIGTERM stops it (runs in
+    flight are cancelled with their grace), the second kills them."""
+    import signal
+
+    import anyio
+
+    from runner.batch import (
+        BatchControl,
+        BatchOptions,
+        ManifestError,
+        Store,
+        StoreError,
+        manifest_name,
+        run_batch,
+        write_jsonl,
+        write_junit,
+    )
+    from runner.sandbox.errors import SandboxError
+
+    assert isinstance(options, BatchOptions)
+    control = BatchControl()
+
+    async def main() -> int | Exception:
+        outcome: int | Exception
+        async with anyio.create_task_group() as tg:
+
+            async def signals() -> None:
+                with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as received:
+                    async for _ in received:
+                        if control.stopping and not control.killing:
+                            typer.echo("flow-runner batch: killing the runs in flight", err=True)
+                            control.kill()
+                        elif not control.stopping:
+                            typer.echo("flow-runner batch: stopping (again to kill)", err=True)
+                            control.stop()
+
+            tg.start_soon(signals)
+            try:
+                outcome = (await run_batch(options, control)).exit_status
+            except (ManifestError, StoreError, SandboxError) as exc:  # not into a group
+                outcome = exc
+            tg.cancel_scope.cancel()
+        return outcome
+
+    status = anyio.run(main)
+    if isinstance(status, Exception):
+        _fail_usage(str(status))
+    name = manifest_name(options.manifest)
+    store = Store(options.results)
+    try:
+        if junit is not None:
+            write_junit(store, junit, name)
+        if jsonl is not None:
+            write_jsonl(store, jsonl, name)
+    finally:
+        store.close()
+    return status
+
+
+@batch_app.command("report")
+def batch_report(
+    results: Annotated[Path, typer.Argument(help="A batch result store.")],
+    json_: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+) -> None:
+    """Print the summary of a result store: counts by status, rows not succeeded."""
+    import json
+
+    from runner.batch import Store, StoreError, print_summary, summary
+
+    try:
+        store = Store(results, create=False)
+    except StoreError as exc:
+        _fail_usage(str(exc))
+    try:
+        info = summary(store)
+    finally:
+        store.close()
+    if json_:
+        typer.echo(json.dumps(info))
+    else:
+        print_summary(info, sys.stdout)
+
+
+@batch_app.command("merge")
+def batch_merge(
+    stores: Annotated[list[Path], typer.Argument(help="Shard result stores.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="The merged store.")],
+) -> None:
+    """Join shard stores into one."""
+    from runner.batch import StoreError, merge
+
+    try:
+        written = merge(stores, output)
+    except StoreError as exc:
+        _fail_usage(str(exc))
+    typer.echo(f"merged {written} row(s) into {output}")
+
+
+@batch_app.command("diff")
+def batch_diff(
+    old: Annotated[Path, typer.Argument(help="The earlier result store.")],
+    new: Annotated[Path, typer.Argument(help="The later result store.")],
+    json_: Annotated[bool, typer.Option("--json", help="One JSON object a changed row.")] = False,
+) -> None:
+    """List rows (same id and input) whose status, outcome, error code or output changed.
+
+    Exit status 0 when nothing changed, 1 when some row did (like diff(1)).
+    """
+    import json
+
+    from runner.batch import StoreError, diff
+
+    changed = 0
+    try:
+        for entry in diff(old, new):
+            changed += 1
+            if json_:
+                typer.echo(json.dumps(entry))
+                continue
+            parts = ", ".join(
+                f"{name} {c['old']!r} -> {c['new']!r}" for name, c in entry["changed"].items()
+            )
+            typer.echo(f"{entry['manifest']}/{entry['id']}: {parts}")
+    except StoreError as exc:
+        _fail_usage(str(exc))
+    raise typer.Exit(1 if changed else 0)

@@ -1,0 +1,320 @@
+"""``flow-runner exec``: run one component, a configured flow, or a local stand-in for one."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from runner.cli.app import UsageError, _fail_usage, app
+from runner.cli.inputs import _load_config, _read_json, parse_duration
+from runner.cli.running import Starter, _print_verdict, _run
+
+if TYPE_CHECKING:
+    from runner.api import Execution
+    from runner.config import HostConfig
+    from runner.host.driver import RunControl
+    from runner.json1 import JSONValue
+    from runner.sandbox.registry import SandboxSpec
+
+
+@app.command("exec")
+def exec_(
+    target: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="IMAGE[:TAG] [COMMAND ARGS...], a flow NAME from the configuration, or with "
+            "--process: COMMAND [ARGS...]. Put `--` before a command whose arguments start "
+            "with a dash.",
+            show_default=False,
+        ),
+    ] = None,
+    process: Annotated[
+        bool, typer.Option("--process", help="Run a local command instead of a container.")
+    ] = False,
+    input_: Annotated[
+        str, typer.Option("--input", "-i", help="Run input: JSON text, @FILE, or - for stdin.")
+    ] = "null",
+    settings: Annotated[
+        str, typer.Option("--settings", help="Settings object: JSON text or @FILE.")
+    ] = "{}",
+    attach: Annotated[
+        list[str] | None,
+        typer.Option("--attach", "-a", help="NAME=HOSTPATH[:ro|rw] (default ro); repeatable."),
+    ] = None,
+    scratch: Annotated[
+        Path | None,
+        typer.Option("--scratch", help="Host directory to use as scratch (kept after the run)."),
+    ] = None,
+    deadline: Annotated[
+        str, typer.Option("--deadline", "-d", help="Time allowed, e.g. 30s, 2m, 1h, 500ms.")
+    ] = "5m",
+    profile: Annotated[
+        str, typer.Option("--profile", "-p", help="Sandbox profile: a name or a TOML file.")
+    ] = "default",
+    user: Annotated[
+        str | None,
+        typer.Option(
+            "--user",
+            help="Run the container as UID[:GID] instead of the profile's user, e.g. "
+            "--user $(id -u):$(id -g) to write a directory you own (uid 0 needs a profile "
+            "with allow_root).",
+        ),
+    ] = None,
+    package: Annotated[
+        Path | None,
+        typer.Option(
+            "--package",
+            help="With --process: hold the run to the FLOW package in this directory "
+            "(settings, attachments, input, result, ports), as an image's package holds it.",
+        ),
+    ] = None,
+    flow: Annotated[
+        str | None,
+        typer.Option(
+            "--flow",
+            help="With --process: the local command stands in for this configured flow, "
+            "with its capabilities, children, attachments, settings and limits.",
+        ),
+    ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config", "-c", help="Host configuration (default: ./flow-runner.toml if present)."
+        ),
+    ] = None,
+    allow_host_commands: Annotated[
+        bool,
+        typer.Option(
+            "--allow-host-commands",
+            help="Let ./flow-runner.toml (found, not named) define flows that run a host "
+            "command with no sandbox; a file named with --config may anyway.",
+        ),
+    ] = False,
+    report: Annotated[
+        Path | None, typer.Option("--report", help="Write the run report as JSON to FILE.")
+    ] = None,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="Do not echo the component's stderr.")
+    ] = False,
+) -> None:
+    """Run one component and print its Run result (or its error) as one JSON line."""
+    request = ExecRequest(
+        target or [], process, input_, settings, attach or [], scratch, deadline, profile,
+        config, allow_host_commands, quiet, user, package, flow,
+    )  # fmt: skip
+    try:
+        execution = _run(request.starter(), quiet)
+    except UsageError as exc:
+        _fail_usage(str(exc))
+    if report is not None:
+        report.write_text(execution.report.model_dump_json(indent=2) + "\n")
+    raise typer.Exit(_print_verdict(execution))
+
+
+@dataclass(frozen=True)
+class ExecRequest:
+    """What ``exec`` was asked to run, checked before anything starts."""
+
+    target: list[str]
+    process: bool
+    input_text: str
+    settings_text: str
+    attach: list[str]
+    scratch: Path | None
+    deadline: str
+    profile: str
+    config: Path | None
+    allow_host_commands: bool
+    quiet: bool
+    user: str | None = None
+    package: Path | None = None
+    flow: str | None = None
+
+    def starter(self) -> Starter:
+        """Validate everything, then return the coroutine factory that runs it."""
+        if not self.target:
+            raise UsageError("name an image (flow-runner exec IMAGE) or a command with --process")
+        if self.scratch is not None and not self.scratch.is_dir():
+            raise UsageError(f"--scratch {self.scratch}: no such directory; create it first")
+        self._check_process_options()
+        seconds = parse_duration(self.deadline)
+        value = _read_json("--input", self.input_text)
+        if self.flow is not None:
+            return self._stand_in_starter(value, seconds)
+        host_config = self._host_config()
+        if host_config is not None and self.target[0] in host_config.flows:
+            return self._flow_starter(host_config, value, seconds)
+        return self._component_starter(value, seconds)
+
+    def _check_process_options(self) -> None:
+        """Options that mean something for one backend only are refused for the other."""
+        if not self.process:
+            for name, given in (("--package", self.package), ("--flow", self.flow)):
+                if given is not None:
+                    raise UsageError(
+                        f"{name} is for a local run (--process); an image carries its own "
+                        "package, and a configured flow is run by naming it: exec NAME"
+                    )
+            return
+        if self.user is not None:
+            raise UsageError(
+                "--user is for a container; a local run (--process) runs as you, unsandboxed"
+            )
+        if self.config is not None and self.flow is None:
+            raise UsageError(
+                f"--config {self.config} with --process needs --flow NAME: the local command "
+                "then stands in for that flow, with its capabilities, children, attachments, "
+                "settings and limits (or drop --config: a bare --process run has no slots)"
+            )
+        if self.package is not None and not self.package.is_dir():
+            raise UsageError(f"--package {self.package}: no such directory; give the package's")
+
+    def _stand_in_starter(self, value: JSONValue, seconds: float) -> Starter:
+        """``exec --process --flow NAME [--config FILE] -- COMMAND``: the configuration's
+        flow NAME, with COMMAND (a host process) in place of its image or command."""
+        host_config = _load_config(self.config, self.allow_host_commands)
+        assert self.flow is not None
+        if host_config is None:
+            raise UsageError(
+                f"--flow {self.flow}: no configuration; name one with --config FILE "
+                "(./flow-runner.toml is read when present)"
+            )
+        if self.flow not in host_config.flows:
+            known = ", ".join(sorted(host_config.flows)) or "none"
+            raise UsageError(
+                f"--flow {self.flow}: {host_config.base_dir} defines no such flow (known: {known})"
+            )
+        if self.attach or self.settings_text != "{}" or self.profile != "default":
+            raise UsageError(
+                f"--flow {self.flow}: its settings and attachments come from the "
+                "configuration; drop --settings, --attach and --profile"
+            )
+        original = host_config.flows[self.flow]
+        package = str(self.package.resolve()) if self.package is not None else None
+        stand_in = original.model_copy(
+            update={"image": None, "backend": "process", "command": list(self.target),
+                    "package": package}
+        )  # fmt: skip
+        flows = {**host_config.flows, self.flow: stand_in}
+        config = host_config.model_copy(update={"flows": flows})
+        return self._flow_starter(config, value, seconds, name=self.flow, check=False)
+
+    def _host_config(self) -> HostConfig | None:
+        """The configuration, where the target may be one of its flows.
+
+        Flow names are names (the configuration refuses any other), so an image reference
+        (anything with `/` or `:`) is never a flow: the file found here is then not even
+        read. A name the configuration does not define is an image too.
+        """
+        from runner.protocol.names import is_local_name
+
+        if self.process or (self.config is None and not is_local_name(self.target[0])):
+            return None
+        return _load_config(self.config, self.allow_host_commands)
+
+    def _flow_starter(
+        self,
+        host_config: HostConfig,
+        value: JSONValue,
+        seconds: float,
+        *,
+        name: str | None = None,
+        check: bool = True,
+    ) -> Starter:
+        from runner.flows import FlowHost
+
+        extra = self.attach or self.settings_text != "{}" or self.profile != "default"
+        if check and (len(self.target) > 1 or extra or self.user is not None):
+            raise UsageError(
+                f"{self.target[0]!r} is a configured flow: its command, settings, "
+                "attachments and profile come from the configuration (its user from that "
+                "profile); drop the extra arguments"
+            )
+        if any(flow.sandbox_backend == "docker" for flow in host_config.flows.values()):
+            _sweep()
+        name, scratch = name or self.target[0], self._scratch_dir()
+
+        async def start(control: RunControl, sink: Callable[[bytes], None] | None) -> Execution:
+            host = FlowHost(host_config, stderr_sink=sink, on_host_command=_warn_unsandboxed)
+            try:
+                return await host.run(
+                    name, value, deadline_seconds=seconds, control=control, scratch_dir=scratch
+                )
+            finally:
+                await host.aclose()
+
+        return start
+
+    def _component_starter(self, value: JSONValue, seconds: float) -> Starter:
+        from runner.api import Invocation, execute
+        from runner.package.errors import PackageError
+        from runner.package.reader import directory_package
+        from runner.sandbox.attachments import parse_attachments
+        from runner.sandbox.base import LaunchRequest
+        from runner.sandbox.errors import SandboxError
+        from runner.sandbox.registry import open_sandbox
+
+        settings = _read_json("--settings", self.settings_text)
+        if not isinstance(settings, dict):
+            raise UsageError("--settings must be a JSON object, for example '{}'")
+        spec = self._spec()
+        try:
+            attachments = parse_attachments(self.attach)
+            sandbox, graces = open_sandbox(spec)
+            package = directory_package(self.package) if self.package is not None else None
+        except (SandboxError, PackageError) as exc:
+            raise UsageError(str(exc)) from exc
+        if spec.backend == "docker":
+            _sweep()
+        invocation = Invocation.within(
+            seconds,
+            input=value,
+            settings=settings,
+            launch=LaunchRequest(attachments, self._scratch_dir()),
+            package=package,
+        )
+        label = " ".join(self.target) if self.process else self.target[0]
+
+        async def start(control: RunControl, sink: Callable[[bytes], None] | None) -> Execution:
+            return await execute(
+                sandbox, invocation, target=label, graces=graces, control=control,
+                stderr_sink=sink,
+            )  # fmt: skip
+
+        return start
+
+    def _spec(self) -> SandboxSpec:
+        from runner.sandbox.registry import SandboxSpec
+
+        if self.process:
+            return SandboxSpec("process", command=tuple(self.target))
+        command = tuple(self.target[1:]) or None
+        return SandboxSpec(
+            "docker", image=self.target[0], command=command, profile=self.profile, user=self.user
+        )
+
+    def _scratch_dir(self) -> Path | None:
+        return self.scratch.resolve() if self.scratch else None
+
+
+def _warn_unsandboxed(flow: str, command: list[str]) -> None:
+    """Said even with --quiet: the user must know a flow escaped the sandbox by design."""
+    typer.echo(
+        f"flow-runner: flow {flow!r} runs on the host with no sandbox: {' '.join(command)}",
+        err=True,
+    )
+
+
+def _sweep() -> None:
+    """Remove containers of runners that died (even by kill -9) before starting more."""
+    from runner.sandbox.errors import DockerSandboxError
+    from runner.sandbox.gc import sweep
+
+    try:
+        sweep()
+    except DockerSandboxError as exc:
+        raise UsageError(str(exc)) from exc

@@ -1,0 +1,204 @@
+"""``flow-runner k8s``: render Jobs that run ``flow-runner job``; ``batch import`` of their logs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from runner.cli.app import UsageError, _fail_usage, batch_app, k8s_app
+from runner.cli.inputs import _read_json, parse_duration
+
+if TYPE_CHECKING:
+    from runner.json1 import JSONValue
+
+OutputOption = Annotated[str, typer.Option("--output", "-o", help="yaml or json.")]
+K8sAttachOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--attach",
+        "-a",
+        help="NAME=pvc:CLAIM[/SUBPATH][:ro|rw] or NAME=configmap:NAME; repeatable.",
+    ),
+]
+ResultsOption = Annotated[
+    str | None,
+    typer.Option("--results", help="pvc:CLAIM[/SUBPATH]: a volume the reports are written to."),
+]
+NameOption = Annotated[str | None, typer.Option("--name", help="The Job's name.")]
+NamespaceOption = Annotated[str | None, typer.Option("--namespace", "-n", help="Its namespace.")]
+TtlOption = Annotated[
+    int, typer.Option("--ttl", min=0, help="ttlSecondsAfterFinished: seconds the Job is kept.")
+]
+
+
+@k8s_app.command("job")
+def k8s_job(
+    target: Annotated[
+        list[str], typer.Argument(help="IMAGE [COMMAND ARGS...] (the command: the image's CMD).")
+    ],
+    input_: Annotated[str, typer.Option("--input", "-i", help="JSON text, @FILE or -.")] = "null",
+    settings: Annotated[str, typer.Option("--settings", help="JSON object or @FILE.")] = "{}",
+    attach: K8sAttachOption = None,
+    deadline: Annotated[str, typer.Option("--deadline", "-d", help="Time allowed.")] = "5m",
+    profile: Annotated[str, typer.Option("--profile", "-p", help="Sandbox profile.")] = "default",
+    results: ResultsOption = None,
+    package: Annotated[
+        str | None, typer.Option("--package", help="The package directory in the image.")
+    ] = None,
+    name: NameOption = None,
+    namespace: NamespaceOption = None,
+    backoff_limit: Annotated[
+        int, typer.Option("--backoff-limit", min=0, help="Retries of the wrapper's failures.")
+    ] = 2,
+    ttl: TtlOption = 86400,
+    output: OutputOption = "yaml",
+) -> None:
+    """Print a Job (and its ConfigMap and NetworkPolicy) running IMAGE as `exec` would."""
+    from runner.k8s import manifests
+
+    try:
+        value = _read_json("--input", input_)
+        settings_value = _read_json("--settings", settings)
+        if not isinstance(settings_value, dict):
+            raise UsageError("--settings must be a JSON object, for example '{}'")
+        spec = _job_spec(
+            target, attach or [], deadline, profile, results, package, name, namespace,
+            backoff_limit, ttl, value, settings_value,
+        )  # fmt: skip
+        rendered = manifests.render_job(spec)
+    except (UsageError, manifests.RenderError) as exc:
+        _fail_usage(str(exc))
+    _print_rendered(rendered, output)
+
+
+@k8s_app.command("batch")
+def k8s_batch(
+    manifest: Annotated[Path, typer.Argument(help="A `flow-runner batch` JSON Lines manifest.")],
+    image: Annotated[str, typer.Option("--image", help="The image every row runs.")],
+    command: Annotated[
+        str | None, typer.Option("--command", help="The component's command (shell words).")
+    ] = None,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="Pods at once.")] = 4,
+    retries: Annotated[
+        int, typer.Option("--retries", min=0, help="backoffLimitPerIndex: retries per row.")
+    ] = 1,
+    max_failed: Annotated[
+        int | None,
+        typer.Option("--max-failed-indexes", min=0, help="Fail the Job past this many rows."),
+    ] = None,
+    attach: K8sAttachOption = None,
+    deadline: Annotated[str, typer.Option("--deadline", "-d", help="Default deadline.")] = "5m",
+    profile: Annotated[str, typer.Option("--profile", "-p", help="Sandbox profile.")] = "default",
+    results: ResultsOption = None,
+    package: Annotated[
+        str | None, typer.Option("--package", help="The package directory in the image.")
+    ] = None,
+    name: NameOption = None,
+    namespace: NamespaceOption = None,
+    ttl: TtlOption = 86400,
+    output: OutputOption = "yaml",
+) -> None:
+    """Print an Indexed Job running each row of MANIFEST in its own pod, and the ConfigMap
+    holding the rows; import the pods' logs with `flow-runner batch import`."""
+    import shlex
+
+    from runner.k8s import manifests
+
+    try:
+        words = shlex.split(command) if command else []
+        spec = _job_spec(
+            [image, *words], attach or [], deadline, profile, results, package, name,
+            namespace, 0, ttl, None, {},
+        )  # fmt: skip
+        rows = manifests.batch_rows(manifest, spec)
+        rendered = manifests.render_batch(
+            spec, rows, jobs=jobs, retries=retries, max_failed=max_failed
+        )
+    except (UsageError, manifests.RenderError) as exc:
+        _fail_usage(str(exc))
+    _print_rendered(rendered, output)
+
+
+def _job_spec(
+    target: list[str],
+    attach: list[str],
+    deadline: str,
+    profile_name: str,
+    results: str | None,
+    package: str | None,
+    name: str | None,
+    namespace: str | None,
+    backoff_limit: int,
+    ttl: int,
+    value: JSONValue,
+    settings: dict[str, JSONValue],
+) -> Any:
+    from runner.k8s import manifests
+    from runner.sandbox.profiles import ProfileError, load_profile
+
+    try:
+        profile = load_profile(profile_name)
+    except ProfileError as exc:
+        raise UsageError(str(exc)) from exc
+    image, command = target[0], tuple(target[1:])
+    if not command:
+        command, label = _image_command(image)
+        package = package or label
+    mounts = tuple(manifests.parse_mount(spec, profile) for spec in attach)
+    result_mount = None
+    if results is not None:
+        result_mount = manifests.parse_mount(f"results={results}:rw", profile, "--results")
+    return manifests.JobSpec(
+        image, command, profile, parse_duration(deadline), value, settings, mounts,
+        result_mount, package, name, namespace, backoff_limit, ttl,
+    )  # fmt: skip
+
+
+def _image_command(image: str) -> tuple[tuple[str, ...], str | None]:
+    """The image's CMD and package label, from the local engine: the pod's command
+    replaces the image's entrypoint with the wrapper, so the component's is named."""
+    try:
+        from runner.sandbox.docker.engine import default_client
+
+        config = default_client().api.inspect_image(image)["Config"]  # type: ignore[no-untyped-call]
+    except Exception as exc:  # no engine, no such image: say what to do instead
+        raise UsageError(
+            f"{image!r}: name the component's command after the image (k8s job IMAGE -- "
+            f"COMMAND ...); it could not be read from a local engine ({type(exc).__name__})"
+        ) from exc
+    command = tuple((config.get("Entrypoint") or []) + (config.get("Cmd") or []))
+    if not command:
+        raise UsageError(f"{image!r} has no CMD; name the component's command after the image")
+    return command, (config.get("Labels") or {}).get("flow.package")
+
+
+def _print_rendered(rendered: Any, output: str) -> None:
+    from runner.k8s import manifests
+
+    if output not in ("yaml", "json"):
+        _fail_usage(f"--output {output!r}: use yaml or json")
+    for note in rendered.notes:
+        typer.echo(f"flow-runner k8s: profile vs pod: {note}", err=True)
+    text = manifests.to_yaml(rendered) if output == "yaml" else manifests.to_json(rendered) + "\n"
+    typer.echo(text, nl=False)
+
+
+@batch_app.command("import")
+def batch_import(
+    logs: Annotated[list[Path], typer.Argument(help="Pod logs of a `k8s batch` Job, one a file.")],
+    results: Annotated[
+        Path, typer.Option("--results", help="The SQLite result store (created if missing).")
+    ] = Path("flow-runner-results.sqlite"),
+) -> None:
+    """Read the wrappers' sealed result lines from pod logs into a batch result store."""
+    from runner.k8s import logs as pod_logs
+
+    try:
+        runs = pod_logs.read_logs(logs)
+        counts = pod_logs.import_runs(runs, results)
+    except pod_logs.LogError as exc:
+        _fail_usage(str(exc))
+    summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+    typer.echo(f"imported {len(runs)} row(s) into {results}: {summary}")

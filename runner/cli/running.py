@@ -1,0 +1,232 @@
+"""Running a Starter under signal handling, echoing its stderr, and printing its verdict."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+import typer
+
+from runner.cli.app import (
+    EXIT_CANCELLED,
+    EXIT_CUSTOM_OUTCOME,
+    EXIT_DEADLINE,
+    EXIT_DONE,
+    EXIT_FAILED,
+    EXIT_INFRASTRUCTURE,
+    UsageError,
+)
+
+if TYPE_CHECKING:
+    from runner.api import Execution
+    from runner.host.driver import RunControl
+    from runner.json1 import JSONValue
+
+Starter = Callable[["RunControl", "Callable[[bytes], None] | None"], Awaitable["Execution"]]
+
+
+def _run(start: Starter, quiet: bool) -> Execution:
+    """Run under signal handling: first SIGINT/SIGTERM cancels, the second kills."""
+    import signal
+
+    import anyio
+
+    from runner.config import ConfigError
+    from runner.host.driver import RunControl
+    from runner.package.errors import InvocationRefused, PackageError
+    from runner.sandbox.errors import SandboxError
+
+    refusals = (SandboxError, ConfigError, InvocationRefused, PackageError)
+    control = RunControl()
+    echo = None if quiet else StderrEcho(sys.stderr.fileno())
+
+    async def main() -> Execution | Exception:
+        outcome: Execution | Exception
+        async with anyio.create_task_group() as tg:
+
+            async def signals() -> None:
+                with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as received:
+                    async for _ in received:
+                        if control.cancel_requested.is_set():
+                            control.kill()
+                        else:
+                            typer.echo("flow-runner: cancelling (again to kill now)", err=True)
+                            control.cancel()
+
+            tg.start_soon(signals)
+            try:
+                outcome = await start(control, None if echo is None else echo.write)
+            except refusals as exc:  # not into an ExceptionGroup
+                outcome = exc
+            tg.cancel_scope.cancel()
+        return outcome
+
+    try:
+        outcome = anyio.run(main)
+    finally:
+        if echo is not None:
+            echo.close()
+    if isinstance(outcome, Exception):
+        # Preparation failed before anything ran (engine down, image missing, runtime
+        # missing, a provider that cannot start, a broken package, settings or
+        # attachments the package refuses): the message names the fix.
+        raise UsageError(str(outcome))
+    return outcome
+
+
+ECHO_BUFFER = 1 << 20
+"""Bytes of component stderr waiting to be echoed; what comes on top is dropped."""
+PIPE_RESERVE = 16 << 10
+"""Room the echo leaves free in a stderr pipe: flow-runner's own last lines (the drop
+marker, the verdict) still fit when nobody reads the pipe, so they never block."""
+ECHO_STALL = 0.5
+"""Seconds without progress after which the echo of a finished run gives up."""
+
+
+class StderrEcho:
+    """The component's stderr echoed to ours without ever blocking the event loop.
+
+    A blocking write from the loop to a stderr nobody reads would stop the whole run,
+    its deadline included. So :meth:`write` (on the loop) only appends to a bounded
+    buffer, and a daemon thread writes it to ``fd``; on a pipe, only as much as leaves
+    :data:`PIPE_RESERVE` free. When the buffer is full, the chunks that follow are
+    dropped and counted until it has drained, and then a marker line says how many
+    bytes are missing there (the run report's own stderr capture is separate).
+    """
+
+    def __init__(self, fd: int) -> None:
+        import threading
+
+        self.fd = fd
+        self.pipe_size = _pipe_size(fd)
+        self.pending = bytearray()
+        self.dropped = 0
+        """Bytes of the current gap: nothing is buffered until its marker is written."""
+        self.midline = False  # the last byte written was not a newline
+        self.closing = False
+        self.progress = 0.0  # time.monotonic() of the last write that made progress
+        self.changed = threading.Condition()
+        self.thread = threading.Thread(target=self._drain, name="stderr-echo", daemon=True)
+        self.thread.start()
+
+    def write(self, chunk: bytes) -> None:
+        with self.changed:
+            if self.dropped or len(self.pending) + len(chunk) > ECHO_BUFFER:
+                self.dropped += len(chunk)
+            else:
+                self.pending += chunk
+                self.changed.notify()
+
+    def close(self) -> None:
+        """Let the thread write the rest while it makes progress, then the marker."""
+        import time
+
+        with self.changed:
+            self.closing = True
+            self.progress = time.monotonic()
+            self.changed.notify()
+        while self.thread.is_alive() and time.monotonic() - self.progress < ECHO_STALL * 2:
+            self.thread.join(0.05)
+
+    def _drain(self) -> None:
+        import time
+
+        while True:
+            with self.changed:
+                while not (self.pending or self.dropped or self.closing):
+                    self.changed.wait()
+                stalled = self.closing and time.monotonic() - self.progress > ECHO_STALL
+                if stalled:  # what is still buffered will not get out: part of the gap
+                    self.dropped += len(self.pending)
+                    self.pending.clear()
+                data = bytes(self.pending[: self._room(PIPE_RESERVE)])
+                gap = self.dropped if not self.pending else 0
+                if not (self.pending or self.dropped):
+                    return  # closing, all written
+            if gap:
+                data = (b"\n" if self.midline else b"") + (
+                    f"[flow-runner: {gap} bytes of the component's stderr dropped here: "
+                    "this stderr was not read fast enough]\n"
+                ).encode()
+                if self._room(0) < len(data):
+                    if stalled:
+                        return  # not even the reserve is left
+                    time.sleep(0.02)
+                    continue
+            elif not data:
+                time.sleep(0.02)  # the pipe is full up to the reserve
+                continue
+            try:
+                written = os.write(self.fd, data)
+            except OSError:
+                return  # stderr is gone: nothing more can be said there
+            self.midline = data[written - 1 : written] != b"\n"
+            with self.changed:
+                self.progress = time.monotonic()
+                if gap:
+                    self.dropped -= gap
+                else:
+                    del self.pending[:written]
+
+    def _room(self, reserve: int) -> int:
+        """Bytes a write may take now without blocking (on a pipe: minus ``reserve``)."""
+        if self.pipe_size is None:
+            return ECHO_BUFFER
+        import fcntl
+        import termios
+
+        try:
+            unread = int.from_bytes(fcntl.ioctl(self.fd, termios.FIONREAD, bytes(4)), "little")
+        except OSError:
+            return ECHO_BUFFER
+        return max(self.pipe_size - unread - reserve, 0)
+
+
+def _pipe_size(fd: int) -> int | None:
+    """The capacity of ``fd`` if it is a pipe (Linux), else None."""
+    import fcntl
+    import stat
+
+    try:
+        if stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ)
+    except (OSError, AttributeError):
+        pass
+    return None
+
+
+def _print_verdict(execution: Execution) -> int:
+    from runner import json1
+
+    body, status, note = _verdict(execution)
+    sys.stdout.buffer.write(json1.dumps(body) + b"\n")
+    sys.stdout.flush()
+    if note:
+        typer.echo(note, err=True)
+    return status
+
+
+def _verdict(execution: Execution) -> tuple[dict[str, JSONValue], int, str | None]:
+    """The result line's object, the exit status, and what to say on stderr."""
+    verdict = execution.verdict
+    if verdict.result is not None:
+        status = EXIT_DONE if verdict.result["outcome"] == "done" else EXIT_CUSTOM_OUTCOME
+        return dict(verdict.result), status, None
+    error = verdict.error
+    assert error is not None
+    body: dict[str, JSONValue] = {"code": error.code, "message": error.message}
+    if error.details is not None:
+        body["details"] = error.details
+    reasons = "; ".join(verdict.reasons)
+    lost = execution.report.lost
+    if lost is not None and lost.what == "engine":
+        note = f"flow-runner: infrastructure failure: {error.message} ({reasons})"
+        return {"error": body}, EXIT_INFRASTRUCTURE, note
+    note = f"flow-runner: run failed: {error.code}: {error.message} ({reasons})"
+    if error.code == "DEADLINE_EXCEEDED":
+        return {"error": body}, EXIT_DEADLINE, note
+    if error.code == "CANCELLED":
+        return {"error": body}, EXIT_CANCELLED, note
+    return {"error": body}, EXIT_FAILED, note
