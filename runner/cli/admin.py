@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
 from runner.cli.app import _fail_usage, app, profiles_app
-
-if TYPE_CHECKING:
-    pass
 
 
 @app.command("inspect")

@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 
 from runner.cli.app import _fail_usage, policy_app
-
-if TYPE_CHECKING:
-    pass
 
 AttachOption = Annotated[
     list[str] | None,
