@@ -23,7 +23,9 @@ async def main(ctx: RunContext) -> RunResult:
 
     async def worker() -> None:
         for i in numbers:
-            await ctx.call_capability(operation_id=f"o:{i}", slot="bench", method="ping", input=None)
+            await ctx.call_capability(
+                operation_id=f"o:{i}", slot="bench", method="ping", input=None
+            )
 
     started = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(window)))
