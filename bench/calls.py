@@ -40,7 +40,7 @@ COMPONENTS = {
     "raw": [sys.executable, str(HERE / "call_component.py")],
     "sdk": [sys.executable, str(HERE / "sdk_call_component.py")],
 }
-ENV = {**os.environ, "PYTHONPATH": str(HERE.parent)}  # this checkout's SDK, not main's
+ENV = {"PYTHONPATH": str(HERE.parent), **os.environ}  # default: this checkout's SDK
 
 
 class PingBroker:

@@ -464,7 +464,10 @@ class _Run:
                     OperationError("EXECUTION_FAILED", f"{type(exc).__name__}: {exc}"),
                 )
             else:
-                self.session.respond(rid, result)
+                if ticket is None:
+                    self.session.respond(rid, result)
+                else:
+                    self.session.respond_encoded(rid, ticket.encoded_result())
         self.calls.pop(rid, None)
         if scope.cancelled_caught:
             code = self.condition or "CANCELLED"
