@@ -35,6 +35,7 @@ import anyio
 import anyio.lowlevel
 from anyio.abc import TaskGroup
 
+from runner import json1
 from runner.host.broker import Broker, CallContext
 from runner.host.channels import ChannelParty
 from runner.host.operations import RETAINED_BYTES, OperationLedger, Ticket
@@ -475,31 +476,30 @@ class _Run:
                     OperationError("EXECUTION_FAILED", f"{type(exc).__name__}: {exc}"),
                 )
             else:
-                if ticket is None:
-                    self.session.respond(rid, result)
-                else:
-                    self.session.respond_encoded(rid, ticket.encoded_result())
+                self.session.respond_encoded(rid, result)
         self.calls.pop(rid, None)
         if scope.cancelled_caught:
             code = self.condition or "CANCELLED"
             self.session.respond_error(rid, OperationError(code, "the call was stopped"))
         self._flush()
 
-    async def _dispatch(self, event: CallRequested, ticket: Ticket | None) -> JSONValue:
+    async def _dispatch(self, event: CallRequested, ticket: Ticket | None) -> bytes:
+        """The call's success result, encoded once: an operation's as the ledger keeps it,
+        a channel read's around the item's encoding kept since its send."""
         method = event.method
         if method in CHANNEL_METHODS:
             if self.channels is None:
                 raise OperationError("UNAVAILABLE", "channels are not enabled for this run")
-            return await self.channels.handle(method, event.params)
+            return await self.channels.handle_encoded(method, event.params)
         work = partial(self.broker.handle, method, event.params, self.context)
         if ticket is None:
-            return await work()
+            return json1.dumps(await work())
         result = await self.ledger.settle(ticket, work)
         check = validate_run_result if method == "flow/run-child" else validate_capability_result
         reason = check(result)
         if reason is not None:
             raise OperationError("INVALID_RESULT", f"the {method} result is invalid: {reason}")
-        return result
+        return ticket.encoded_result()
 
 
 class _Eager(Generic[_T]):

@@ -160,7 +160,8 @@ def encode_result_frame(request_id: str, result: bytes) -> bytes:
     """
     if not is_wire_id(request_id):
         raise LocalProtocolError(f"{request_id!r} is not a valid request id")
-    head = b'{"jsonrpc":"2.0","id":' + json1.dumps(request_id) + b',"result":'
+    # A wire id is ASCII letters, digits and ``._:/-``: nothing JSON escapes.
+    head = b'{"jsonrpc":"2.0","id":"' + request_id.encode() + b'","result":'
     size = len(head) + len(result) + 1
     if size > MAX_PAYLOAD_BYTES:
         raise LocalProtocolError(f"frame payload of {size:,} bytes exceeds {MAX_PAYLOAD_BYTES:,}")
