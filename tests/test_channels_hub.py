@@ -1431,7 +1431,7 @@ async def test_encoded_answers_are_the_encoding_of_the_answers() -> None:
     at its send: byte for byte ``json1.dumps`` of what ``handle`` answers."""
     hub = ChannelHub()
     a = hub.party("run:a")
-    values: list[JSONValue] = ["é\u2028\"\\", {"n": -0.0, "l": [1, 2.5]}, None, "x" * 70_000]
+    values: list[JSONValue] = ['é\u2028"\\', {"n": -0.0, "l": [1, 2.5]}, None, "x" * 70_000]
     plain, plain_reader = direct(a)
     wire, wire_reader = direct(a)
     for value in values:
