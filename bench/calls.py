@@ -1,18 +1,27 @@
-"""Benchmark: ``capability/call`` round trips through the host vs a raw echo host.
+"""Benchmark: ``capability/call`` round trips through the host vs a minimal host.
 
-Both sides run the same component (``call_component.py``) over the same kind of pipes in
-one process run. The raw host answers every line it reads with a fixed response and has no
-protocol logic at all; flow-runner parses, validates, admits, dispatches to a broker and
-answers. Reported: calls/s sequential and with 64 in flight, the per-call overhead ratio,
+Two components, each run by both hosts over the same kind of pipes in one process run,
+interleaved round by round (best of the rounds):
+
+- *raw*: ``call_component.py`` writes frames by hand (no SDK), so the host is what is
+  measured; the minimal host there is the old "raw echo".
+- *sdk*: ``sdk_call_component.py`` calls through the project's SDK (``runner.component``),
+  which is what a real component pays. Issue 17 asks that flow-runner's host reach 0.97×
+  the minimal host's throughput here: the component, not the host, must be the limit.
+
+The minimal host (:func:`via_minimal_host`) answers every request line with
+``{"value": null}`` and validates nothing; flow-runner parses, validates, admits, dispatches
+to a broker and answers. Reported: calls/s sequential and with 64 in flight, the ratios,
 and the peak RSS of a fresh process running one invocation (64 in flight) either way.
 
-    python bench/calls.py [--calls N] [--repeat R]
+    python bench/calls.py [--calls N] [--repeat R] [--no-rss] [--profile FILE]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -26,7 +35,12 @@ if TYPE_CHECKING:  # imported where used, so that the raw echo's process loads a
     from runner.json1 import JSONValue
 
 ANSWER = b'{"jsonrpc":"2.0","id":"%s","result":{"value":null}}\n'
-COMPONENT = [sys.executable, str(Path(__file__).with_name("call_component.py"))]
+HERE = Path(__file__).parent
+COMPONENTS = {
+    "raw": [sys.executable, str(HERE / "call_component.py")],
+    "sdk": [sys.executable, str(HERE / "sdk_call_component.py")],
+}
+ENV = {"PYTHONPATH": str(HERE.parent), **os.environ}  # default: this checkout's SDK
 
 
 class PingBroker:
@@ -38,13 +52,13 @@ class PingBroker:
         return {"value": None}
 
 
-def via_host(calls: int, window: int) -> float:
+def via_host(component: str, calls: int, window: int) -> float:
     from runner.api import Invocation, execute
     from runner.sandbox.process import ProcessSandbox
 
     async def main() -> float:
         execution = await execute(
-            ProcessSandbox(COMPONENT),
+            ProcessSandbox(COMPONENTS[component], env=ENV),
             Invocation.within(600, input={"calls": calls, "window": window}),
             target="bench",
             broker=PingBroker(),
@@ -57,22 +71,23 @@ def via_host(calls: int, window: int) -> float:
     return anyio.run(main)
 
 
-def via_raw_echo(calls: int, window: int) -> float:
-    """The same component and the same anyio pipes, answered with no host logic."""
+def via_minimal_host(component: str, calls: int, window: int) -> float:
+    """The same component and the same anyio pipes, answered with no host logic: every
+    line but the root response is a request, answered ``{"value": null}`` by its id."""
 
     async def main() -> float:
         params = {"protocol": "run/1", "input": {"calls": calls, "window": window},
                   "settings": {}, "attachments": {}, "scratch": "/tmp",
                   "deadlineUnixMs": 2**52}  # fmt: skip
         root = {"jsonrpc": "2.0", "id": "host:1", "method": "flow/run", "params": params}
-        async with await anyio.open_process(COMPONENT) as proc:
+        async with await anyio.open_process(COMPONENTS[component], env=ENV) as proc:
             assert proc.stdin and proc.stdout
             await proc.stdin.send(json.dumps(root).encode() + b"\n")
             pending = b""
             async for chunk in proc.stdout:
                 pending += chunk
                 *lines, pending = pending.split(b"\n")
-                if lines and b'"result"' in lines[-1]:
+                if lines and b'"host:1"' in lines[-1]:
                     return float(json.loads(lines[-1])["result"]["output"]["seconds"])
                 ids = (line[line.index(b'"id":"') + 6 :].split(b'"', 1)[0] for line in lines)
                 await proc.stdin.send(b"".join(ANSWER % rid for rid in ids))
@@ -97,13 +112,13 @@ def rss_mib(mode: str, calls: int) -> tuple[float, float]:
     return int(start) / 1024, int(peak) / 1024
 
 
-def rss_of_one_run(mode: Callable[[int, int], float], calls: int) -> None:
+def rss_of_one_run(mode: Callable[[str, int, int], float], calls: int) -> None:
     """Print this process's RSS before ``mode`` runs (its imports done) and its peak, in KiB."""
     if mode is via_host:
         import runner.api
         import runner.sandbox.process  # noqa: F401
     start = _status_kib("VmRSS")
-    mode(calls, 64)
+    mode("raw", calls, 64)
     print(start, _status_kib("VmHWM"))
 
 
@@ -116,20 +131,33 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--calls", type=int, default=20_000)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--no-rss", action="store_true", help="skip the peak-RSS runs")
+    parser.add_argument("--profile", help="cProfile the host side of one sdk run into FILE")
     args = parser.parse_args()
     n = args.calls
-    rows = []
-    for window in (1, 64):
-        raw = min(via_raw_echo(n, window) for _ in range(args.repeat))
-        host = min(via_host(n, window) for _ in range(args.repeat))
-        rows.append((window, n / raw, n / host, raw / n * 1e6, host / n * 1e6))
-    print(f"{'in flight':>9} {'raw calls/s':>12} {'host calls/s':>13} {'raw µs':>8} "
-          f"{'host µs':>8} {'host/raw':>9}")  # fmt: skip
-    for window, raw_rate, host_rate, raw_us, host_us in rows:
-        print(f"{window:>9} {raw_rate:>12,.0f} {host_rate:>13,.0f} {raw_us:>8.1f} "
-              f"{host_us:>8.1f} {host_us / raw_us:>8.2f}x")  # fmt: skip
-    print(f"peak RSS of one run of {n:,} calls, 64 in flight (MiB):")
-    for name, mode in (("raw echo", "via_raw_echo"), ("host", "via_host")):
+    if args.profile:
+        import cProfile
+
+        cProfile.runctx("via_host('sdk', n, 64)", globals(), {"n": n}, args.profile)
+        return
+    cases = [(component, window) for component in COMPONENTS for window in (1, 64)]
+    best: dict[tuple[str, str, int], float] = {}
+    for _ in range(args.repeat):  # interleaved, so a change of load falls on both hosts
+        for component, window in cases:
+            for name, mode in (("minimal", via_minimal_host), ("host", via_host)):
+                seconds = mode(component, n, window)
+                key = (name, component, window)
+                best[key] = min(best.get(key, seconds), seconds)
+    print(f"{'component':>9} {'in flight':>9} {'minimal calls/s':>16} {'host calls/s':>13} "
+          f"{'minimal µs':>11} {'host µs':>8} {'host÷minimal':>13}")  # fmt: skip
+    for component, window in cases:
+        low, host = best["minimal", component, window], best["host", component, window]
+        print(f"{component:>9} {window:>9} {n / low:>16,.0f} {n / host:>13,.0f} "
+              f"{low / n * 1e6:>11.1f} {host / n * 1e6:>8.1f} {low / host:>12.2f}x")  # fmt: skip
+    if args.no_rss:
+        return
+    print(f"peak RSS of one run of {n:,} raw calls, 64 in flight (MiB):")
+    for name, mode in (("minimal", "via_minimal_host"), ("host", "via_host")):
         start, peak = rss_mib(mode, n)
         print(f"{name:>9} {peak:>6.1f}  ({start:.1f} at start, {peak - start:+.1f} in the run)")
 

@@ -37,7 +37,7 @@ import json
 import math
 import re
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from decimal import Decimal
 from itertools import chain
@@ -82,12 +82,34 @@ _UTF16_ORDER_DIFFERS: Final = re.compile(rb"[\xee-\xf4]")
 # values is as deep as JSON/1 allows), so one plain walk checks it. Past a few dozen
 # values the level-by-level survey is faster; a larger tree wastes at most this walk.
 _SMALL_TREE: Final = 32
-# Compact UTF-8 text, written by the stdlib's C encoder (never orjson's: see above).
-_COMPACT: Final = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), check_circular=False)
+
+
+def _text_encoder(*, sort_keys: bool) -> Callable[[object], str]:
+    """Compact text by the stdlib's C encoder (never orjson's: see above), called directly.
+
+    ``JSONEncoder.encode`` builds this very encoder anew on every call (with the same
+    arguments: no circularity markers, the C string escaper), which costs more than
+    encoding a small frame; making it once gives the same text. Without markers the C
+    encoder would recurse on a cycle, but every tree reaches it only after a survey,
+    which refuses cycles and depth beyond 128.
+    """
+    encoder = json.JSONEncoder(
+        ensure_ascii=False, separators=(",", ":"), check_circular=False, sort_keys=sort_keys
+    )
+    make = json.encoder.c_make_encoder  # type: ignore[attr-defined]
+    if make is None:  # an interpreter without the C accelerator
+        return encoder.encode
+    c_encode = make(
+        None, encoder.default, json.encoder.encode_basestring, None, ":", ",", sort_keys,
+        False, True,
+    )  # fmt: skip
+    return lambda value: "".join(c_encode(value, 0))
+
+
+# Compact UTF-8 text.
+_COMPACT: Final = _text_encoder(sort_keys=False)
 # The same with names sorted by code point: RFC 8785's text for a tree without floats.
-_SORTED: Final = json.JSONEncoder(
-    ensure_ascii=False, separators=(",", ":"), check_circular=False, sort_keys=True
-)
+_SORTED: Final = _text_encoder(sort_keys=True)
 # Decoding a document this large runs with the cyclic collector paused (see loads).
 _PAUSE_COLLECTOR_BYTES: Final = 1 << 20
 _SCALARS: Final = (str, int, float, bool, type(None))
@@ -168,7 +190,7 @@ def dumps(value: object) -> bytes:
         raise _violation(value) or JSON1Error("value outside JSON/1")
     tree = _without_negative_zero(value) if survey.negative_zero else value
     try:
-        return _COMPACT.encode(tree).encode()
+        return _COMPACT(tree).encode()
     except UnicodeEncodeError:
         raise _violation(tree) or JSON1Error("lone surrogate") from None
 
@@ -186,7 +208,7 @@ def canonical(value: object) -> bytes:
         # Without floats (so without -0.0) the stdlib's sorted encoding is the RFC 8785 text
         # (same escapes, same integers), unless a name may sort differently by UTF-16 units.
         try:
-            encoded = _SORTED.encode(value).encode()
+            encoded = _SORTED(value).encode()
         except UnicodeEncodeError:
             pass  # a lone surrogate: the writer below finds and names it
         else:
@@ -267,7 +289,7 @@ def _tokens_kept(raw: bytes | bytearray, value: Any, members: int) -> bool:
     was written as a ``\\u003a`` escape (then the pure path decides). Number tokens are
     runs of number bytes, found after one translation.
     """
-    encoded = _COMPACT.encode(value).encode()
+    encoded = _COMPACT(value).encode()
     if encoded == raw:
         return True
     if raw.translate(_NUMBER_BYTES).find(_LONG_NUMBER) >= 0:

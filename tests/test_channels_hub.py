@@ -1422,3 +1422,25 @@ async def test_handle_dispatches_the_six_methods() -> None:
     with fails("UNAVAILABLE"):
         await a.handle("channel/peek", {"endpoint": reader})
     conclude_all(hub, a)
+
+
+@pytest.mark.anyio
+@bounded
+async def test_encoded_answers_are_the_encoding_of_the_answers() -> None:
+    """``handle_encoded`` (the driver's path) splices a read's item from the encoding made
+    at its send: byte for byte ``json1.dumps`` of what ``handle`` answers."""
+    hub = ChannelHub()
+    a = hub.party("run:a")
+    values: list[JSONValue] = ['é\u2028"\\', {"n": -0.0, "l": [1, 2.5]}, None, "x" * 70_000]
+    plain, plain_reader = direct(a)
+    wire, wire_reader = direct(a)
+    for value in values:
+        await a.send(plain, value)
+        params: dict[str, JSONValue] = {"endpoint": wire, "value": value}
+        assert await a.handle_encoded("channel/send", params) == b"null"
+    a.close(plain)
+    a.close(wire)
+    for _ in range(len(values) + 1):
+        expected = json1.dumps(await a.next(plain_reader))
+        assert await a.handle_encoded("channel/next", {"endpoint": wire_reader}) == expected
+    conclude_all(hub, a)

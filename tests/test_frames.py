@@ -9,10 +9,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runner.protocol.builders import cancel_notification
+from runner import json1
+from runner.protocol.builders import cancel_notification, result_response
 from runner.protocol.codes import LocalProtocolError, ProtocolViolation
 from runner.protocol.envelope import ErrorResponse, Message, Request, Success, classify
-from runner.protocol.frames import MAX_PAYLOAD_BYTES, FrameDecoder, decode_payload, encode_frame
+from runner.protocol.frames import (
+    MAX_PAYLOAD_BYTES,
+    FrameDecoder,
+    decode_payload,
+    encode_frame,
+    encode_result_frame,
+)
 from runner.protocol.names import CHANNEL_METHODS, COMPONENT_TO_HOST_METHODS
 from runner.protocol.params import validate_params
 from runner.protocol.results import validate_result
@@ -265,3 +272,19 @@ def test_mutated_streams_raise_only_protocol_errors(chunks: list[bytes]) -> None
         decoder.eof()
     except ProtocolViolation:  # decode_payload wraps every json1.JSON1Error
         pass
+
+
+@pytest.mark.parametrize(
+    "result",
+    [None, {"value": None}, {"value": -0.0, "s": 'é\u2028"\\'}, [1, 2.5, {"a": []}], "x"],
+)
+def test_encode_result_frame_is_the_frame_of_the_response_object(result: object) -> None:
+    expected = encode_frame(result_response("component:7", result))  # type: ignore[arg-type]
+    assert encode_result_frame("component:7", json1.dumps(result)) == expected
+
+
+def test_encode_result_frame_refuses_a_bad_id_and_an_oversize_payload() -> None:
+    with pytest.raises(LocalProtocolError):
+        encode_result_frame('a"b', b"null")
+    with pytest.raises(LocalProtocolError):
+        encode_result_frame("c:1", b'"' + b"x" * MAX_PAYLOAD_BYTES + b'"')

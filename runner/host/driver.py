@@ -8,11 +8,16 @@ period to exit; on the deadline or a cancellation it records the condition, send
 ``request/cancel`` for the root, waits a grace period, then kills. The verdict comes from
 ``runner.protocol.completion``; nothing here decides what the bytes mean.
 
-Calls are the hot path (``bench/calls.py``), and anyio's primitives are what it costs:
-starting a task costs more than a whole call otherwise does. So admitted calls go to a
-queue served by long-lived workers (:meth:`_Run._work`), each running one call at a time
-inside the call's own cancel scope, and the stdin writer is woken at most once per loop
-turn to write everything queued by then in one ``send``.
+Calls and channel items are the hot path (``bench/calls.py``, ``bench/channels.py``), and
+hand-offs between tasks are what they cost: a task switch costs more than a small call's
+protocol work. So one task at a time holds the *pump* role (:meth:`_Run._pump`): it reads
+stdout, handles every complete frame of a read in one pass, then runs the calls those
+frames admitted itself, one after another, each inside the call's own cancel scope. A call
+that completes without suspending (a broker that answers at once, a channel item already
+there, room in a queue) costs no hand-off at all. A call that suspends hands the pump
+role, at that moment, to an idle task of the pool (or a new one) and finishes in the task
+it started in (:class:`_Eager`), so reading never waits on a call. The stdin writer is
+woken at most once per loop turn to write everything queued by then in one ``send``.
 """
 
 from __future__ import annotations
@@ -20,15 +25,17 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine, Generator
 from contextlib import suppress
 from dataclasses import dataclass, field
 from functools import partial
+from typing import Any, Generic, TypeVar
 
 import anyio
 import anyio.lowlevel
 from anyio.abc import TaskGroup
 
+from runner import json1
 from runner.host.broker import Broker, CallContext
 from runner.host.channels import ChannelParty
 from runner.host.operations import RETAINED_BYTES, OperationLedger, Ticket
@@ -56,7 +63,8 @@ STDERR_LIMIT = 1 << 20
 DRAIN_AFTER_EXIT = 2.0
 """Seconds to wait for stdout EOF once the process has exited."""
 DECODE_IN_THREAD = 1 << 18
-"""Frames of at least this many bytes are decoded in a worker thread (see _read_stdout)."""
+"""Frames of at least this many bytes are decoded in a worker thread (see _pump)."""
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -186,8 +194,9 @@ class _Run:
         self.calls: dict[str, anyio.CancelScope] = {}
         """The cancel scope of every admitted call, from admission (queued) to its answer."""
         self.queued: deque[tuple[CallRequested, Ticket | None]] = deque()
-        self.parked: list[anyio.Event] = []  # one per idle worker
-        self.kicked = False  # a worker was woken or started and has not run yet
+        """Admitted calls not yet started; the pump runs them before it reads again."""
+        self.payloads: deque[bytes] = deque()  # framed, not yet decoded (the pump's)
+        self.parked: list[anyio.Event] = []  # one per idle task of the pool
         self.condition: Condition | None = None
         self.started = time.monotonic()
         self.timings: dict[str, float] = {}
@@ -205,7 +214,7 @@ class _Run:
         async with anyio.create_task_group() as tg:
             self.task_group = tg
             tg.start_soon(self._write_stdin)
-            tg.start_soon(self._read_stdout)
+            tg.start_soon(self._work)  # the first pump
             tg.start_soon(self._read_stderr)
             tg.start_soon(self._wait_exit)
             tg.start_soon(self._watch_deadline)
@@ -259,14 +268,17 @@ class _Run:
         for rid in list(self.calls):
             self.session.respond_error(rid, OperationError("CANCELLED", "the run was stopped"))
         self.calls.clear()
+        self.queued.clear()  # answered just above; nothing runs them any more
+        self.parked = []  # their tasks died with the task group
         self.session.cancel_root(self.condition or "CANCELLED")
         self.output_ready = None  # the old writer is gone; the new one starts idle
         self._flush()
         with anyio.move_on_after(self.graces.cancel):
             async with anyio.create_task_group() as tg:
+                self.task_group = tg
                 tg.start_soon(self._write_stdin)
                 if not self.stdout_done.is_set():
-                    tg.start_soon(self._read_stdout)
+                    tg.start_soon(self._work)
                 self.exit_code = await self.component.wait()
                 with anyio.move_on_after(DRAIN_AFTER_EXIT):
                     await self.stdout_done.wait()
@@ -335,31 +347,67 @@ class _Run:
         with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             await stdin.aclose()
 
-    async def _read_stdout(self) -> None:
-        """Frame on the loop, decode large frames in a worker thread, act on the loop.
+    async def _work(self) -> None:
+        """A task of the pool: holds the pump role until it hands it over, then parks until
+        the role comes back to it. Ends when stdout has ended."""
+        while not await self._pump():
+            self.parked.append(wake := anyio.Event())
+            await wake.wait()
 
-        A hostile frame of up to 16 MiB can take seconds to decode and refuse; in a thread
-        the loop keeps serving the deadline, cancellation and the other calls meanwhile.
-        Only the pure decoding leaves the loop: the session changes state here alone. A
-        decode abandoned by cancellation finishes in its thread and is dropped.
+    async def _pump(self) -> bool:
+        """The pump role: read, frame, decode and handle, run admitted calls; True once
+        stdout ended, False when a call suspended (the role moved on; that call is done).
+
+        Every complete frame of a read is handled before the calls it admitted run (so a
+        ``request/cancel`` right behind its request still finds the call queued). Large
+        frames are decoded in a worker thread: a hostile frame of up to 16 MiB can take
+        seconds to decode and refuse, and meanwhile the loop serves the deadline,
+        cancellation and the calls already running; admitted calls are started before such
+        a decode, not after it. Only the pure decoding leaves the loop: the session changes
+        state here alone. A decode abandoned by cancellation finishes in its thread and is
+        dropped.
         """
-        session = self.session
-        with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-            async for chunk in self.component.stdout:
-                payloads, events = session.receive_bytes(chunk)
-                self._handle(events)
-                for payload in payloads:
-                    if session.closed:
-                        break
-                    if len(payload) < DECODE_IN_THREAD:
-                        frame = decode(payload)
-                    else:
-                        frame = await anyio.to_thread.run_sync(
-                            decode, payload, abandon_on_cancel=True
-                        )
+        session, payloads, queued = self.session, self.payloads, self.queued
+        stdout = self.component.stdout
+        while True:
+            if payloads and (len(payloads[0]) < DECODE_IN_THREAD or not queued):
+                payload = payloads.popleft()
+                if session.closed:
+                    payloads.clear()
+                elif len(payload) < DECODE_IN_THREAD:
+                    self._handle(session.receive_decoded(decode(payload)))
+                else:
+                    frame = await anyio.to_thread.run_sync(decode, payload, abandon_on_cancel=True)
                     self._handle(session.receive_decoded(frame))
-        self._handle(session.receive_eof())
-        self.stdout_done.set()
+            elif queued:
+                event, ticket = queued.popleft()
+                call = _Eager(self._call(event, ticket), self._hand_off)
+                await call
+                if call.suspended:
+                    return False
+            else:
+                try:
+                    chunk = await stdout.receive()
+                except (
+                    anyio.EndOfStream,
+                    anyio.BrokenResourceError,
+                    anyio.ClosedResourceError,
+                    OSError,
+                ):
+                    self._handle(session.receive_eof())
+                    self.stdout_done.set()
+                    return True
+                framed, events = session.receive_bytes(chunk)
+                payloads.extend(framed)
+                self._handle(events)
+
+    def _hand_off(self) -> None:
+        """The pump's call suspended: an idle task of the pool (or a new one) pumps now."""
+        if self.parked:
+            self.parked.pop().set()
+        else:
+            assert self.task_group is not None
+            self.task_group.start_soon(self._work)
 
     async def _read_stderr(self) -> None:
         with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
@@ -419,42 +467,6 @@ class _Run:
                 return
         self.calls[rid] = scope
         self.queued.append((event, ticket))
-        self._kick()
-
-    def _kick(self) -> None:
-        """Make sure a worker comes for the queue: wake an idle one, or start one.
-
-        A worker is started only when a call waits and no worker is idle or on its way,
-        so there are never more workers than calls once in progress together: the 64
-        pending requests at most, plus calls answered ``CANCELLED`` that still run (a
-        dispatcher that other requests wait for, or one finishing its cancellation). A
-        cap at 64 would make an admitted call wait behind those.
-        """
-        if self.kicked:
-            return
-        self.kicked = True
-        if self.parked:
-            self.parked.pop().set()
-        else:
-            assert self.task_group is not None
-            self.task_group.start_soon(self._work)
-
-    async def _work(self) -> None:
-        """A worker: runs queued calls one after another, parks while there are none.
-
-        Before it starts a call it kicks another worker if more calls wait, so that a call
-        that blocks holds up the queue for one loop turn at most; a call that completes at
-        once (most do) lets this worker take the next one in the same turn.
-        """
-        while True:
-            self.kicked = False  # this worker is the one that was woken or started
-            while self.queued:
-                event, ticket = self.queued.popleft()
-                if self.queued:
-                    self._kick()
-                await self._call(event, ticket)
-            self.parked.append(wake := anyio.Event())
-            await wake.wait()
 
     async def _call(self, event: CallRequested, ticket: Ticket | None) -> None:
         rid = event.request_id
@@ -469,28 +481,74 @@ class _Run:
                     OperationError("EXECUTION_FAILED", f"{type(exc).__name__}: {exc}"),
                 )
             else:
-                self.session.respond(rid, result)
+                self.session.respond_encoded(rid, result)
         self.calls.pop(rid, None)
         if scope.cancelled_caught:
             code = self.condition or "CANCELLED"
             self.session.respond_error(rid, OperationError(code, "the call was stopped"))
         self._flush()
 
-    async def _dispatch(self, event: CallRequested, ticket: Ticket | None) -> JSONValue:
+    async def _dispatch(self, event: CallRequested, ticket: Ticket | None) -> bytes:
+        """The call's success result, encoded once: an operation's as the ledger keeps it,
+        a channel read's around the item's encoding kept since its send."""
         method = event.method
         if method in CHANNEL_METHODS:
             if self.channels is None:
                 raise OperationError("UNAVAILABLE", "channels are not enabled for this run")
-            return await self.channels.handle(method, event.params)
+            return await self.channels.handle_encoded(method, event.params)
         work = partial(self.broker.handle, method, event.params, self.context)
         if ticket is None:
-            return await work()
+            return json1.dumps(await work())
         result = await self.ledger.settle(ticket, work)
         check = validate_run_result if method == "flow/run-child" else validate_capability_result
         reason = check(result)
         if reason is not None:
             raise OperationError("INVALID_RESULT", f"the {method} result is invalid: {reason}")
-        return result
+        return ticket.encoded_result()
+
+
+class _Eager(Generic[_T]):
+    """``await _Eager(coro, on_suspend)`` awaits ``coro`` exactly as ``await coro`` would,
+    in the awaiting task, and calls ``on_suspend`` once, at its first suspension.
+
+    This is how the pump learns, at the moment it happens, that a call it runs will not
+    complete at once, so it can hand its role over without a task per call: the call goes
+    on in the task it started in (its cancel scope, any task group it opened, its
+    cancellation all stay with that task), every suspension and every exception or
+    cancellation passing through unchanged, as with ``yield from``.
+    """
+
+    __slots__ = ("_coro", "_on_suspend", "suspended")
+
+    def __init__(self, coro: Coroutine[Any, Any, _T], on_suspend: Callable[[], None]) -> None:
+        self._coro = coro
+        self._on_suspend = on_suspend
+        self.suspended = False
+
+    def __await__(self) -> Generator[Any, Any, _T]:
+        coro = self._coro
+        try:
+            signal = coro.send(None)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        self.suspended = True
+        self._on_suspend()
+        while True:
+            try:
+                sent = yield signal
+            except GeneratorExit:
+                coro.close()
+                raise
+            except BaseException as exc:  # cancellation, thrown in by the task
+                try:
+                    signal = coro.throw(exc)
+                except StopIteration as stop:
+                    return stop.value  # type: ignore[no-any-return]
+            else:
+                try:
+                    signal = coro.send(sent)
+                except StopIteration as stop:
+                    return stop.value  # type: ignore[no-any-return]
 
 
 def _wire(error: OperationError) -> OperationError:

@@ -92,6 +92,11 @@ class Ticket:
     operation: _Operation
     dispatch: bool
 
+    def encoded_result(self) -> bytes:
+        """Once :meth:`OperationLedger.settle` returned a result for this ticket: that
+        result as ``json1.dumps`` encoded it for keeping (the response reuses it)."""
+        return self.operation.result
+
 
 class OperationLedger:
     """The operations of one root Run, keyed by ``operationId``.
@@ -205,8 +210,7 @@ class OperationLedger:
         try:
             with scope or _UNSCOPED:
                 result = await work()
-                # Copied: orjson's bytes keep a 4 KiB buffer however short they are.
-                operation.result = memoryview(json1.dumps(result)).tobytes()
+                operation.result = json1.dumps(result)
                 self.retained += len(operation.result)
                 return result
             raise _uncertain()  # our own scope was cancelled

@@ -26,6 +26,7 @@ from runner.protocol.codes import (
     LocalProtocolError,
     ProtocolViolation,
 )
+from runner.protocol.names import is_wire_id
 
 MAX_PAYLOAD_BYTES: Final = 16_777_216
 """The largest frame payload (bytes before the LF)."""
@@ -148,3 +149,20 @@ def encode_frame(message: JSONValue) -> bytes:
             f"frame payload of {len(payload):,} bytes exceeds {MAX_PAYLOAD_BYTES:,}"
         )
     return payload + b"\n"
+
+
+def encode_result_frame(request_id: str, result: bytes) -> bytes:
+    """The frame of a success response to ``request_id`` whose result ``json1.dumps``
+    already encoded: the bytes :func:`encode_frame` writes for that response object.
+
+    Raises :class:`LocalProtocolError` for an id that is not a wire id or a payload over
+    :data:`MAX_PAYLOAD_BYTES`, as building and encoding the object would.
+    """
+    if not is_wire_id(request_id):
+        raise LocalProtocolError(f"{request_id!r} is not a valid request id")
+    # A wire id is ASCII letters, digits and ``._:/-``: nothing JSON escapes.
+    head = b'{"jsonrpc":"2.0","id":"' + request_id.encode() + b'","result":'
+    size = len(head) + len(result) + 1
+    if size > MAX_PAYLOAD_BYTES:
+        raise LocalProtocolError(f"frame payload of {size:,} bytes exceeds {MAX_PAYLOAD_BYTES:,}")
+    return b"".join((head, result, b"}\n"))

@@ -25,7 +25,13 @@ from runner.protocol.codes import (
     bounded_message,
 )
 from runner.protocol.envelope import ErrorResponse, Notification, Request, Success, classify
-from runner.protocol.frames import MAX_PAYLOAD_BYTES, FrameDecoder, decode_payload, encode_frame
+from runner.protocol.frames import (
+    MAX_PAYLOAD_BYTES,
+    FrameDecoder,
+    decode_payload,
+    encode_frame,
+    encode_result_frame,
+)
 from runner.protocol.names import COMPONENT_TO_HOST_METHODS
 from runner.protocol.params import validate_params
 from runner.protocol.results import validate_run_result
@@ -187,6 +193,13 @@ class HostSession:
         if self._settle(request_id):
             self._queue(builders.result_response(request_id, result))
 
+    def respond_encoded(self, request_id: str, result: bytes) -> None:
+        """:meth:`respond` with the result already encoded by :func:`json1.dumps` (the
+        ledger keeps that encoding): the frame is spliced around it, byte for byte the
+        frame :meth:`respond` writes, without encoding the result a second time."""
+        if self._settle(request_id):
+            self._queue_frame(encode_result_frame(request_id, result))
+
     def respond_error(self, request_id: str, error: OperationError) -> None:
         """Answer a dispatched component request with a ``-32000`` operational error."""
         if self._settle(request_id):
@@ -252,6 +265,10 @@ class HostSession:
     def _queue(self, message: dict[str, JSONValue]) -> None:
         if not self.closed:
             self._outbox.append(encode_frame(message))
+
+    def _queue_frame(self, frame: bytes) -> None:
+        if not self.closed:
+            self._outbox.append(frame)
 
     def _settle(self, request_id: str) -> bool:
         if request_id not in self._pending:

@@ -65,10 +65,16 @@ class HubState:
 @dataclass(eq=False)
 class PendingSend:
     value: JSONValue
-    size: int
+    encoded: bytes
+    """The value as ``json1.dumps`` wrote it when it was admitted (its size, and the
+    bytes a ``channel/next`` answer carries)."""
     done: anyio.Event = field(default_factory=anyio.Event)
     error: OperationError | None = None
     accepted: bool = False
+
+    @property
+    def size(self) -> int:
+        return len(self.encoded)
 
     def finish(self, error: OperationError | None) -> None:
         self.accepted = error is None
@@ -125,7 +131,8 @@ class Receiver(Endpoint):
     def __init__(self, source: Source, start: int) -> None:
         super().__init__(source)
         self.start = start
-        self.queue: deque[tuple[int, JSONValue, int]] = deque()
+        self.queue: deque[tuple[int, JSONValue, bytes]] = deque()
+        """(sequence, value, the value's encoding): bounded by the limits, in those bytes."""
         self.queued_bytes = 0
         self.committed = False
         """An item was answered and no later read has freed its room yet."""
@@ -144,9 +151,9 @@ class Receiver(Endpoint):
             return False
         return not self.queue or self.queued_bytes + size <= limits.queue_bytes
 
-    def push(self, sequence: int, value: JSONValue, size: int) -> None:
-        self.queue.append((sequence, value, size))
-        self.queued_bytes += size
+    def push(self, sequence: int, value: JSONValue, encoded: bytes) -> None:
+        self.queue.append((sequence, value, encoded))
+        self.queued_bytes += len(encoded)
         self._wake()
 
     def fail(self, error: OperationError) -> None:

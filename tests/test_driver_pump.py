@@ -1,0 +1,169 @@
+"""The driver's pump (runner/host/driver.py): calls answered at once cost no task hand-off,
+a call that suspends hands the reading over at once.
+
+An in-memory component: the test writes its stdout and reads its stdin through anyio
+memory streams, and notes in which task the driver reads stdout.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import anyio
+import pytest
+from anyio.abc import ObjectReceiveStream, ObjectSendStream
+
+from runner.host.broker import CallContext
+from runner.host.driver import drive
+from runner.json1 import JSONValue
+from runner.sandbox.base import SandboxFacts
+
+PARAMS: dict[str, JSONValue] = {
+    "protocol": "run/1", "input": None, "settings": {}, "attachments": {},
+    "scratch": "/tmp", "deadlineUnixMs": 2**52,
+}  # fmt: skip
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+class _Stdout:
+    """The component's stdout as the driver reads it; records the reading task."""
+
+    def __init__(self, source: ObjectReceiveStream[bytes]) -> None:
+        self.source = source
+        self.readers: set[int] = set()
+
+    async def receive(self, max_bytes: int = 65536) -> bytes:
+        self.readers.add(anyio.get_current_task().id)
+        try:
+            return await self.source.receive()
+        except anyio.EndOfStream:
+            raise
+        except anyio.ClosedResourceError:
+            raise anyio.EndOfStream from None
+
+    def __aiter__(self) -> _Stdout:
+        return self
+
+    async def __anext__(self) -> bytes:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def aclose(self) -> None:
+        await self.source.aclose()
+
+
+class _Stdin:
+    def __init__(self, sink: ObjectSendStream[bytes]) -> None:
+        self.sink = sink
+
+    async def send(self, item: bytes) -> None:
+        await self.sink.send(item)
+
+    async def send_eof(self) -> None:
+        await self.sink.aclose()
+
+    async def aclose(self) -> None:
+        await self.sink.aclose()
+
+
+class _Component:
+    def __init__(self) -> None:
+        self.to_host, from_component = anyio.create_memory_object_stream[bytes](100)
+        to_component, self.from_host = anyio.create_memory_object_stream[bytes](100)
+        self.stdout = _Stdout(from_component)
+        self.stdin = _Stdin(to_component)
+        _, self.stderr = anyio.create_memory_object_stream[bytes](1)
+        self.attachment_paths: dict[str, str] = {}
+        self.scratch_path = "/tmp"
+        self.facts = SandboxFacts()
+        self.exited = anyio.Event()
+
+    async def wait(self) -> int:
+        await self.exited.wait()
+        return 0
+
+    async def kill(self) -> None:
+        self.exited.set()
+
+    async def frames(self) -> Any:
+        """Every frame the host wrote, one object at a time."""
+        buffer = b""
+        async for data in self.from_host:
+            buffer += data
+            *lines, buffer = buffer.split(b"\n")
+            for line in lines:
+                yield json.loads(line)
+
+
+def _call(i: int, value: str) -> bytes:
+    params = {"operationId": f"o:{i}", "slot": "s", "method": "m", "input": value}
+    frame = {"jsonrpc": "2.0", "id": f"c:{i}", "method": "capability/call", "params": params}
+    return json.dumps(frame).encode() + b"\n"
+
+
+class _Broker:
+    def __init__(self) -> None:
+        self.tasks: dict[str, int] = {}
+        self.release = anyio.Event()
+
+    async def handle(
+        self, method: str, params: dict[str, JSONValue], call: CallContext
+    ) -> JSONValue:
+        self.tasks[str(params["operationId"])] = anyio.get_current_task().id
+        if params["input"] == "held":
+            await self.release.wait()
+        return {"value": params["input"]}
+
+
+async def _exchange(chunks: list[bytes], answers: int, broker: _Broker) -> tuple[Any, list[Any]]:
+    component = _Component()
+    seen: list[Any] = []
+
+    async def play() -> None:
+        frames = component.frames()
+        root = await frames.__anext__()
+        for chunk in chunks:
+            await component.to_host.send(chunk)
+        while len(seen) < answers:
+            seen.append(await frames.__anext__())
+            if seen[-1]["id"] == "c:1":
+                broker.release.set()  # the held call 0 may finish once call 1 was answered
+        result = {"outcome": "done", "output": None}
+        done = {"jsonrpc": "2.0", "id": root["id"], "result": result}
+        await component.to_host.send(json.dumps(done).encode() + b"\n")
+        await component.to_host.aclose()
+        await component.kill()
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(play)
+            outcome = await drive(component, PARAMS, broker)  # type: ignore[arg-type]
+    return (outcome, component), seen
+
+
+@pytest.mark.anyio
+async def test_calls_answered_at_once_run_in_the_task_that_read_them() -> None:
+    broker = _Broker()
+    chunk = b"".join(_call(i, "now") for i in range(64))
+    (outcome, component), seen = await _exchange([chunk], 64, broker)
+    assert sorted(frame["id"] for frame in seen) == sorted(f"c:{i}" for i in range(64))
+    assert outcome.verdict.result is not None
+    assert set(broker.tasks.values()) == component.stdout.readers  # one task: no hand-off
+
+
+@pytest.mark.anyio
+async def test_a_call_that_suspends_hands_the_reading_over_at_once() -> None:
+    broker = _Broker()
+    # Call 0 waits until the component has seen the answer to call 1, read behind it.
+    (outcome, component), seen = await _exchange([_call(0, "held"), _call(1, "now")], 2, broker)
+    assert [frame["id"] for frame in seen] == ["c:1", "c:0"]
+    assert outcome.verdict.result is not None
+    assert broker.tasks["o:0"] != broker.tasks["o:1"]  # call 0 kept its task; 1 ran elsewhere
+    assert broker.tasks["o:1"] in component.stdout.readers
