@@ -263,3 +263,26 @@ command = ["sh", "-c", "touch {started}; cat"]
     execution = run_flow(config, "top", None)
     assert execution.verdict.result == {"outcome": "done", "output": "EXECUTION_FAILED"}
     assert not started.exists()
+
+
+def test_a_child_error_message_of_the_largest_size_fails_only_the_call(tmp_path: Path) -> None:
+    """A child's error message may be 1,024 scalars; the parent's answer quotes it behind
+    a prefix, and must still be an error the host can build (it once raised
+    LocalProtocolError in the parent's host, whose text the parent then received)."""
+    relay = ", ".join(f'"{part}"' for part in RELAY)
+    fake = ", ".join(f'"{part}"' for part in [*FAKE, "standard-error-root"])
+    config = write_config(tmp_path, f"""
+[flows.top]
+command = [{relay}]
+children = {{ next = "loud" }}
+
+[flows.loud]
+command = [{fake}]
+""")  # fmt: skip
+    plan = {"calls": [{"op": "c", "slot": "next", "input": "x" * 1024}]}
+    execution = run_flow(config, "top", plan)
+    assert execution.verdict.result is not None, execution.verdict
+    output = execution.verdict.result["output"]
+    assert output["results"] == ["EXECUTION_FAILED"]
+    assert output["messages"]["c"].startswith("the child flow failed: the component answered")
+    assert output["messages"]["c"].endswith("[...]") and len(output["messages"]["c"]) == 1024

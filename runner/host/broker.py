@@ -17,7 +17,7 @@ from typing import Protocol
 from runner.contracts.ports import PortSpec
 from runner.host.channels import ChannelParty, HostEndpoint
 from runner.json1 import JSONValue
-from runner.protocol.codes import LOCAL_CODES, OperationError, WireCode
+from runner.protocol.codes import LOCAL_CODES, OperationError, WireCode, bounded_message
 
 
 @dataclass(frozen=True)
@@ -161,7 +161,7 @@ def child_failure(error: OperationError, dispatched: int) -> OperationError:
         return error
     code: WireCode = "UNCERTAIN" if dispatched else "EXECUTION_FAILED"
     details: dict[str, JSONValue] = {"child": error.code, "dispatched": dispatched}
-    return OperationError(code, f"the child flow failed: {error.message}", details)
+    return OperationError(code, bounded_message(f"the child flow failed: {error.message}"), details)
 
 
 def _mapping(params: Mapping[str, JSONValue]) -> dict[str, str]:

@@ -40,7 +40,7 @@ from runner.host.broker import Broker, CallContext
 from runner.host.channels import ChannelParty
 from runner.host.operations import RETAINED_BYTES, OperationLedger, Ticket
 from runner.json1 import JSONValue
-from runner.protocol.codes import LOCAL_CODES, OperationError
+from runner.protocol.codes import LOCAL_CODES, OperationError, bounded_message
 from runner.protocol.completion import Ending, HostKill, Verdict, judge
 from runner.protocol.names import CHANNEL_METHODS
 from runner.protocol.results import validate_capability_result, validate_run_result
@@ -478,7 +478,9 @@ class _Run:
             except Exception as exc:  # EN-06: a host-side failure is never a -32603
                 self.session.respond_error(
                     rid,
-                    OperationError("EXECUTION_FAILED", f"{type(exc).__name__}: {exc}"),
+                    OperationError(
+                        "EXECUTION_FAILED", bounded_message(f"{type(exc).__name__}: {exc}")
+                    ),
                 )
             else:
                 self.session.respond_encoded(rid, result)
@@ -503,7 +505,8 @@ class _Run:
         check = validate_run_result if method == "flow/run-child" else validate_capability_result
         reason = check(result)
         if reason is not None:
-            raise OperationError("INVALID_RESULT", f"the {method} result is invalid: {reason}")
+            message = bounded_message(f"the {method} result is invalid: {reason}")
+            raise OperationError("INVALID_RESULT", message)
         return ticket.encoded_result()
 
 
