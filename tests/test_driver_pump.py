@@ -1,8 +1,6 @@
 """The driver's pump (runner/host/driver.py): calls answered at once cost no task hand-off,
-a call that suspends hands the reading over at once.
-
-An in-memory component: the test writes its stdout and reads its stdin through anyio
-memory streams, and notes in which task the driver reads stdout.
+a call that suspends hands the reading over at once (on tests/memkit.py's in-memory
+component, which notes in which task the driver reads stdout).
 """
 
 from __future__ import annotations
@@ -12,12 +10,11 @@ from typing import Any
 
 import anyio
 import pytest
-from anyio.abc import ObjectReceiveStream, ObjectSendStream
 
+from memkit import MemoryComponent
 from runner.host.broker import CallContext
 from runner.host.driver import drive
 from runner.json1 import JSONValue
-from runner.sandbox.base import SandboxFacts
 
 PARAMS: dict[str, JSONValue] = {
     "protocol": "run/1", "input": None, "settings": {}, "attachments": {},
@@ -28,78 +25,6 @@ PARAMS: dict[str, JSONValue] = {
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-class _Stdout:
-    """The component's stdout as the driver reads it; records the reading task."""
-
-    def __init__(self, source: ObjectReceiveStream[bytes]) -> None:
-        self.source = source
-        self.readers: set[int] = set()
-
-    async def receive(self, max_bytes: int = 65536) -> bytes:
-        self.readers.add(anyio.get_current_task().id)
-        try:
-            return await self.source.receive()
-        except anyio.EndOfStream:
-            raise
-        except anyio.ClosedResourceError:
-            raise anyio.EndOfStream from None
-
-    def __aiter__(self) -> _Stdout:
-        return self
-
-    async def __anext__(self) -> bytes:
-        try:
-            return await self.receive()
-        except anyio.EndOfStream:
-            raise StopAsyncIteration from None
-
-    async def aclose(self) -> None:
-        await self.source.aclose()
-
-
-class _Stdin:
-    def __init__(self, sink: ObjectSendStream[bytes]) -> None:
-        self.sink = sink
-
-    async def send(self, item: bytes) -> None:
-        await self.sink.send(item)
-
-    async def send_eof(self) -> None:
-        await self.sink.aclose()
-
-    async def aclose(self) -> None:
-        await self.sink.aclose()
-
-
-class _Component:
-    def __init__(self) -> None:
-        self.to_host, from_component = anyio.create_memory_object_stream[bytes](100)
-        to_component, self.from_host = anyio.create_memory_object_stream[bytes](100)
-        self.stdout = _Stdout(from_component)
-        self.stdin = _Stdin(to_component)
-        _, self.stderr = anyio.create_memory_object_stream[bytes](1)
-        self.attachment_paths: dict[str, str] = {}
-        self.scratch_path = "/tmp"
-        self.facts = SandboxFacts()
-        self.exited = anyio.Event()
-
-    async def wait(self) -> int:
-        await self.exited.wait()
-        return 0
-
-    async def kill(self) -> None:
-        self.exited.set()
-
-    async def frames(self) -> Any:
-        """Every frame the host wrote, one object at a time."""
-        buffer = b""
-        async for data in self.from_host:
-            buffer += data
-            *lines, buffer = buffer.split(b"\n")
-            for line in lines:
-                yield json.loads(line)
 
 
 def _call(i: int, value: str) -> bytes:
@@ -123,7 +48,7 @@ class _Broker:
 
 
 async def _exchange(chunks: list[bytes], answers: int, broker: _Broker) -> tuple[Any, list[Any]]:
-    component = _Component()
+    component = MemoryComponent()
     seen: list[Any] = []
 
     async def play() -> None:

@@ -61,6 +61,7 @@ OPERATION_METHODS = ("flow/run-child", "capability/call")
 STDERR_LIMIT = 1 << 20
 """Bytes of component stderr kept for the report; the rest is counted and marked."""
 DRAIN_AFTER_EXIT = 2.0
+SIGKILL_EXIT = 128 + 9  # how both backends report a process ended by SIGKILL
 """Seconds to wait for stdout EOF once the process has exited."""
 DECODE_IN_THREAD = 1 << 18
 """Frames of at least this many bytes are decoded in a worker thread (see _pump)."""
@@ -297,8 +298,16 @@ class _Run:
         if first and not self.component.facts.killed_by_host:
             self.host_kill = None
 
+    def _kill_that_took(self) -> HostKill | None:
+        """The host's kill, if it is what ended the component: SIGKILL exits 137. An
+        engine accepts a kill for a process already on its way out (it exited 0 by itself
+        between our look and the signal); that kill did nothing and is not reported."""
+        if self.host_kill is None or self.exit_code != SIGKILL_EXIT:
+            return None
+        return self.host_kill
+
     def outcome(self) -> RunOutcome:
-        ending = Ending(self.exit_code, self.host_kill, self.component.facts.oom_killed)
+        ending = Ending(self.exit_code, self._kill_that_took(), self.component.facts.oom_killed)
         return RunOutcome(
             judge(self.session, ending),
             self.session,
