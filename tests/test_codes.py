@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import get_args
+
 import pytest
 
+from runner.component import errors
 from runner.json1 import JSONValue
 from runner.protocol import codes
 from runner.protocol.codes import (
@@ -103,3 +106,11 @@ def test_protocol_violation_is_a_protocol_error() -> None:
         "error": {"code": -32700, "message": "Parse error"},
     }
     assert ProtocolViolation("bad JSON", reply).reply == reply
+
+
+def test_the_sdk_knows_the_same_codes() -> None:
+    """runner.component stands apart from runner.protocol (component images carry it and
+    json1 alone), so it writes the codes again; they must stay the registry's."""
+    assert sorted(errors.WIRE_CODES) == sorted(WIRE_CODES)
+    assert get_args(errors.WireCode) == WIRE_CODES
+    assert get_args(errors.LocalCode) == LOCAL_CODES
