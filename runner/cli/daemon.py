@@ -150,6 +150,7 @@ def status() -> None:
     typer.echo(f"socket:     {reply['socket']}")
     typer.echo(f"up:         {_duration(up)}")
     typer.echo(f"runs now:   {reply['busy']}")
+    typer.echo(f"served:     {reply['connections']} connections before this one")
     typer.echo(f"stops:      after {_duration(reply['idle'])} unused (unused for "
                f"{_duration(reply['quiet'])})")  # fmt: skip
     refusal = reply["refusal"]

@@ -59,6 +59,8 @@ class Served:
     main: Callable[[], object]
     busy: int
     quiet_since: float
+    connections: int
+    """Connections accepted before this one."""
 
 
 def attend(conn: socket, served: Served) -> int:
@@ -106,6 +108,7 @@ def _status(served: Served) -> Message:
         "started": served.started,
         "idle": served.idle,
         "busy": served.busy,
+        "connections": served.connections,
         "quiet": time.monotonic() - served.quiet_since,
     }
 

@@ -6,7 +6,8 @@ upgraded package or another interpreter never talks to a server holding the old 
 (a result never changes by going warm): the key covers
 
 - flow-runner's version, ``sys.executable``, the interpreter's flags, ``-W`` and ``-X``
-  options;
+  options, and the ``PYTHON*`` environment variables (the interpreter reads some of them
+  only as it starts: ``PYTHONHASHSEED``, ``PYTHONMALLOC``, ...);
 - every entry of ``sys.path`` with its modification time (installing or removing a
   package changes its directory's; ``""``, the working directory, by its path);
 - every file of the ``runner`` package (path, size, modification time), caches aside.
@@ -29,8 +30,9 @@ KEY_HEX = 24
 
 def installation_key() -> str:
     digest = blake2b(digest_size=KEY_HEX // 2)
+    interpreter = sorted((k, v) for k, v in os.environ.items() if k.startswith("PYTHON"))
     facts = (runner.__version__, sys.executable, repr(sys.flags), sys.warnoptions, sys._xoptions)
-    digest.update(repr(facts).encode())
+    digest.update(repr((facts, interpreter)).encode("utf-8", "surrogateescape"))
     for entry in sys.path:
         where = entry or os.getcwd()  # "" is the working directory; others stay as written
         try:

@@ -78,7 +78,7 @@ def serve(args: list[str], load: Callable[[], Callable[[], object]]) -> NoReturn
         try:
             served = Served(
                 key, path, os.getpid(), time.time(), idle,
-                Reads(dict(reads.values), reads.whole), main, 0, time.monotonic(),
+                Reads(dict(reads.values), reads.whole), main, 0, time.monotonic(), 0,
             )  # fmt: skip
             os.chdir("/")
             _say(f"{READY}: pid {os.getpid()}, socket {path}, stops after {idle:g} s unused")
@@ -128,6 +128,7 @@ def _loop(listener: socket.socket, served: Served, held: int) -> None:
     poller.register(wake_read, select.POLLIN)
     handlers: set[int] = set()
     quiet_since = time.monotonic()
+    accepted = 0
     while not stopping:
         if _reap(handlers):
             quiet_since = time.monotonic()
@@ -147,7 +148,10 @@ def _loop(listener: socket.socket, served: Served, held: int) -> None:
                 if not trusted(conn):
                     continue
                 quiet_since = time.monotonic()
-                now = replace(served, busy=len(handlers), quiet_since=quiet_since)
+                now = replace(
+                    served, busy=len(handlers), quiet_since=quiet_since, connections=accepted
+                )
+                accepted += 1
                 pid = os.fork()
                 if pid == 0:
                     _handle(conn, now, (listener.fileno(), wake_read, wake_write, held))
