@@ -71,20 +71,17 @@ def attend(conn: socket, served: Served) -> int:
     except (OSError, wire.WireError):
         return 1
     op = request.get("op")
-    try:
-        if op == "stop":
-            return _stop(conn, served)
-        reason = _check(conn, request, served)
-        if op == "status":
-            wire.send(conn, _status(served) | {"refusal": reason})
-        elif op == "run" and reason is None:
-            fds, received = [], fds
-            return _start(conn, request, received, served)
-        else:
-            wire.send(conn, {"refused": reason or f"no such request: {op!r}"})
-    finally:
-        for fd in fds:
-            os.close(fd)
+    reason = None if op == "stop" else _check(conn, request, served)
+    if op == "run" and reason is None:
+        return _start(conn, request, fds, served)  # the descriptors are its to close
+    for fd in fds:
+        os.close(fd)
+    if op == "stop":
+        return _stop(conn, served)
+    if op == "status":
+        wire.send(conn, _status(served) | {"refusal": reason})
+    else:
+        wire.send(conn, {"refused": reason or f"no such request: {op!r}"})
     return 0
 
 
