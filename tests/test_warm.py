@@ -386,6 +386,33 @@ def test_start_refuses_an_unsafe_directory(install: Install) -> None:
     assert b"has mode 0755: group or others may use it; remove it" in started.stderr
 
 
+def test_a_malformed_request_is_refused_and_the_server_serves_on(
+    warm: Server, install: Install
+) -> None:
+    key = warm.socket.stem
+
+    def ask(message: dict[str, Any] | bytes) -> dict[str, Any] | None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        with sock:
+            sock.connect(str(warm.socket))
+            if isinstance(message, bytes):
+                sock.sendall(len(message).to_bytes(4, "big") + message)
+            else:
+                wire.send(sock, message)
+            try:
+                return wire.receive(sock)[0]
+            except wire.Closed:
+                return None
+
+    assert ask({"op": "run", "key": "0" * 24}) == {"refused": "another installation's request"}
+    refused = ask({"op": "run", "key": key, "context": []})
+    assert refused is not None and refused["refused"].startswith("a malformed request")
+    unknown = ask({"op": "dance", "key": key, "context": {}, "env": {}})
+    assert unknown is not None and unknown["refused"].startswith("not the same")
+    assert ask(b"not json") is None  # the handler hangs up
+    assert install.run("--version").where == "warm"
+
+
 # ----- other users ----------------------------------------------------------------------
 
 
@@ -618,6 +645,33 @@ print(json.dumps({"before": before, "after": state(), "reads": reads.values}))
     assert {module for _, module, *_ in added} <= {"urllib3.exceptions", "requests.exceptions"}
     assert after == before
     assert "PYDANTIC_DISABLE_PLUGINS" in found["reads"]  # what the refusal test relies on
+
+
+@pytest.mark.parametrize("unbuffered", [False, True])
+def test_the_run_builds_its_standard_streams_as_the_interpreter_does(unbuffered: bool) -> None:
+    """Described by one interpreter, rebuilt in another: the same objects over 0, 1, 2."""
+    code = """
+import json, sys
+from runner.warm import adopt, context
+def attributes():
+    return [[s.encoding, s.errors, s.line_buffering, s.write_through, s.mode, s.name,
+             type(s.buffer).__name__, getattr(s.buffer, "buffer_size", None),
+             getattr(getattr(s.buffer, "raw", s.buffer), "name", None)]
+            for s in (sys.stdin, sys.stdout, sys.stderr)]
+original = attributes()
+described = [context._stream(s, fd) for fd, s in enumerate(context._std_streams())]
+adopt._streams(described)
+assert sys.__stdout__ is sys.stdout
+print(json.dumps([original, attributes()]))
+"""
+    flags = ["-u"] if unbuffered else []
+    done = subprocess.run(
+        [sys.executable, *flags, "-c", code], cwd=ROOT, capture_output=True, check=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": ""}, stdin=subprocess.PIPE,
+    )  # fmt: skip
+    original, rebuilt = json.loads(done.stdout)
+    assert rebuilt == original
+    assert original[1][6] == ("FileIO" if unbuffered else "BufferedWriter")
 
 
 def test_the_environment_watch_sees_reads_and_walks() -> None:

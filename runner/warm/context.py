@@ -139,8 +139,10 @@ def refusal(request: Message, reads: Reads) -> str | None:
         own = resource.getrlimit(getattr(resource, name))[1]
         if own != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or hard > own):
             return f"a hard {name} above the warm runner's"
-    if "handler" in request["signals"].values():
+    if not set(request["signals"].values()) <= {"ignore", "default", "interrupt"}:
         return "a signal handler of its own"
+    if [len(stream) for stream in request["streams"]] != [5, 5, 5]:
+        raise ValueError("streams")
     fds = request["fds"]
     if fds[:3] != [0, 1, 2] or len(set(fds)) != len(fds):
         return "descriptors other than 0, 1, 2 and more"
