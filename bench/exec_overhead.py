@@ -11,7 +11,11 @@ Side by side in one process run, interleaved round by round, the same image and 
 - (b)  the Python API, ``runner.api.execute`` with ``DockerSandbox`` and the profile, in
   this process (after one warm-up run, as a long-lived API user would have it);
 - (b') the same API call in a fresh Python process (interpreter, imports, one run);
-- (c)  the ``flow-runner exec`` CLI as a subprocess (``--report`` for its time split);
+- (c)  the ``flow-runner exec`` CLI as a subprocess (``--report`` for its time split), in
+  its own process (``FLOW_RUNNER_WARM=0``);
+- (c') the same command with a warm runner (``flow-runner daemon start``) serving it: the
+  console script as pip writes it for ``runner.launch:main``, and a server started by it
+  before the rounds (its start time and memory are reported) and stopped by its pid after;
 - (d)  the runner image: ``docker run --rm -v SOCKET flow-runner:latest exec IMAGE``, the
   run's container a sibling of the runner's (``--report`` into a mounted directory);
 - (e)  the runner container's own start cost: ``docker run --rm flow-runner:latest
@@ -24,7 +28,7 @@ outside the run: one more CLI run per round, with timestamps taken around the im
 the sweep and ``execute`` (``--phases 0`` skips it).
 
     .venv/bin/python bench/exec_overhead.py [--runs 9] [--image IMAGE] [--profile NAME]
-                                            [--runner-image flow-runner:latest]
+                                            [--runner-image flow-runner:latest] [--phases 1]
 """
 
 from __future__ import annotations
@@ -32,11 +36,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
@@ -160,17 +168,71 @@ def api_process_run(image: str, profile: str) -> Timed:
     return time.perf_counter() - started, json.loads(done.stdout)
 
 
-def cli_run(image: str, profile: str, report: Path) -> Timed:
-    """(c): ``flow-runner exec`` as a subprocess."""
-    command = [str(CLI), "exec", "--input", json.dumps(INPUT), "--profile", profile,
+def cli_run(image: str, profile: str, report: Path, warm: Warm | None = None) -> Timed:
+    """(c): ``flow-runner exec`` as a subprocess, in its own process; (c') handed to ``warm``."""
+    script, env = (CLI, {**os.environ, "FLOW_RUNNER_WARM": "0"}) if warm is None else warm.use
+    command = [str(script), "exec", "--input", json.dumps(INPUT), "--profile", profile,
                "--report", str(report), image]  # fmt: skip
     started = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, check=False)
+    done = subprocess.run(command, capture_output=True, check=False, env=env)
     elapsed = time.perf_counter() - started
     if done.returncode != 0:
         raise RuntimeError(f"flow-runner exec failed: {done.returncode} {done.stderr!r}")
     timings: dict[str, float] = json.loads(report.read_text())["timings"]
     return elapsed, timings
+
+
+@dataclass
+class Warm:
+    """A warm runner serving (c'): its console script and environment, what it cost."""
+
+    use: tuple[Path, dict[str, str]]
+    pid: int
+    start_seconds: float
+
+    def connections(self) -> int:
+        """Connections the server accepted so far (this question's own included)."""
+        script, env = self.use
+        said = subprocess.run([str(script), "daemon", "status"], env=env, capture_output=True)
+        if b"commands go to it" not in said.stdout:
+            raise RuntimeError(f"(c') would not go to the warm runner: {said.stdout!r}")
+        return int(said.stdout.split(b"served:")[1].split()[0]) + 1
+
+    def rss_mib(self) -> float:
+        """The server's resident memory (its runs are other processes)."""
+        status = Path(f"/proc/{self.pid}/status").read_text()
+        return int(status.split("VmRSS:")[1].split()[0]) / 1024
+
+
+@contextmanager
+def warm_runner(scratch: Path) -> Iterator[Warm]:
+    """Start ``flow-runner daemon start --foreground`` and wait for its ready line; stop it
+    by its pid at the end. Its socket directory is the benchmark's own."""
+    bin_dir, runtime = scratch / "warm-bin", scratch / "warm-run"
+    bin_dir.mkdir()
+    runtime.mkdir(mode=0o700)
+    script = bin_dir / "flow-runner"  # what pip writes for `runner.launch:main`
+    script.write_text(
+        f"#!{PYTHON}\nimport sys\nfrom runner.launch import main\n"
+        "if __name__ == '__main__':\n    sys.exit(main())\n"
+    )
+    script.chmod(0o755)
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(runtime)}
+    env.pop("FLOW_RUNNER_WARM", None)
+    started = time.perf_counter()
+    server = subprocess.Popen(
+        [str(script), "daemon", "start", "--foreground", "--idle", "1h"],
+        env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert server.stderr is not None
+        ready = server.stderr.readline().decode()
+        if "warm runner ready" not in ready:
+            raise RuntimeError(f"the warm runner did not start: {ready}{server.stderr.read()!r}")
+        yield Warm((script, env), server.pid, time.perf_counter() - started)
+    finally:
+        os.kill(server.pid, signal.SIGTERM)
+        server.wait(30)
 
 
 def runner_image_run(runner_image: str, image: str, profile: str, reports: Path) -> Timed:
@@ -230,7 +292,9 @@ def main() -> None:
     parser.add_argument("--phases", type=int, default=1, help="instrumented CLI runs per round")
     parser.add_argument("--image", default="flow-runner/fake-component:latest")
     parser.add_argument("--profile", default="default")
-    parser.add_argument("--runner-image", default="flow-runner:latest")
+    parser.add_argument(
+        "--runner-image", default="flow-runner:latest", help="for (d) and (e); '' skips them"
+    )
     parser.add_argument("--api-once", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.api_once:
@@ -242,18 +306,38 @@ def main() -> None:
     reports.mkdir()
     os.chown(reports, 10001, 10001)  # the runner image's user writes its report there
     image, profile = args.image, args.profile
+    with warm_runner(scratch) as warm:
+        measure(args, flags, scratch, reports, image, profile, warm)
 
+
+def measure(
+    args: argparse.Namespace,
+    flags: list[str],
+    scratch: Path,
+    reports: Path,
+    image: str,
+    profile: str,
+    warm: Warm,
+) -> None:
+    idle_rss = warm.rss_mib()
+    connected = warm.connections()
     cases: dict[str, Callable[[], Timed]] = {
         "(a) `docker run --rm -i --network none`": lambda: raw_run(image, ["--network", "none"]),
         "(a') `docker run`, the profile's security options": lambda: raw_run(image, flags),
         "(b) `runner.api.execute`, in process": lambda: api_run(image, profile),
         "(b') `runner.api.execute`, fresh process": lambda: api_process_run(image, profile),
         "(c) `flow-runner exec`, subprocess": lambda: cli_run(image, profile, scratch / "r.json"),
-        "(d) `docker run flow-runner:latest exec`": lambda: runner_image_run(
-            args.runner_image, image, profile, reports
+        "(c') `flow-runner exec`, warm runner": lambda: cli_run(
+            image, profile, scratch / "w.json", warm
         ),
-        "(e) `docker run flow-runner:latest --version`": lambda: runner_start(args.runner_image),
     }
+    if args.runner_image:
+        cases["(d) `docker run flow-runner:latest exec`"] = lambda: runner_image_run(
+            args.runner_image, image, profile, reports
+        )
+        cases["(e) `docker run flow-runner:latest --version`"] = lambda: runner_start(
+            args.runner_image
+        )
     walls: dict[str, list[float]] = {name: [] for name in cases}
     splits: dict[str, list[dict[str, float]]] = {name: [] for name in cases}
     phases: list[dict[str, float]] = []
@@ -266,6 +350,9 @@ def main() -> None:
             splits[name].append(timings)
         phases += [cli_phases(image, profile, scratch / "m.json") for _ in range(args.phases)]
 
+    handed = warm.connections() - connected - 1
+    if handed != args.runs + 1:  # every (c') run, the warm-up's included, went warm
+        raise RuntimeError(f"{handed} of {args.runs + 1} (c') runs went to the warm runner")
     names = list(cases)
     a, a_secure = walls[names[0]], walls[names[1]]
     print(f"image {image}, profile {profile}, {args.runs} rounds\n")
@@ -277,11 +364,14 @@ def main() -> None:
               f"{paired(walls[name], a):.2f} | {paired(walls[name], a_secure):.2f} |")  # fmt: skip
     print("\n÷: the median of the per-round ratios (rounds are interleaved, so a ratio compares")
     print("runs made moments apart, which a machine shared with other jobs needs).")
+    print(f"\nwarm runner: ready {ms(warm.start_seconds)} ms after `daemon start --foreground`; "
+          f"server RSS {idle_rss:.0f} MiB before the rounds, {warm.rss_mib():.0f} MiB after; "
+          f"{sys.version.split()[0]}")  # fmt: skip
 
     keys = (*SPLIT, "response", "exit")
     print("\n| time split, median ms | " + " | ".join(keys) + " | outside create..cleanup |")
     print("|---|" + "---:|" * (len(keys) + 1))
-    for name in names[2:6]:
+    for name in [name for name in names if any(splits[name])]:
         cells = [
             f"{statistics.median(v) * 1000:.1f}" if (v := [t[k] for t in splits[name] if k in t])
             else ""

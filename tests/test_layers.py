@@ -2,6 +2,7 @@
 
 Layers point one way. Read from the top::
 
+    launch                              (the console script: a warm runner, else cli)
     cli
     batch  policy  k8s  doctor          (k8s reads batch's store: pod logs into a batch)
     flows  config                       (config: the host configuration the flows run by)
@@ -13,8 +14,10 @@ Layers point one way. Read from the top::
     json1
 
 ``component/`` is the SDK that component images carry (stdlib only): it stands beside the
-map and imports json1 and itself. ``runner`` itself (``__version__``) and ``report``
-(the RunReport model) are leaves any layer above them may read.
+map and imports json1 and itself. ``warm/`` (the warm runner's client, server and wire,
+stdlib only) stands beside it too: ``launch`` and ``cli`` use it, it imports only
+``runner``. ``runner`` itself (``__version__``) and ``report`` (the RunReport model) are
+leaves any layer above them may read.
 
 Every import counts: top level, inside functions (an import put in a function to dodge a
 cycle is still a dependency) and under ``TYPE_CHECKING``. An import of ``a.b.c`` also
@@ -60,7 +63,10 @@ ALLOWED: Mapping[str, frozenset[str]] = {
     "runner.policy": _FLOWS,
     "runner.doctor": _FLOWS,
     "runner.k8s": _FLOWS | {"runner.batch"},
-    "runner.cli": _FLOWS | {"runner.batch", "runner.policy", "runner.k8s", "runner.doctor"},
+    "runner.cli": _FLOWS
+    | {"runner.batch", "runner.policy", "runner.k8s", "runner.doctor", "runner.warm"},
+    "runner.warm": frozenset({"runner"}),
+    "runner.launch": frozenset({"runner", "runner.warm", "runner.cli"}),
 }
 """The layer map as data: a part may import only itself and the parts its row names."""
 

@@ -6,7 +6,7 @@ modules (docker-py, anyio, pydantic) stay inside the commands, so ``--version`` 
 ``--help`` are instant and ``exec`` pays only for what it uses.
 """
 
-from runner.cli import exec, batch, admin, policy, job, k8s  # noqa: F401, I001  (order: --help's)
+from runner.cli import exec, batch, admin, policy, job, k8s, daemon  # noqa: F401, I001  (order: --help's)
 from runner.cli.app import app, main
 
 __all__ = ["app", "main"]

@@ -1,0 +1,44 @@
+"""The ``flow-runner`` console script: the command goes to a warm runner, else runs here.
+
+This module and what it imports first are the standard library's cheapest parts and
+:mod:`runner.warm`'s client: with no socket directory (no warm runner was ever started)
+the hand-off costs one ``lstat``; with one, a digest of the installation and a
+connection. Refused or not found, the command runs in this process, as it always did:
+:func:`runner.cli.main`, imported only then. ``daemon serve`` is the warm runner itself
+(:mod:`runner.warm.server`), reached here before any command-line parsing.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+TYPE_CHECKING = False  # not typing's: the console script's path does without importing it
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import NoReturn
+
+
+def main() -> NoReturn:
+    if sys.argv[1:3] == ["daemon", "serve"]:
+        from runner.warm.server import serve
+
+        serve(sys.argv[3:], _load)
+    from runner.warm.client import hand_off
+
+    status = hand_off()
+    if status is not None:
+        os._exit(status)
+    from runner.cli import main as run_here
+
+    run_here()
+
+
+def _load() -> Callable[[], object]:
+    from runner.cli.daemon import preload
+
+    return preload()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,218 @@
+"""One connection to the warm runner: a forked handler reads the request and answers it.
+
+The server forks a handler per connection and forgets it (but for reaping), so nothing a
+client sends is read by the server, and a handler lives as long as the run it watches:
+stopping the server, or its death, never touches a run in progress.
+
+A ``run`` request: the handler checks its peer's groups and the request
+(:func:`runner.warm.context.refusal`), enters the client's working directory and
+environment, leaves the server's session (so no terminal signals, no job control reach
+the run but those the client forwards), and forks the run. The run waits until the
+client has been told it started (with a pidfd for its signals): a handler killed before
+that leaves a run that ends without running anything, so a client that heard nothing
+runs the command in its own process and it runs once. Then the handler waits for the run
+to exit and reports its status; when the client goes away first (killed), the handler
+sends the run SIGTERM: it cancels, removing its container, as a run in process does on
+SIGTERM.
+
+``status`` answers what the server is and whether this client's runs would be refused;
+``stop`` sends the server SIGTERM and passes back a pidfd to wait on.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import sys
+import time
+from collections.abc import Callable
+from contextlib import suppress
+from dataclasses import dataclass
+from socket import socket
+from typing import TYPE_CHECKING, NoReturn
+
+from runner.warm import peer, wire
+from runner.warm.adopt import adopt, become, set_recursion
+from runner.warm.context import refusal, stack_depth
+from runner.warm.envwatch import Reads
+
+if TYPE_CHECKING:
+    from runner.warm.wire import Message
+
+REQUEST_SECONDS = 30.0
+"""Time a client has to send its request once connected."""
+EXIT_SETUP = 5
+"""The run could not take over the client's process (a bug: the handler checked it)."""
+
+
+@dataclass(frozen=True)
+class Served:
+    """What a handler knows of the server that forked it."""
+
+    key: str
+    socket: str
+    pid: int
+    started: float
+    idle: float
+    reads: Reads
+    main: Callable[[], object]
+    busy: int
+    quiet_since: float
+    connections: int
+    """Connections accepted before this one."""
+
+
+def attend(conn: socket, served: Served) -> int:
+    """Read the request on ``conn`` and answer it; the handler's exit status."""
+    conn.settimeout(REQUEST_SECONDS)
+    try:
+        request, fds = wire.receive(conn, wire.MAX_FDS + 1)
+    except (OSError, wire.WireError):
+        return 1
+    op = request.get("op")
+    reason = None if op == "stop" else _check(conn, request, served)
+    if op == "run" and reason is None:
+        return _start(conn, request, fds, served)  # the descriptors are its to close
+    for fd in fds:
+        os.close(fd)
+    if op == "stop":
+        return _stop(conn, served)
+    if op == "status":
+        wire.send(conn, _status(served) | {"refusal": reason})
+    else:
+        wire.send(conn, {"refused": reason or f"no such request: {op!r}"})
+    return 0
+
+
+def _check(conn: socket, request: Message, served: Served) -> str | None:
+    if request.get("key") != served.key:
+        return "another installation's request"
+    try:
+        if peer.groups(conn) != peer.own_groups():
+            return "not the same groups as the warm runner"
+        return refusal(request, served.reads)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        return f"a malformed request ({type(exc).__name__}: {exc})"
+    except OSError as exc:
+        return f"its groups could not be read: {exc.strerror}"
+
+
+def _status(served: Served) -> Message:
+    return {
+        "pid": served.pid,
+        "socket": served.socket,
+        "started": served.started,
+        "idle": served.idle,
+        "busy": served.busy,
+        "connections": served.connections,
+        "quiet": time.monotonic() - served.quiet_since,
+    }
+
+
+def _stop(conn: socket, served: Served) -> int:
+    try:
+        pidfd = os.pidfd_open(served.pid)
+    except ProcessLookupError:
+        pidfd = -1
+    try:
+        if pidfd < 0 or os.getppid() != served.pid:  # the server is gone (this is init's now)
+            wire.send(conn, {"stopped": None})
+            return 0
+        signal.pidfd_send_signal(pidfd, signal.SIGTERM)
+        wire.send(conn, {"stopped": served.pid}, [pidfd])
+    finally:
+        if pidfd >= 0:
+            os.close(pidfd)
+    return 0
+
+
+def _start(conn: socket, request: Message, fds: list[int], served: Served) -> int:
+    cwd, *received = fds
+    try:
+        if len(received) != len(request["fds"]):
+            raise ValueError("descriptors missing")
+        adopt(request, cwd)
+    except (OSError, ValueError) as exc:
+        for fd in received:
+            os.close(fd)
+        wire.send(conn, {"refused": f"its process could not be taken over: {exc}"})
+        return 0
+    finally:
+        os.close(cwd)
+    os.setsid()
+    go_read, go_write = os.pipe2(os.O_CLOEXEC)
+    pid = os.fork()
+    if pid == 0:
+        os.close(go_write)
+        _run(conn, go_read, request, received, served.main)
+    os.close(go_read)
+    for fd in received:
+        os.close(fd)
+    pidfd = os.pidfd_open(pid)
+    try:
+        wire.send(conn, {"started": pid}, [pidfd])
+        os.write(go_write, b"go")
+    except OSError:
+        pass  # the client is gone: the run reads no "go" and ends having run nothing
+    finally:
+        os.close(go_write)
+    return _watch(conn, pid, pidfd)
+
+
+def _run(
+    conn: socket, go: int, request: Message, received: list[int], main: Callable[[], object]
+) -> NoReturn:
+    """The forked run: wait for the word, become the client's process, call the CLI."""
+    try:
+        os.close(conn.detach())
+        said = os.read(go, 2)
+        os.close(go)
+        if said != b"go":
+            os._exit(0)
+        become(request, received)
+        set_recursion(request, stack_depth(sys._getframe()))
+    except BaseException as exc:  # nothing may return into the server's code
+        os.write(2, f"flow-runner: the warm runner could not take over: {exc!r}\n".encode())
+        os._exit(EXIT_SETUP)
+    try:
+        main()  # ends with os._exit once its output is flushed
+    except KeyboardInterrupt:  # as the interpreter ends on one nobody caught
+        _uncaught()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    except BaseException:
+        _uncaught()
+    os._exit(1)
+
+
+def _uncaught() -> None:
+    kind, value, traceback = sys.exc_info()
+    assert kind is not None and value is not None
+    sys.excepthook(kind, value, traceback)
+    for stream in (sys.stdout, sys.stderr):
+        with suppress(OSError, ValueError):
+            stream.flush()
+
+
+def _watch(conn: socket, pid: int, pidfd: int) -> int:
+    """Wait for the run to exit and report how (unless the client has gone: then cancel)."""
+    poller = select.poll()
+    poller.register(pidfd, select.POLLIN)
+    poller.register(conn, select.POLLIN)
+    client_gone = False
+    while True:
+        ready = {fd for fd, _ in poller.poll()}
+        if pidfd in ready:
+            break
+        if not client_gone:  # the client sends nothing more: readable means closed
+            client_gone = True
+            poller.unregister(conn)
+            signal.pidfd_send_signal(pidfd, signal.SIGTERM)
+            signal.pidfd_send_signal(pidfd, signal.SIGCONT)  # were it stopped with the client
+    os.close(pidfd)
+    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    if not client_gone:
+        with suppress(OSError):  # the client is gone
+            wire.send(conn, {"exit": code} if code >= 0 else {"signal": -code})
+    return 0

@@ -1,0 +1,61 @@
+"""The installation key: which code a warm runner imported, as a short digest.
+
+A server is reachable only under the key it computed before importing anything, and a
+client asks only under the key of what it would import itself. So an edited checkout, an
+upgraded package or another interpreter never talks to a server holding the old code
+(a result never changes by going warm): the key covers
+
+- flow-runner's version, ``sys.executable``, the interpreter's flags, ``-W`` and ``-X``
+  options, and the ``PYTHON*`` environment variables (the interpreter reads some of them
+  only as it starts: ``PYTHONHASHSEED``, ``PYTHONMALLOC``, ...);
+- every entry of ``sys.path`` with its modification time (installing or removing a
+  package changes its directory's; ``""``, the working directory, by its path);
+- every file of the ``runner`` package (path, size, modification time), caches aside.
+
+A file edited in place inside another installed package keeps its directory's time: that
+edit is not seen (restart the server after editing a dependency).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from _blake2 import blake2b  # hashlib's own blake2b; hashlib itself costs ~10 ms to import
+
+import runner
+
+KEY_HEX = 24
+"""Hex digits of a key: 96 bits, and a socket path well inside ``sun_path``."""
+
+
+def installation_key() -> str:
+    digest = blake2b(digest_size=KEY_HEX // 2)
+    interpreter = sorted((k, v) for k, v in os.environ.items() if k.startswith("PYTHON"))
+    facts = (runner.__version__, sys.executable, repr(sys.flags), sys.warnoptions, sys._xoptions)
+    digest.update(repr((facts, interpreter)).encode("utf-8", "surrogateescape"))
+    for entry in sys.path:
+        where = entry or os.getcwd()  # "" is the working directory; others stay as written
+        try:
+            mtime: int | None = os.stat(where).st_mtime_ns
+        except OSError:
+            mtime = None
+        digest.update(f"path\0{where}\0{mtime}\n".encode("utf-8", "surrogateescape"))
+    top = os.path.dirname(os.path.abspath(runner.__file__))
+    digest.update(f"package\0{top}\n".encode("utf-8", "surrogateescape"))
+    _tree(digest, top, "")
+    return digest.hexdigest()
+
+
+def _tree(digest: blake2b, top: str, relative: str) -> None:
+    with os.scandir(os.path.join(top, relative)) as found:
+        entries = sorted(found, key=lambda entry: entry.name)
+    for entry in entries:
+        if entry.name == "__pycache__":
+            continue
+        name = os.path.join(relative, entry.name)
+        if entry.is_dir(follow_symlinks=False):
+            _tree(digest, top, name)
+            continue
+        facts = entry.stat(follow_symlinks=False)
+        line = f"{name}\0{facts.st_size}\0{facts.st_mtime_ns}\n"
+        digest.update(line.encode("utf-8", "surrogateescape"))

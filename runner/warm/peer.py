@@ -1,0 +1,35 @@
+"""Who is at the other end of a unix socket, in the kernel's words (Linux).
+
+``SO_PEERCRED`` gives the pid, uid and gid of the process that connected (or listened),
+as they were then; ``SO_PEERGROUPS`` its supplementary groups. Neither can be forged by
+the peer, so these, not anything a request says, decide who may use a warm runner.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+
+SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)
+"""Linux 4.13+; Python 3.11 does not name it (59 on the common architectures)."""
+MAX_GROUPS = 256
+"""Python reads at most 1,024 bytes of a socket option: 256 gids."""
+
+
+def credentials(sock: socket.socket) -> tuple[int, int, int]:
+    """The peer's pid, uid and gid."""
+    data = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
+    pid, uid, gid = (int.from_bytes(data[i : i + 4], sys.byteorder) for i in (0, 4, 8))
+    return pid, uid, gid
+
+
+def groups(sock: socket.socket) -> frozenset[int]:
+    """The peer's gid and supplementary groups (OSError with more than 256)."""
+    data = sock.getsockopt(socket.SOL_SOCKET, SO_PEERGROUPS, 4 * MAX_GROUPS)
+    found = {int.from_bytes(data[i : i + 4], sys.byteorder) for i in range(0, len(data), 4)}
+    return frozenset({credentials(sock)[2], *found})
+
+
+def own_groups() -> frozenset[int]:
+    return frozenset({os.getegid(), *os.getgroups()})

@@ -1,0 +1,207 @@
+"""The warm runner's server: flow-runner imported once, a handler forked per connection.
+
+``flow-runner daemon serve SECONDS [--detach]`` (what ``daemon start`` runs; the console
+script reaches it without parsing anything, so no command-line state is left in the
+process its runs are forked from):
+
+1. the socket directory is created or checked (:mod:`runner.warm.rundir`), the
+   installation's key computed (:mod:`runner.warm.key`) *before* anything is imported,
+   and the key's lock taken: one server per key;
+2. everything a command may import is imported, with the environment watched
+   (:mod:`runner.warm.envwatch`); no thread may have been started by it (a fork copies
+   only the thread that forks); the garbage collector is run and frozen, so forked runs
+   do not copy the pages of what it would walk;
+3. the socket is bound (mode 0600, in a 0700 directory) and the ready line written to
+   stderr (then, detached, stderr is closed: ``daemon start`` waits for that);
+4. one thread, no event loop: ``poll`` on the socket and a self-pipe for signals; a
+   connection from another uid is closed unread, any other gets a forked handler
+   (:mod:`runner.warm.handler`); handlers are reaped on SIGCHLD;
+5. it exits on SIGTERM, SIGINT or SIGHUP, or when no handler has run for ``SECONDS`` and
+   none runs, removing its socket first. Handlers running then finish on their own.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import select
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
+from contextlib import suppress
+from dataclasses import replace
+from typing import NoReturn
+
+from runner.warm import peer, rundir
+from runner.warm.envwatch import Reads, watching
+from runner.warm.handler import Served, attend
+from runner.warm.key import installation_key
+
+EXIT_USAGE = 2
+READY = "flow-runner: warm runner ready"
+"""The first words of the line that says the server accepts (``daemon start`` reads it)."""
+
+
+def serve(args: list[str], load: Callable[[], Callable[[], object]]) -> NoReturn:
+    """Run the server; ``load`` imports everything and returns the CLI's main."""
+    try:
+        idle = float(args[0])
+    except (IndexError, ValueError):
+        idle = -1.0
+    if idle <= 0 or args[1:] not in ([], ["--detach"]):
+        _exit("usage: flow-runner daemon serve SECONDS [--detach]", EXIT_USAGE)
+    place = rundir.directory(os.environ)
+    try:
+        rundir.ensure(place)
+    except (rundir.UnsafeDirectory, OSError) as exc:
+        _exit(f"flow-runner: {exc}", EXIT_USAGE)
+    key = installation_key()
+    path, lock_path = rundir.socket_path(place, key), rundir.lock_path(place, key)
+    if len(os.fsencode(path)) > rundir.SOCKET_PATH_MAX:
+        _exit(
+            f"flow-runner: socket path {path} too long; set a shorter XDG_RUNTIME_DIR", EXIT_USAGE
+        )
+    held = rundir.lock(lock_path)
+    if held is None:
+        _exit(f"flow-runner: a warm runner for this installation is running already ({path})", 0)
+    try:
+        with watching() as reads:
+            main = load()
+        if threading.active_count() != 1:
+            _exit("flow-runner: importing flow-runner started a thread; no warm runner", 1)
+        gc.collect()
+        gc.freeze()
+        listener = _bind(path)
+        try:
+            served = Served(
+                key, path, os.getpid(), time.time(), idle,
+                Reads(dict(reads.values), reads.whole), main, 0, time.monotonic(), 0,
+            )  # fmt: skip
+            os.chdir("/")
+            _say(f"{READY}: pid {os.getpid()}, socket {path}, stops after {idle:g} s unused")
+            if args[1:] == ["--detach"]:
+                _detach()
+            _loop(listener, served, held)
+        finally:
+            with suppress(FileNotFoundError):
+                os.unlink(path)
+            listener.close()
+    finally:
+        rundir.unlock(lock_path, held)
+    os._exit(0)
+
+
+def trusted(conn: socket.socket) -> bool:
+    """Whether the peer is this process's uid (the kernel's word)."""
+    try:
+        return peer.credentials(conn)[1] == os.getuid()
+    except OSError:
+        return False
+
+
+def _bind(path: str) -> socket.socket:
+    with suppress(FileNotFoundError):
+        os.unlink(path)  # a server that died left it: the lock is ours
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    umask = os.umask(0o177)
+    try:
+        listener.bind(path)
+    finally:
+        os.umask(umask)
+    listener.listen(64)
+    listener.setblocking(False)
+    return listener
+
+
+def _loop(listener: socket.socket, served: Served, held: int) -> None:
+    wake_read, wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(wake_write, warn_on_full_buffer=False)
+    stopping: list[int] = []
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, lambda signum, _frame: stopping.append(signum))
+    signal.signal(signal.SIGCHLD, lambda _signum, _frame: None)  # poll wakes on the pipe
+    poller = select.poll()
+    poller.register(listener, select.POLLIN)
+    poller.register(wake_read, select.POLLIN)
+    handlers: set[int] = set()
+    quiet_since = time.monotonic()
+    accepted = 0
+    while not stopping:
+        if _reap(handlers):
+            quiet_since = time.monotonic()
+        left = served.idle - (time.monotonic() - quiet_since)
+        if not handlers and left <= 0:
+            break
+        for fd, _ in poller.poll(None if handlers else left * 1000):
+            if fd == wake_read:
+                with suppress(BlockingIOError):
+                    os.read(wake_read, 4096)
+                continue
+            try:
+                conn, _ = listener.accept()
+            except (BlockingIOError, ConnectionAbortedError):
+                continue
+            with conn:
+                if not trusted(conn):
+                    continue
+                quiet_since = time.monotonic()
+                now = replace(
+                    served, busy=len(handlers), quiet_since=quiet_since, connections=accepted
+                )
+                accepted += 1
+                pid = os.fork()
+                if pid == 0:
+                    _handle(conn, now, (listener.fileno(), wake_read, wake_write, held))
+                handlers.add(pid)
+
+
+def _handle(conn: socket.socket, served: Served, server_fds: tuple[int, ...]) -> NoReturn:
+    """The forked handler: drop the server's descriptors and signals, then attend."""
+    code = 1
+    try:
+        signal.set_wakeup_fd(-1)
+        for fd in server_fds:
+            os.close(fd)
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(signum, signal.SIG_IGN)  # a handler outlives its server
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        code = attend(conn, served)
+    finally:
+        os._exit(code)
+
+
+def _reap(handlers: set[int]) -> bool:
+    """Collect the handlers that ended; whether any did."""
+    reaped = False
+    while handlers:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            handlers.clear()
+            return True
+        if pid == 0:
+            break
+        handlers.discard(pid)
+        reaped = True
+    return reaped
+
+
+def _detach() -> None:
+    """Stop writing where ``daemon start`` reads, and read nothing from it."""
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    os.close(null)
+
+
+def _say(line: str) -> None:
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
+def _exit(line: str, code: int) -> NoReturn:
+    _say(line)
+    os._exit(code)
