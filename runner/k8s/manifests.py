@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from runner import __version__, json1
-from runner.config import parse_duration
+from runner.durations import parse_duration
 from runner.json1 import JSONValue
 from runner.protocol.names import is_local_name
 from runner.sandbox.profiles import SandboxProfile
