@@ -9,13 +9,18 @@ positive checks (what must be there) show that each run got as far as it should.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import click
 import pytest
+import typer.main
+
+from runner.cli.app import COMMANDS, SUB_APPS, app
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -111,3 +116,20 @@ def test_help_and_version_import_no_other_command(
     }
     assert commands == loaded
     assert modules & {"anyio", "docker", "pydantic", "runner.api", "runner.config"} == set()
+
+
+def test_the_lazy_table_names_every_command_its_modules_register() -> None:
+    for module in {module for modules in COMMANDS.values() for module in modules}:
+        importlib.import_module(f"runner.cli.{module}")
+    registered = {
+        command.name or typer.main.get_command_name(command.callback.__name__)
+        for command in app.registered_commands
+        if command.callback is not None
+    }
+    assert registered | set(SUB_APPS) == set(COMMANDS)
+    group = typer.main.get_command(app)
+    assert isinstance(group, click.Group)
+    context = click.Context(group)
+    for name in COMMANDS:
+        command = group.get_command(context, name)
+        assert command is not None and command.name == name
