@@ -37,6 +37,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 from rawrun import docker_run
 
@@ -108,23 +109,37 @@ def import_groups(report: str) -> dict[str, float]:
     return dict(totals)
 
 
-def run(tree: Path, *args: str, importtime: bool = False) -> tuple[float, str]:
-    """Wall seconds of one ``flow-runner ARGS`` with ``tree`` on the path, and its stderr."""
+class Ran(NamedTuple):
+    wall: float
+    """Seconds from start to exit."""
+    cpu: float
+    """User and system seconds of the process (its own, not the engine's): steadier than
+    the wall time on a loaded machine."""
+    stderr: str
+
+
+def run(tree: Path, *args: str, importtime: bool = False) -> Ran:
+    """One ``flow-runner ARGS`` with ``tree`` on the path."""
     flags = ["-X", "importtime"] if importtime else []
     env = {**os.environ, "PYTHONPATH": str(tree)}
     started = time.perf_counter()
-    done = subprocess.run(
+    process = subprocess.Popen(
         [sys.executable, *flags, "-c", ENTRY, *args],
         env=env,
-        capture_output=True,
-        text=True,
-        check=False,
         cwd=tree,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
+    assert process.stderr is not None
+    stderr = process.stderr.read()
+    _, status, usage = os.wait4(process.pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(status)
     elapsed = time.perf_counter() - started
-    if done.returncode != 0:
-        raise RuntimeError(f"{tree}: flow-runner {' '.join(args)}: {done.stderr[-2000:]}")
-    return elapsed, done.stderr
+    if process.returncode != 0:
+        raise RuntimeError(f"{tree}: flow-runner {' '.join(args)}: {stderr[-2000:]}")
+    return Ran(elapsed, usage.ru_utime + usage.ru_stime, stderr)
 
 
 def alternating(trees: list[Path], rounds: int) -> Iterator[list[Path]]:
@@ -142,7 +157,7 @@ def main() -> None:
     for tree in trees:
         subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "runner")], check=True)
     groups: dict[Path, list[dict[str, float]]] = {tree: [] for tree in trees}
-    walls: dict[tuple[Path, str], list[float]] = collections.defaultdict(list)
+    walls: dict[tuple[Path, str], list[Ran]] = collections.defaultdict(list)
     docker: list[float] = []
     for tree in trees:  # warm-up: page caches, the image's package cache
         run(tree, *COMMANDS["exec (a run)"], args.image)
@@ -151,12 +166,12 @@ def main() -> None:
         docker.append(docker_run(args.image, None, ["--network", "none"]))
         for tree in order:
             groups[tree].append(
-                import_groups(run(tree, "exec", "--quiet", args.image, importtime=True)[1])
+                import_groups(run(tree, "exec", "--quiet", args.image, importtime=True).stderr)
             )
         for name, command in COMMANDS.items():
             extra = (args.image,) if name == "exec (a run)" else ()
             for tree in order:
-                walls[tree, name].append(run(tree, *command, *extra)[0])
+                walls[tree, name].append(run(tree, *command, *extra))
 
     base, after = trees
     names = sorted({g for tree in trees for row in groups[tree] for g in row})
@@ -173,21 +188,25 @@ def main() -> None:
     totals = {tree: statistics.median(sum(row.values()) for row in groups[tree]) for tree in trees}
     print(f"| total | {totals[base]:.0f} | {totals[after]:.0f} |")
 
-    print("\n| whole command, median ms | before | after | after ÷ before | ÷ docker run |")
-    print("|---|---:|---:|---:|---:|")
+    print("\n| whole command, median ms | wall before | wall after | after ÷ before "
+          "| ÷ docker run, before → after | CPU before | CPU after |")  # fmt: skip
+    print("|---|---:|---:|---:|---:|---:|---:|")
     raw = statistics.median(docker) * 1000
-    print(f"| `docker run --rm -i --network none` | {raw:.0f} | {raw:.0f} | | 1.00 |")
+    print(f"| `docker run --rm -i --network none` | {raw:.0f} | {raw:.0f} | | 1.00 | | |")
     for name in COMMANDS:
         b, a = walls[base, name], walls[after, name]
-        ratio = statistics.median(x / y for x, y in zip(a, b, strict=True))
+        ratio = statistics.median(x.wall / y.wall for x, y in zip(a, b, strict=True))
         vs = ""
         if name == "exec (a run)":
-            before_vs = statistics.median(x / d for x, d in zip(b, docker, strict=True))
-            after_vs = statistics.median(x / d for x, d in zip(a, docker, strict=True))
+            before_vs = statistics.median(x.wall / d for x, d in zip(b, docker, strict=True))
+            after_vs = statistics.median(x.wall / d for x, d in zip(a, docker, strict=True))
             vs = f"{before_vs:.2f} → {after_vs:.2f}"
-        print(f"| `{name}` | {statistics.median(b) * 1000:.0f} | {statistics.median(a) * 1000:.0f} "
-              f"| {ratio:.2f} | {vs} |")  # fmt: skip
-    print("\nRatios are medians of the per-round ratios (runs made moments apart).")
+        cells = [statistics.median(r.wall for r in b), statistics.median(r.wall for r in a)]
+        cpu = [statistics.median(r.cpu for r in b), statistics.median(r.cpu for r in a)]
+        print(f"| `{name}` | {cells[0] * 1000:.0f} | {cells[1] * 1000:.0f} | {ratio:.2f} | {vs} "
+              f"| {cpu[0] * 1000:.0f} | {cpu[1] * 1000:.0f} |")  # fmt: skip
+    print("\nRatios are medians of the per-round ratios (runs made moments apart); CPU is the")
+    print("process's own user + system time (the engine's work is not in it).")
 
 
 if __name__ == "__main__":
