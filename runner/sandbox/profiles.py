@@ -1,7 +1,7 @@
 """Sandbox profiles: the limits and privileges one invocation runs with, as reviewed files.
 
 A profile is a small TOML file so that the policy a run used can be read, diffed and
-reviewed apart from the code. Every file is validated by a strict pydantic model
+reviewed apart from the code. It is held to a strict pydantic model
 (:mod:`runner.sandbox.profile_model`): an unknown key or a misspelt value is an error that
 names the file and the key, because a typo in a security policy must not silently fall
 back to a default. Loosening is always spelt out: a network other than ``none`` needs
