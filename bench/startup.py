@@ -175,18 +175,18 @@ def main() -> None:
 
     base, after = trees
     names = sorted({g for tree in trees for row in groups[tree] for g in row})
-    medians = {
-        tree: {g: statistics.median(row.get(g, 0.0) for row in groups[tree]) for g in names}
-        for tree in trees
-    }
+    rows = {tree: {g: [row.get(g, 0.0) for row in groups[tree]] for g in names} for tree in trees}
+    for tree in trees:
+        rows[tree]["total"] = [sum(row.values()) for row in groups[tree]]
+    median = {tree: {g: statistics.median(v) for g, v in rows[tree].items()} for tree in trees}
+    least = {tree: {g: min(v) for g, v in rows[tree].items()} for tree in trees}
     print(f"{args.runs} rounds; before: {base}, after: {after}\n")
-    print("| imports of `exec IMAGE`, median ms | before | after |")
+    print("| imports of `exec IMAGE`, ms: median (min) | before | after |")
     print("|---|---:|---:|")
-    for g in sorted(names, key=lambda g: -medians[base][g]):
-        if max(medians[base][g], medians[after][g]) >= 0.5:
-            print(f"| {g} | {medians[base][g]:.1f} | {medians[after][g]:.1f} |")
-    totals = {tree: statistics.median(sum(row.values()) for row in groups[tree]) for tree in trees}
-    print(f"| total | {totals[base]:.0f} | {totals[after]:.0f} |")
+    for g in [*sorted(names, key=lambda g: -median[base][g]), "total"]:
+        if max(median[base][g], median[after][g]) >= 0.5:
+            cells = [f"{median[tree][g]:.1f} ({least[tree][g]:.1f})" for tree in trees]
+            print(f"| {g} | {cells[0]} | {cells[1]} |")
 
     print("\n| whole command, median ms | wall before | wall after | after ÷ before "
           "| ÷ docker run, before → after | CPU before | CPU after |")  # fmt: skip
