@@ -201,9 +201,9 @@ def main() -> None:
             before_vs = statistics.median(x.wall / d for x, d in zip(b, docker, strict=True))
             after_vs = statistics.median(x.wall / d for x, d in zip(a, docker, strict=True))
             vs = f"{before_vs:.2f} → {after_vs:.2f}"
-        cells = [statistics.median(r.wall for r in b), statistics.median(r.wall for r in a)]
+        wall = [statistics.median(r.wall for r in b), statistics.median(r.wall for r in a)]
         cpu = [statistics.median(r.cpu for r in b), statistics.median(r.cpu for r in a)]
-        print(f"| `{name}` | {cells[0] * 1000:.0f} | {cells[1] * 1000:.0f} | {ratio:.2f} | {vs} "
+        print(f"| `{name}` | {wall[0] * 1000:.0f} | {wall[1] * 1000:.0f} | {ratio:.2f} | {vs} "
               f"| {cpu[0] * 1000:.0f} | {cpu[1] * 1000:.0f} |")  # fmt: skip
     print("\nRatios are medians of the per-round ratios (runs made moments apart); CPU is the")
     print("process's own user + system time (the engine's work is not in it).")
