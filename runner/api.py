@@ -71,7 +71,7 @@ class Execution:
     A run records its report's fields; the report, a pydantic model, is built from them
     the first time :attr:`report` is read. The CLI reads the verdict and :attr:`lost`,
     and the report only for ``--report``: a run that writes none never imports pydantic
-    (some 70 ms of a fresh process).
+    (bench/README.md, Start-up imports).
     """
 
     __slots__ = ("_fields", "_report", "verdict")

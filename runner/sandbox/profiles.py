@@ -16,7 +16,7 @@ files under ``<prefix>/share/flow-runner/sandbox-profiles``.
 A file whose bytes are those of a profile this version ships (:data:`SHIPPED`: a test
 keeps it equal to ``sandbox-profiles/``, and checks that what is read from each is what
 the model makes of it) is read without the model, so that a run with the default
-profile never imports pydantic (some 70 ms of a fresh process). Any other bytes, an
+profile never imports pydantic (bench/README.md, Start-up imports). Any other bytes, an
 edited copy of a shipped file included, are validated.
 """
 
