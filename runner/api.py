@@ -10,7 +10,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -34,13 +34,13 @@ from runner.protocol.codes import OperationError
 from runner.protocol.completion import Verdict
 from runner.protocol.frames import MAX_PAYLOAD_BYTES
 from runner.protocol.session import flow_run_overflow
-from runner.report import ReportedError, ReportedPackage, RunReport, SandboxLoss
 from runner.sandbox.base import DiskBreach, LaunchRequest, Sandbox, SandboxFacts
 from runner.sandbox.errors import SandboxLost
 from runner.sandbox.registry import StopGraces
 
 if TYPE_CHECKING:
     from runner.package.reader import Package
+    from runner.report import RunReport
 
 
 @dataclass
@@ -65,12 +65,46 @@ class Invocation:
         return cls(deadline_unix_ms=deadline, **kwargs)  # type: ignore[arg-type]
 
 
-@dataclass
 class Execution:
-    """The verdict of a run together with its report."""
+    """The verdict of a run together with its report.
 
-    verdict: Verdict
-    report: RunReport
+    A run records its report's fields; the report, a pydantic model, is built from them
+    the first time :attr:`report` is read. The CLI reads the verdict and :attr:`lost`,
+    and the report only for ``--report``: a run that writes none never imports pydantic
+    (bench/README.md, Start-up imports).
+    """
+
+    __slots__ = ("_fields", "_report", "verdict")
+
+    def __init__(self, verdict: Verdict, report: RunReport | None = None, **fields: Any) -> None:
+        """``report``, or the fields of :class:`~runner.report.RunReport` to build it from
+        (its sub-models as dicts)."""
+        if (report is None) == (not fields):
+            raise TypeError("Execution takes a report or the fields of one, not both")
+        self.verdict = verdict
+        self._report = report
+        self._fields = fields
+
+    @property
+    def report(self) -> RunReport:
+        if self._report is None:
+            from runner.report import RunReport
+
+            self._report = RunReport(**self._fields)
+            self._fields = {}
+        return self._report
+
+    @property
+    def lost(self) -> str | None:
+        """What went away under the run, ``container`` or ``engine`` (``report.lost.what``),
+        or ``None``; read without building the report."""
+        if self._report is None:
+            lost: dict[str, Any] | None = self._fields.get("lost")
+            return None if lost is None else str(lost["what"])
+        return None if self._report.lost is None else self._report.lost.what
+
+    def __repr__(self) -> str:
+        return f"Execution({self.verdict!r}, {self.report!r})"
 
 
 def new_run_id() -> str:
@@ -153,8 +187,7 @@ async def execute(
     except anyio.get_cancelled_exc_class():
         stopped = control.stopped
         if on_stopped is not None and stopped is not None:
-            report = _report(stopped, stopped.verdict, run)
-            on_stopped(Execution(stopped.verdict, report))
+            on_stopped(Execution(stopped.verdict, **_report(stopped, stopped.verdict, run)))
         raise
     finally:  # a no-op once the run was judged; else it was stopped or failed to launch
         offer.party.conclude(OperationError("CANCELLED", "the invocation was stopped"))
@@ -211,9 +244,9 @@ async def _launch_and_drive(
     if facts.disk_breach is not None:
         verdict = _disk_failure(facts.disk_breach, verdict)
     verdict = _settle_channels(channels, verdict)
-    report = _report(outcome, verdict, run)
-    report.timings.update(facts.timings)
-    return Execution(verdict, report)
+    fields = _report(outcome, verdict, run)
+    fields["timings"].update(facts.timings)
+    return Execution(verdict, **fields)
 
 
 def _disk_failure(breach: DiskBreach, verdict: Verdict) -> Verdict:
@@ -279,11 +312,17 @@ def _settle_channels(channels: ChannelParty, verdict: Verdict) -> Verdict:
     return verdict
 
 
-def _reported_package(package: Package | None) -> ReportedPackage | None:
+def _reported_package(package: Package | None) -> dict[str, str] | None:
+    """The report's ``package`` (a :class:`~runner.report.ReportedPackage`'s fields)."""
     if package is None:
         return None
     source = package.image_id or package.root
-    return ReportedPackage(name=package.name, digest=package.digest, source=source)
+    return {"name": package.name, "digest": package.digest, "source": source}
+
+
+def _reported_error(error: OperationError, details: JSONValue) -> dict[str, Any]:
+    """The report's ``error`` (a :class:`~runner.report.ReportedError`'s fields)."""
+    return {"code": error.code, "message": error.message, "details": details}
 
 
 def _refused(
@@ -291,67 +330,64 @@ def _refused(
 ) -> Execution:
     """A Run that failed its package's checks before any container was created."""
     reason = "refused by the package before launch; no container was created"
-    verdict = Verdict(None, error, (reason,))
-    report = RunReport(
+    return Execution(
+        Verdict(None, error, (reason,)),
         run_id=run_id,
         target=target,
         backend=backend,
         package=_reported_package(package),
         status="failed",
-        error=ReportedError(code=error.code, message=error.message, details=error.details),
+        error=_reported_error(error, error.details),
         reasons=[reason],
     )
-    return Execution(verdict, report)
 
 
 def _lost(lost: SandboxLost, run: _Run) -> Execution:
     """A Run whose container or engine went away under it (PROTOCOL.md §9.3: transport
     loss is ``CHANNEL_LOST``); the details say which, so a caller can retry an engine's."""
-    loss = SandboxLoss(
-        what=lost.what,
-        step=lost.step,
-        seconds=round(lost.seconds, 3),
-        container_id=lost.container_id,
-        container_left=lost.container_left,
-    )
-    details: dict[str, JSONValue] = {"lost": loss.what, "step": loss.step, "seconds": loss.seconds}
+    seconds = round(lost.seconds, 3)
+    details: dict[str, JSONValue] = {"lost": lost.what, "step": lost.step, "seconds": seconds}
     error = OperationError("CHANNEL_LOST", str(lost)[:1024], details)
-    reasons = [lost.reason, f"noticed in the {loss.step} step, {loss.seconds:.1f} s into the run"]
-    if loss.container_left:
+    reasons = [lost.reason, f"noticed in the {lost.step} step, {seconds:.1f} s into the run"]
+    if lost.container_left:
         reasons.append(
             "the container was left; `flow-runner gc` removes it once the engine answers"
         )
-    verdict = Verdict(None, error, tuple(reasons))
-    report = RunReport(
+    loss = {  # a SandboxLoss's fields
+        "what": lost.what,
+        "step": lost.step,
+        "seconds": seconds,
+        "container_id": lost.container_id,
+        "container_left": lost.container_left,
+    }
+    return Execution(
+        Verdict(None, error, tuple(reasons)),
         run_id=run.run_id,
         target=run.target,
         backend=run.backend,
         package=_reported_package(run.package),
         status="failed",
-        error=ReportedError(code=error.code, message=error.message, details=details),
+        error=_reported_error(error, details),
         reasons=reasons,
         lost=loss,
     )
-    return Execution(verdict, report)
 
 
-def _report(outcome: RunOutcome, verdict: Verdict, run: _Run) -> RunReport:
-    """The report of a driven run. Its exit code and OOM kill are the sandbox's facts,
-    read after cleanup (which may be what recorded them); the driver's ``Ending`` was
-    taken from the same facts to judge the run."""
+def _report(outcome: RunOutcome, verdict: Verdict, run: _Run) -> dict[str, Any]:
+    """The report's fields for a driven run. Its exit code and OOM kill are the sandbox's
+    facts, read after cleanup (which may be what recorded them); the driver's ``Ending``
+    was taken from the same facts to judge the run."""
     session, ending = outcome.session, outcome.ending
     error = verdict.error
     facts = run.facts or SandboxFacts()
-    return RunReport(
+    return dict(
         run_id=run.run_id,
         target=run.target,
         backend=run.backend,
         package=_reported_package(run.package),
         status="succeeded" if verdict.result is not None else "failed",
         outcome=str(verdict.result["outcome"]) if verdict.result is not None else None,
-        error=ReportedError(code=error.code, message=error.message, details=error.details)
-        if error is not None
-        else None,
+        error=_reported_error(error, error.details) if error is not None else None,
         reasons=list(verdict.reasons),
         exit_code=facts.exit_code,
         oom_killed=facts.oom_killed,

@@ -33,7 +33,6 @@ sandbox) is refused in such a file unless the user allows host commands
 from __future__ import annotations
 
 import json
-import re
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -49,6 +48,7 @@ from pydantic import (
 )
 
 from runner import json1
+from runner.durations import parse_duration
 from runner.host.channels import ChannelLimits
 from runner.host.operations import ENTRY_BYTES, RETAINED_BYTES
 from runner.protocol.names import is_local_name
@@ -76,20 +76,10 @@ def _flow_name(text: str) -> str:
 LocalName = Annotated[str, AfterValidator(_local_name)]
 FlowName = Annotated[str, AfterValidator(_flow_name)]
 DEFAULT_FILE = "flow-runner.toml"
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
 
 
 class ConfigError(ValueError):
     """The host configuration cannot be used; the message names the file and the key."""
-
-
-def parse_duration(text: str) -> float:
-    """``30s``, ``2m``, ``1h``, ``500ms`` or plain seconds, as seconds (> 0)."""
-    match = _DURATION.match(text.strip())
-    if match is None or float(match.group(1)) <= 0:
-        raise ValueError(f"{text!r} is not a duration; use e.g. 30s, 2m, 1h or 500ms")
-    scale = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[match.group(2)]
-    return float(match.group(1)) * scale
 
 
 class _Strict(BaseModel):

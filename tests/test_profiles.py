@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import os
 import socket
 import stat
+import subprocess
+import sys
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,7 +26,9 @@ from runner.sandbox.attachments import (
     parse_attachments,
 )
 from runner.sandbox.base import Attachment
+from runner.sandbox.profile_model import ProfileModel
 from runner.sandbox.profiles import (
+    SHIPPED,
     ProfileError,
     SandboxProfile,
     list_profiles,
@@ -94,8 +101,77 @@ def load_profile_file_text(directory: Path, text: str) -> SandboxProfile:
 
 
 def test_a_profile_is_frozen() -> None:
-    with pytest.raises(ValidationError):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         load_profile("default").memory = 1  # type: ignore[misc]
+
+
+# --- shipped profiles read without the model, any other validated -----------------------
+
+
+def test_the_shipped_digests_are_those_of_the_shipped_files() -> None:
+    found = {hashlib.sha256(p.read_bytes()).hexdigest() for p in profiles_dir().glob("*.toml")}
+    assert found == SHIPPED, "a shipped profile changed: put its new SHA-256 in SHIPPED"
+
+
+@pytest.mark.parametrize("name", ["default", "dev", "strict"])
+def test_a_shipped_profile_is_read_as_the_model_validates_it(name: str) -> None:
+    path = profiles_dir() / f"{name}.toml"
+    data = tomllib.loads(path.read_text(encoding="utf-8"))
+    data.setdefault("name", name)
+    model = ProfileModel.model_validate(data, context={"base_dir": path.parent})
+    shipped = load_profile(name)
+    for key in ProfileModel.model_fields:
+        value, expected = getattr(shipped, key), getattr(model, key)
+        assert (value, type(value)) == (expected, type(expected)), key
+    assert shipped.seccomp_json == model.seccomp_json is not None
+    assert shipped.as_json() == model.model_dump(mode="json")
+
+
+def test_an_edited_copy_of_a_shipped_profile_is_validated(tmp_path: Path) -> None:
+    text = (profiles_dir() / "default.toml").read_text()
+    (tmp_path / "seccomp-components.json").write_text("{}")
+    path = write_profile(tmp_path, text.replace('network = "none"', 'network = "host"'))
+    with pytest.raises(ProfileError, match=r"key 'network' = 'host' is refused"):
+        load_profile(path)
+    path = write_profile(tmp_path, text + 'memroy = "1g"\n')
+    with pytest.raises(ProfileError, match=r"unknown key 'memroy'"):
+        load_profile(path)
+
+
+def test_a_copy_of_a_shipped_profile_elsewhere_reads_its_own_seccomp_file(tmp_path: Path) -> None:
+    path = write_profile(tmp_path, (profiles_dir() / "default.toml").read_text())
+    with pytest.raises(ProfileError, match=r"key 'seccomp': cannot read .*seccomp-components"):
+        load_profile(path)  # the model says what is wrong, as for any file
+    (tmp_path / "seccomp-components.json").write_text('{"defaultAction": "SCMP_ACT_LOG"}')
+    assert load_profile(path).seccomp_json == '{"defaultAction":"SCMP_ACT_LOG"}'
+
+
+def test_the_profile_value_and_the_model_have_the_same_keys_and_defaults() -> None:
+    keys = {f.name: f.default for f in dataclasses.fields(SandboxProfile) if f.init}
+    model = {key: info.default for key, info in ProfileModel.model_fields.items()}
+    model["name"] = dataclasses.MISSING
+    assert keys == model and list(keys) == list(model)
+
+
+def test_a_profile_built_in_code_is_validated_by_the_model() -> None:
+    assert SandboxProfile(name="x", memory="1g", cpus=2).memory == 1 << 30  # type: ignore[arg-type]
+    with pytest.raises(
+        ValidationError, match=r"for SandboxProfile\n.*network' = 'host' is refused"
+    ):
+        SandboxProfile(name="x", network="host")
+    with pytest.raises(ValidationError, match="name"):
+        SandboxProfile(name="Not A Name")
+
+
+def test_a_run_of_the_default_profile_imports_no_pydantic() -> None:
+    code = (
+        "import sys; from runner.sandbox.profiles import load_profile, with_user\n"
+        "load_profile('default'); load_profile('strict')\n"
+        "assert 'pydantic' not in sys.modules, 'a shipped profile imported pydantic'\n"
+        "with_user(load_profile('default'), '1000')\n"
+        "assert 'pydantic' in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
 
 # --- loading and its errors -------------------------------------------------------------

@@ -139,7 +139,7 @@ def key_document(
         return doc
     assert row.image is not None and row.profile is not None
     doc["image"] = image_ids(row.image) or f"missing:{row.image}"
-    doc["profile"] = row.profile.model_dump(mode="json")
+    doc["profile"] = row.profile.as_json()
     doc["command"] = list(row.command) if row.command is not None else None
     doc["attachments"] = [_attachment(att, digests) for att in row.attachments]
     return doc

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from runner import json1
-from runner.config import ConfigError, HostConfig, parse_duration
+from runner.config import ConfigError, HostConfig
+from runner.durations import parse_duration
 from runner.json1 import JSONValue
 from runner.protocol.names import is_local_name
 from runner.sandbox.attachments import AttachmentError, check_attachments, parse_attachments

@@ -96,8 +96,8 @@ def profiles_show(
         profile = load_profile(name)
     except ProfileError as exc:
         _fail_usage(str(exc))
-    shown = {
-        **profile.model_dump(mode="json"),
+    shown: dict[str, object] = {
+        **profile.as_json(),
         "enforcement": {"seccomp": seccomp_summary(profile), "disk": disk_summary(profile)},
     }
     typer.echo(json.dumps(shown, indent=2))

@@ -1,10 +1,11 @@
 """The ``flow-runner`` command line (typer): the app, its sub-apps and the exit statuses.
 
-The commands live in the modules beside this one, each registering on the app it imports;
-``runner.cli`` imports them all.
-
-Heavy modules (docker-py, anyio, pydantic) are imported inside the commands, so that
-``--help`` and ``--version`` are instant and ``exec`` pays only for what it uses.
+The commands live in the modules beside this one, each registering on the app it imports.
+A command's module is imported only when that command is run or listed (``--help``): the
+root group, :class:`LazyCommands`, knows which module registers which command, so ``exec``
+never imports batch, policy or k8s. Heavy modules (docker-py, anyio, pydantic) are
+imported inside the commands, so that ``--help`` and ``--version`` are instant and
+``exec`` pays only for what it uses.
 
 Exit status of ``exec``: 0 outcome ``done``; 3 a declared custom outcome; 124
 ``DEADLINE_EXCEEDED``; 130 ``CANCELLED`` by the user; 4 any other Run failure (a container
@@ -16,12 +17,15 @@ some run infra-failed, 130 interrupted, 2 bad usage (nothing ran).
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 import typer.core
+import typer.main
+import typer.models
 
 from runner import __version__
 
@@ -36,24 +40,59 @@ EXIT_INFRASTRUCTURE = 5
 EXIT_DEADLINE = 124
 EXIT_CANCELLED = 130
 
+COMMANDS: dict[str, tuple[str, ...]] = {
+    "exec": ("exec",),
+    "inspect": ("admin",),
+    "gc": ("admin",),
+    "doctor": ("admin",),
+    "job": ("job",),
+    "profiles": ("admin",),
+    "policy": ("policy",),
+    "k8s": ("k8s",),
+    "batch": ("batch", "k8s"),
+    "daemon": ("daemon",),
+}
+"""Each command, in the order ``--help`` lists it -> the modules of ``runner.cli`` that
+register it and its sub-commands (``k8s`` adds ``batch import``)."""
+
+
+class LazyCommands(typer.core.TyperGroup):
+    """The root group: builds a command from its modules the first time it is asked for.
+
+    Typer builds every registered command when the app is called; here nothing is
+    registered yet then, and :meth:`get_command` imports the command's modules and builds
+    just that command (or sub-app) with typer's own builders, as typer would have.
+    """
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        # An unknown name builds them all: click's "Did you mean ...?" reads self.commands.
+        for name in [cmd_name] if cmd_name in COMMANDS else COMMANDS:
+            if name not in self.commands:
+                for module in COMMANDS[name]:
+                    importlib.import_module(f"runner.cli.{module}")
+                self.commands[name] = _build(name)
+        return super().get_command(ctx, cmd_name)
+
+
 app = typer.Typer(
+    cls=LazyCommands,
     help="Run FLOW Run/1 components, each in its own locked-down container.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
 profiles_app = typer.Typer(help="Inspect sandbox profiles.", no_args_is_help=True)
-app.add_typer(profiles_app, name="profiles")
 policy_app = typer.Typer(
     help="Test what a sandbox profile enforces on this engine, runtime and kernel.",
     no_args_is_help=True,
 )
-app.add_typer(policy_app, name="policy")
 k8s_app = typer.Typer(
     help="Render Kubernetes Jobs that run components with `flow-runner job` in their pods.",
     no_args_is_help=True,
 )
-app.add_typer(k8s_app, name="k8s")
 
 
 class _BatchGroup(typer.core.TyperGroup):
@@ -70,7 +109,35 @@ batch_app = typer.Typer(
     help="Run many invocations from a JSON Lines manifest, with a result store.",
     no_args_is_help=True,
 )
-app.add_typer(batch_app, name="batch")
+daemon_app = typer.Typer(
+    help="A warm runner that `flow-runner` commands hand their run to: no start-up cost.",
+    no_args_is_help=True,
+)
+SUB_APPS = {
+    "profiles": profiles_app,
+    "policy": policy_app,
+    "k8s": k8s_app,
+    "batch": batch_app,
+    "daemon": daemon_app,
+}
+"""The groups of :data:`COMMANDS`; their commands register on them."""
+
+
+def _build(name: str) -> click.Command:
+    """The click command typer builds for ``name`` (registered by now) under the app."""
+    short, markup = app.pretty_exceptions_short, app.rich_markup_mode
+    if name in SUB_APPS:
+        info = typer.models.TyperInfo(SUB_APPS[name], name=name)
+        return typer.main.get_group_from_info(
+            info, pretty_exceptions_short=short, rich_markup_mode=markup
+        )
+    for command in app.registered_commands:
+        assert command.callback is not None
+        if (command.name or typer.main.get_command_name(command.callback.__name__)) == name:
+            return typer.main.get_command_from_info(
+                command, pretty_exceptions_short=short, rich_markup_mode=markup
+            )
+    raise LookupError(f"no module of runner.cli registers the command {name!r}")
 
 
 class UsageError(Exception):

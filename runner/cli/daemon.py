@@ -16,13 +16,7 @@ from typing import Annotated
 
 import typer
 
-from runner.cli.app import _fail_usage, app
-
-daemon_app = typer.Typer(
-    help="A warm runner that `flow-runner` commands hand their run to: no start-up cost.",
-    no_args_is_help=True,
-)
-app.add_typer(daemon_app, name="daemon")
+from runner.cli.app import _fail_usage, daemon_app
 
 LAZY = ("anyio._backends._asyncio", "anyio._core._signals", "netrc")
 """Modules the commands import only when they run (anyio's backend and signals, requests'
@@ -76,7 +70,7 @@ def start(
     """Start a warm runner for this installation, unless one runs already."""
     import subprocess
 
-    from runner.config import parse_duration
+    from runner.durations import parse_duration
     from runner.warm import rundir
     from runner.warm.server import READY
 

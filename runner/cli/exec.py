@@ -225,6 +225,7 @@ class ExecRequest:
         name: str | None = None,
         check: bool = True,
     ) -> Starter:
+        from runner.config import ConfigError
         from runner.flows import FlowHost
 
         extra = self.attach or self.settings_text != "{}" or self.profile != "default"
@@ -239,13 +240,17 @@ class ExecRequest:
         name, scratch = name or self.target[0], self._scratch_dir()
 
         async def start(control: RunControl, sink: Callable[[bytes], None] | None) -> Execution:
-            host = FlowHost(host_config, stderr_sink=sink, on_host_command=_warn_unsandboxed)
             try:
-                return await host.run(
-                    name, value, deadline_seconds=seconds, control=control, scratch_dir=scratch
-                )
-            finally:
-                await host.aclose()
+                host = FlowHost(host_config, stderr_sink=sink, on_host_command=_warn_unsandboxed)
+                try:
+                    return await host.run(
+                        name, value, deadline_seconds=seconds, control=control,
+                        scratch_dir=scratch,
+                    )  # fmt: skip
+                finally:
+                    await host.aclose()
+            except ConfigError as exc:  # a refusal to _run, which knows no configuration
+                raise UsageError(str(exc)) from exc
 
         return start
 

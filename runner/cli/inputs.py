@@ -48,7 +48,7 @@ def _read_json(option: str, text: str) -> JSONValue:
 
 def parse_duration(text: str) -> float:
     """``--deadline`` as seconds, or a usage error naming the option."""
-    from runner.config import parse_duration as parse
+    from runner.durations import parse_duration as parse
 
     try:
         return parse(text)

@@ -33,12 +33,13 @@ def _run(start: Starter, quiet: bool) -> Execution:
 
     import anyio
 
-    from runner.config import ConfigError
     from runner.host.driver import RunControl
     from runner.package.errors import InvocationRefused, PackageError
     from runner.sandbox.errors import SandboxError
 
-    refusals = (SandboxError, ConfigError, InvocationRefused, PackageError)
+    # A configured flow's starter says a ConfigError as a UsageError (runner.config, and
+    # pydantic with it, is then imported only by the runs that read a configuration).
+    refusals = (SandboxError, InvocationRefused, PackageError, UsageError)
     control = RunControl()
     echo = None if quiet else StderrEcho(sys.stderr.fileno())
 
@@ -220,8 +221,7 @@ def _verdict(execution: Execution) -> tuple[dict[str, JSONValue], int, str | Non
     if error.details is not None:
         body["details"] = error.details
     reasons = "; ".join(verdict.reasons)
-    lost = execution.report.lost
-    if lost is not None and lost.what == "engine":
+    if execution.lost == "engine":
         note = f"flow-runner: infrastructure failure: {error.message} ({reasons})"
         return {"error": body}, EXIT_INFRASTRUCTURE, note
     note = f"flow-runner: run failed: {error.code}: {error.message} ({reasons})"

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from runner import __version__, json1
-from runner.config import parse_duration
+from runner.durations import parse_duration
 from runner.json1 import JSONValue
 from runner.protocol.names import is_local_name
 from runner.sandbox.profiles import SandboxProfile
@@ -142,7 +142,8 @@ class JobSpec:
 
     def key(self, value: JSONValue, settings: dict[str, Any]) -> str:
         """The invocation key of a run of this job with ``value`` and ``settings``."""
-        profile = self.profile.model_dump(mode="json", exclude={"seccomp", "allowed_mounts"})
+        profile = self.profile.as_json()
+        del profile["seccomp"], profile["allowed_mounts"]
         seccomp = self.profile.seccomp_json
         document: dict[str, Any] = {
             "flow-runner": __version__,

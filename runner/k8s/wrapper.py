@@ -100,7 +100,7 @@ def completion_index(text: str | None) -> int:
 
 def read_row(path: Path, index: int, manifest_name: str) -> JobRow:
     """Line ``index`` (0-based) of the normalized manifest, read one line at a time."""
-    from runner.config import parse_duration
+    from runner.durations import parse_duration
 
     raw = b""
     try:

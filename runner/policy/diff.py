@@ -67,5 +67,5 @@ def b_is_weaker(found: list[Difference]) -> bool:
 
 def static(a: SandboxProfile, b: SandboxProfile) -> list[tuple[str, object, object]]:
     """The effective settings (defaults filled in) that differ: (key, A's, B's)."""
-    left, right = a.model_dump(mode="json"), b.model_dump(mode="json")
+    left, right = a.as_json(), b.as_json()
     return [(key, left[key], right[key]) for key in left if left[key] != right[key]]

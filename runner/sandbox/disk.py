@@ -27,11 +27,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from runner.sandbox.base import Attachment, DiskBreach
 from runner.sandbox.errors import DockerSandboxError
-from runner.sandbox.profiles import SandboxProfile
+
+if TYPE_CHECKING:
+    from runner.sandbox.profiles import SandboxProfile
 
 _WALK_SHARE = 3.0
 """The pause after a walk is at least this many times the walk's own duration, so that

@@ -19,6 +19,10 @@ class SandboxError(RuntimeError):
     """A backend could not prepare its sandbox; the message names the cause and the fix."""
 
 
+class ProfileError(SandboxError, ValueError):
+    """A sandbox profile could not be found, read or validated."""
+
+
 class CommandNotFound(SandboxError):
     """The process backend's command cannot be started (missing, not executable)."""
 

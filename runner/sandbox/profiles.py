@@ -1,179 +1,153 @@
 """Sandbox profiles: the limits and privileges one invocation runs with, as reviewed files.
 
 A profile is a small TOML file so that the policy a run used can be read, diffed and
-reviewed apart from the code. The model is strict: an unknown key or a misspelt value is
-an error that names the file and the key, because a typo in a security policy must not
-silently fall back to a default. Loosening is always spelt out: a network other than
-``none`` needs ``allow_network = true``, root needs ``allow_root = true``, and a host path
-the attachment refusal list would refuse needs an ``allowed_mounts`` entry.
+reviewed apart from the code. It is held to a strict pydantic model
+(:mod:`runner.sandbox.profile_model`): an unknown key or a misspelt value is an error that
+names the file and the key, because a typo in a security policy must not silently fall
+back to a default. Loosening is always spelt out: a network other than ``none`` needs
+``allow_network = true``, root needs ``allow_root = true``, and a host path the
+attachment refusal list would refuse needs an ``allowed_mounts`` entry.
 
 The repository's ``sandbox-profiles/`` directory is the single source of truth for the
 shipped profiles. A source checkout (and an editable install) finds it next to the
 ``runner`` package; an installed wheel finds the copy that the build installs as data
 files under ``<prefix>/share/flow-runner/sandbox-profiles``.
+
+A file whose bytes are those of a profile this version ships (:data:`SHIPPED`: a test
+keeps it equal to ``sandbox-profiles/``, and checks that what is read from each is what
+the model makes of it) is read without the model, so that a run with the default
+profile never imports pydantic (bench/README.md, Start-up imports). Any other bytes, an
+edited copy of a shipped file included, are validated.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-import re
 import sys
 import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Annotated, Literal, Self
-
-from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    PrivateAttr,
-    ValidationError,
-    ValidationInfo,
-    field_validator,
-    model_validator,
-)
-from pydantic_core import ErrorDetails
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from runner.protocol.names import is_local_name
-from runner.sandbox.errors import SandboxError
+from runner.sandbox.errors import ProfileError
+from runner.sandbox.profile_rules import parse_size, read_seccomp, resolve
+
+if TYPE_CHECKING:
+    from runner.json1 import JSONValue
+
+__all__ = [
+    "ProfileError",
+    "SandboxProfile",
+    "disk_summary",
+    "list_profiles",
+    "load_profile",
+    "load_profile_file",
+    "parse_size",
+    "profiles_dir",
+    "seccomp_summary",
+    "with_user",
+]
 
 PROFILE_DIR_NAME = "sandbox-profiles"
 _CHECKOUT_DIR = Path(__file__).resolve().parents[2] / PROFILE_DIR_NAME
 _INSTALLED_DIR = Path(sys.prefix) / "share" / "flow-runner" / PROFILE_DIR_NAME
-_SIZE = re.compile(r"^\s*(\d+)\s*([bkmg]?)\s*$", re.IGNORECASE)
-_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+
+SHIPPED: Final = frozenset(
+    {
+        "063d75266617d587abb9074aae12959d6fe71308e9a798c5276b8f2c1e5207fa",  # default.toml
+        "5933025c3770228b477ee7c7deb65993daccee768918a9b7f4767999b11dbb8b",  # dev.toml
+        "43cecff5f41633219f24dd5b30da179af08d5ab1251ca8ca43e09a9cb514484c",  # strict.toml
+    }
+)
+"""SHA-256 of each profile file as this version ships it: those bytes were validated
+(tests/test_profiles.py), so they are read without the model."""
 
 
-class ProfileError(SandboxError, ValueError):
-    """A sandbox profile could not be found, read or validated."""
+@dataclass(frozen=True)
+class SandboxProfile:
+    """Limits and privileges for one invocation; sizes are bytes, graces are seconds.
 
-
-def parse_size(value: object) -> object:
-    """Turn a Docker-style size (``"512m"``, ``"2g"``, ``1048576``) into bytes.
-
-    Units are binary, as in ``docker run --memory``: k = KiB, m = MiB, g = GiB. Anything
-    that is not a size is handed on unchanged for the model to reject with its own error.
+    A profile built in code (``SandboxProfile(name=..., ...)``) is validated by the
+    model as a file is, and raises pydantic's ``ValidationError`` if it is no profile.
     """
-    if isinstance(value, str) and (match := _SIZE.match(value)):
-        return int(match.group(1)) * _SIZE_UNITS[match.group(2).lower()]
-    return value
 
-
-Size = Annotated[int, BeforeValidator(parse_size), Field(gt=0)]
-CapabilityName = Annotated[str, Field(pattern=r"^(?:CAP_)?[A-Z_]+$")]
-HostPath = Annotated[Path, Field(strict=False)]
-
-
-class SandboxProfile(BaseModel):
-    """Limits and privileges for one invocation; sizes are bytes, graces are seconds."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-
-    # pydantic's (Rust) regex: `$` is the end of the text, so "abc\n" does not match.
-    name: str = Field(pattern=r"^[a-z0-9]+(?:-[a-z0-9]+)*$", max_length=64)
+    name: str
     description: str = ""
     runtime: Literal["runc", "runsc"] = "runc"
-    user: str = Field(default="65534:65534", pattern=r"^[A-Za-z0-9_.-]+(?::[A-Za-z0-9_.-]+)?$")
+    user: str = "65534:65534"
     allow_root: bool = False
     read_only_root: bool = True
-    network: str = Field(default="none", min_length=1)
+    network: str = "none"
     allow_network: bool = False
-    memory: Size = 512 << 20
-    cpus: float = Field(default=1.0, gt=0, le=1024)
-    pids: int = Field(default=256, ge=8)
-    nofile: int = Field(default=1024, ge=16)
-    scratch_size: Size = 256 << 20
-    tmp_size: Size = 64 << 20
-    attachment_quota: Size | None = None
+    memory: int = 512 << 20
+    cpus: float = 1.0
+    pids: int = 256
+    nofile: int = 1024
+    scratch_size: int = 256 << 20
+    tmp_size: int = 64 << 20
+    attachment_quota: int | None = None
     """Bytes each read-write attachment may grow by during a run; ``None``: unbounded."""
-    disk_entries: int = Field(default=65536, ge=16)
+    disk_entries: int = 65536
     """Files and directories scratch, /tmp and each bounded host directory may gain."""
-    disk_poll: float = Field(default=0.2, ge=0.02, le=5.0)
+    disk_poll: float = 0.2
     """Seconds between two measurements of a bounded host directory (see disk.py)."""
-    cap_drop: tuple[CapabilityName, ...] = Field(default=("ALL",), strict=False)
-    cap_add: tuple[CapabilityName, ...] = Field(default=(), strict=False)
+    cap_drop: tuple[str, ...] = ("ALL",)
+    cap_add: tuple[str, ...] = ()
     no_new_privileges: bool = True
-    seccomp: Literal["unconfined"] | HostPath | None = None
+    seccomp: Literal["unconfined"] | Path | None = None
     """A seccomp profile file, ``"unconfined"`` (no filter: spelt out, never a default),
     or ``None`` for the engine's default filter."""
     init: bool = True
-    cancel_grace: float = Field(default=2.0, ge=0)
-    exit_grace: float = Field(default=2.0, ge=0)
-    allowed_mounts: tuple[HostPath, ...] = Field(default=(), strict=False)
+    cancel_grace: float = 2.0
+    exit_grace: float = 2.0
+    allowed_mounts: tuple[Path, ...] = ()
+    seccomp_json: str | None = field(default=None, init=False, repr=False)
+    """The seccomp profile's JSON text, read once at load time, or ``None``."""
 
-    _seccomp_json: str | None = PrivateAttr(default=None)
+    def __post_init__(self) -> None:
+        from runner.sandbox.profile_model import validate
 
-    @property
-    def seccomp_json(self) -> str | None:
-        """The seccomp profile's JSON text, read once at load time, or ``None``."""
-        return self._seccomp_json
+        given = {  # the keys given, as the model's own constructor would have them
+            key: value
+            for key, value in _keys(self).items()
+            if key == "name" or value != _DEFAULTS[key] or type(value) is not type(_DEFAULTS[key])
+        }
+        _fill(self, *validate(given))
 
-    @field_validator("seccomp", mode="after")
     @classmethod
-    def _resolve_seccomp(cls, value: Path | str | None, info: ValidationInfo) -> Path | str | None:
-        return _resolve(value, info) if isinstance(value, Path) else value
+    def _validated(cls, values: Mapping[str, object], seccomp_json: str | None) -> SandboxProfile:
+        """A profile of values already validated (by the model, or shipped)."""
+        profile = object.__new__(cls)
+        _fill(profile, values, seccomp_json)
+        return profile
 
-    @field_validator("allowed_mounts", mode="after")
-    @classmethod
-    def _resolve_mounts(cls, value: tuple[Path, ...], info: ValidationInfo) -> tuple[Path, ...]:
-        return tuple(_resolve(path, info) for path in value)
-
-    @model_validator(mode="after")
-    def _check_network_and_load_seccomp(self) -> Self:
-        if not self.allow_root:
-            _check_not_root(self.user)
-        if self.network != "none" and not self.allow_network:
-            raise ValueError(
-                f"key 'network' = {self.network!r} is refused: components run with network "
-                "'none'; set allow_network = true next to it to open the network on purpose"
-            )
-        if isinstance(self.seccomp, Path):
-            self._seccomp_json = _read_seccomp(self.seccomp)
-        return self
+    def as_json(self) -> dict[str, JSONValue]:
+        """The profile's keys and values as JSON, in the model's order (paths as text,
+        tuples as lists): what ``profiles show`` prints and what a batch key digests."""
+        return {key: _json(value) for key, value in _keys(self).items()}
 
 
-def _check_not_root(user: str) -> None:
-    """Refuse uid 0 and gid 0, and any user whose ids the image, not the profile, decides.
-
-    A name (even ``nobody``) is looked up in the image's ``/etc/passwd``, which the
-    component's author writes, and a uid alone gets its group from there too (gid 0 if
-    the image lists no such user): only numbers on both sides say who the component is.
-    """
-    uid, sep, gid = user.partition(":")
-    if not (sep and uid.isdigit() and gid.isdigit()):
-        raise ValueError(
-            f"key 'user' = {user!r} is refused: write numeric UID:GID (e.g. \"65534:65534\"), "
-            "since a name or a missing group is resolved by the image and may be root; set "
-            "allow_root = true next to it to let the image decide on purpose"
-        )
-    if int(uid) == 0 or int(gid) == 0:
-        raise ValueError(
-            f"key 'user' = {user!r} is refused: uid 0 or gid 0 is root, and root in a "
-            "container is close to root on the host (it reached the engine's socket when "
-            "one was attached); set allow_root = true next to it to run as root on purpose"
-        )
+def _keys(profile: SandboxProfile) -> dict[str, object]:
+    """The profile's keys (every field but the derived ``seccomp_json``) and values."""
+    return {f.name: getattr(profile, f.name) for f in fields(profile) if f.init}
 
 
-def _resolve(path: Path, info: ValidationInfo) -> Path:
-    """Resolve ``path`` (symlinks too) against the profile file's directory."""
-    base = (info.context or {}).get("base_dir", Path.cwd())
-    return (Path(base) / path.expanduser()).resolve()
+def _fill(profile: SandboxProfile, values: Mapping[str, object], seccomp_json: str | None) -> None:
+    for key, value in values.items():
+        object.__setattr__(profile, key, value)
+    object.__setattr__(profile, "seccomp_json", seccomp_json)
 
 
-def _read_seccomp(path: Path) -> str:
-    try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ValueError(
-            f"key 'seccomp': cannot read {path}: {exc.strerror}; fix the path (a relative "
-            "path is taken from the profile's directory)"
-        ) from exc
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"key 'seccomp': {path} is not JSON ({exc}); fix the file") from exc
-    if not isinstance(document, dict):
-        raise ValueError(f"key 'seccomp': {path} must hold a JSON object (a seccomp profile)")
-    return json.dumps(document, separators=(",", ":"))
+def _json(value: object) -> JSONValue:
+    if isinstance(value, tuple):
+        return [_json(item) for item in value]
+    if isinstance(value, Path):
+        return str(value)
+    assert value is None or isinstance(value, str | int | float)
+    return value
 
 
 def profiles_dir() -> Path:
@@ -216,6 +190,8 @@ def load_profile(name_or_path: str | Path) -> SandboxProfile:
 def with_user(profile: SandboxProfile, user: str) -> SandboxProfile:
     """``profile`` run as ``user`` (``UID[:GID]``, numbers; the GID defaults to the
     profile's), held to the profile's rule on root (``allow_root``)."""
+    from runner.sandbox.profile_model import validate_user
+
     uid, sep, gid = user.partition(":")
     if not uid.isdigit() or (sep and not gid.isdigit()):
         raise ProfileError(
@@ -223,21 +199,16 @@ def with_user(profile: SandboxProfile, user: str) -> SandboxProfile:
         )
     if not sep:
         gid = profile.user.partition(":")[2] or uid
-    data = {**profile.model_dump(), "user": f"{int(uid)}:{int(gid)}"}
-    try:
-        return SandboxProfile.model_validate(data, strict=False)
-    except ValidationError as exc:
-        problems = "; ".join(
-            str(error["msg"]).removeprefix("Value error, ") for error in exc.errors()
-        )
-        raise ProfileError(f"--user {user!r} with profile {profile.name!r}: {problems}") from None
+    values, seccomp_json = validate_user(_keys(profile), f"{int(uid)}:{int(gid)}", given=user)
+    return SandboxProfile._validated(values, seccomp_json)
 
 
 def load_profile_file(path: Path) -> SandboxProfile:
     """Read and validate one profile file; the profile's name defaults to the file stem."""
     path = path.expanduser().resolve()
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        raw = path.read_bytes()
+        data = tomllib.loads(raw.decode("utf-8"))
     except OSError as exc:
         raise ProfileError(
             f"cannot read sandbox profile {path}: {exc.strerror}; check the path"
@@ -245,28 +216,44 @@ def load_profile_file(path: Path) -> SandboxProfile:
     except tomllib.TOMLDecodeError as exc:
         raise ProfileError(f"sandbox profile {path} is not valid TOML: {exc}; fix it") from exc
     data.setdefault("name", path.stem)
+    if hashlib.sha256(raw).hexdigest() in SHIPPED:
+        shipped = _read_shipped(path, data)
+        if shipped is not None:
+            return shipped
+    from runner.sandbox.profile_model import validate_file
+
+    return SandboxProfile._validated(*validate_file(path, data))
+
+
+_DEFAULTS: Final = {f.name: f.default for f in fields(SandboxProfile) if f.init}
+_SIZES = frozenset({"memory", "scratch_size", "tmp_size", "attachment_quota"})
+_FLOATS = frozenset({"cpus", "disk_poll", "cancel_grace", "exit_grace"})
+
+
+def _read_shipped(path: Path, data: Mapping[str, Any]) -> SandboxProfile | None:
+    """The profile in a shipped file's ``data``, as the model would make it: sizes in
+    bytes, lists as tuples, paths resolved against the file's directory, the seccomp file
+    read. ``None`` when its seccomp file cannot be read: the model then says why."""
+    values: dict[str, object] = {}
+    for key, default in _DEFAULTS.items():
+        value = data.get(key, default)
+        if key in _SIZES:
+            value = parse_size(value)
+        elif key in _FLOATS:
+            value = float(value)
+        elif key in ("cap_drop", "cap_add"):
+            value = tuple(value)
+        elif key == "allowed_mounts":
+            value = tuple(resolve(Path(item), path.parent) for item in value)
+        elif key == "seccomp" and value not in (None, "unconfined"):
+            value = resolve(Path(value), path.parent)
+        values[key] = value
+    seccomp = values["seccomp"]
     try:
-        return SandboxProfile.model_validate(data, context={"base_dir": path.parent})
-    except ValidationError as exc:
-        raise ProfileError(_explain(path, exc)) from None
-
-
-def _explain(path: Path, exc: ValidationError) -> str:
-    problems = [_explain_one(error) for error in exc.errors()]
-    return f"sandbox profile {path}: " + "; ".join(problems)
-
-
-def _explain_one(error: ErrorDetails) -> str:
-    key = ".".join(str(part) for part in error["loc"]) or "(profile)"
-    if error["type"] == "extra_forbidden":
-        known = ", ".join(SandboxProfile.model_fields)
-        return f"unknown key {key!r}; remove or rename it (known keys: {known})"
-    message = str(error["msg"]).removeprefix("Value error, ")
-    if key in {"memory", "scratch_size", "tmp_size", "attachment_quota"}:
-        message += ' (write a size such as "512m" or "2g")'
-    if key == "(profile)":
-        return message
-    return f"key {key!r} = {error['input']!r}: {message}; fix the value"
+        seccomp_json = read_seccomp(seccomp) if isinstance(seccomp, Path) else None
+    except ValueError:
+        return None
+    return SandboxProfile._validated(values, seccomp_json)
 
 
 # --- what a profile enforces, and how (for `flow-runner profiles show`) ----------------

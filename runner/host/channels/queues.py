@@ -10,14 +10,25 @@ from __future__ import annotations
 import secrets
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Annotated, ClassVar, cast
+from typing import TYPE_CHECKING, Annotated, ClassVar, cast
 
 import anyio
-from pydantic import ConfigDict, Field
 
 from runner.contracts.ports import Delivery, Direction, ItemSchema, SourceType
 from runner.json1 import JSONValue
 from runner.protocol.codes import LOCAL_CODES, OperationError, WireCode
+
+if TYPE_CHECKING:
+    from pydantic import ConfigDict, Field
+else:
+
+    def Field(**constraints: int) -> object:
+        """pydantic's ``Field``, imported when pydantic evaluates the annotations of
+        :class:`ChannelLimits` (the configuration validates ``[limits.channels]`` as that
+        class): a run tree's hub never imports pydantic for its default limits."""
+        from pydantic import Field
+
+        return Field(**constraints)
 
 
 @dataclass(frozen=True)
@@ -28,7 +39,7 @@ class ChannelLimits:
     configuration's ``[limits.channels]`` is validated as this class (runner/config.py).
     """
 
-    __pydantic_config__: ClassVar = ConfigDict(extra="forbid")
+    __pydantic_config__: ClassVar[ConfigDict] = {"extra": "forbid"}
 
     queue_items: Annotated[int, Field(ge=1, le=65_536)] = 64
     """Items a receiver may have waiting (a committed, unread item counts as one)."""

@@ -1,0 +1,135 @@
+"""What a ``flow-runner`` process imports: each command only what its path needs.
+
+A fresh process pays for every module it imports (``bench/README.md``, Start-up imports),
+so these run the real CLI in a subprocess and read ``sys.modules`` as it exits: ``exec``
+of an image or a command imports no configuration, no pydantic, no batch, policy or k8s
+machinery and no rich; ``exec --help`` and ``--version`` no other command's module. The
+positive checks (what must be there) show that each run got as far as it should.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import pytest
+import typer.main
+
+from runner.cli.app import COMMANDS, SUB_APPS, app
+
+ROOT = Path(__file__).resolve().parents[1]
+
+REPORT_MODULES = r"""
+import json, os, sys
+exit_now = os._exit
+def report_then_exit(code):  # the CLI ends with os._exit once its output is flushed
+    with open(os.environ["MODULES_FILE"], "w") as file:
+        json.dump(sorted(sys.modules), file)
+    exit_now(code)
+os._exit = report_then_exit
+sys.argv = ["flow-runner", *sys.argv[1:]]
+from runner.cli import main
+main()
+"""
+
+OTHER_COMMANDS = frozenset(
+    {"runner.cli.admin", "runner.cli.batch", "runner.cli.job", "runner.cli.k8s"}
+    | {"runner.cli.policy"}
+)
+NOT_FOR_A_RUN = OTHER_COMMANDS | {
+    "pydantic",  # the configuration, a profile file, --report: none given here
+    "pydantic_core",
+    "runner.config",
+    "runner.flows",
+    "runner.report",
+    "runner.sandbox.profile_model",
+    "runner.batch",
+    "runner.policy",
+    "runner.k8s",
+    "runner.doctor",
+    "sqlite3",
+    "rich",
+    "typer.rich_utils",
+    "yaml",
+    "jsonschema",
+    "runner.contracts.schema1",
+}
+
+
+def imported(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], set[str]]:
+    """Run ``flow-runner ARGS``; its result and the modules it had imported at exit."""
+    modules = tmp_path / "modules.json"
+    done = subprocess.run(
+        [sys.executable, "-c", REPORT_MODULES, *args],
+        cwd=ROOT,
+        env={**os.environ, "MODULES_FILE": str(modules)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    return done, set(json.loads(modules.read_text()))
+
+
+def test_exec_of_a_command_imports_only_the_run(tmp_path: Path) -> None:
+    done, modules = imported(tmp_path, "exec", "--process", "--", "/nonexistent/cmd")
+    assert done.returncode == 2 and "cannot start '/nonexistent/cmd'" in done.stderr
+    assert {"runner.cli.exec", "runner.api", "anyio", "runner.host.driver"} <= modules
+    assert modules & NOT_FOR_A_RUN == set()
+    assert "docker" not in modules
+
+
+@pytest.mark.docker
+def test_exec_of_an_image_imports_only_the_run(tmp_path: Path) -> None:
+    done, modules = imported(tmp_path, "exec", "flow-runner/no-such-image:latest")
+    assert done.returncode == 2 and "is not on this Docker engine" in done.stderr
+    assert {"docker", "runner.sandbox.docker.sandbox", "runner.sandbox.profiles"} <= modules
+    assert modules & NOT_FOR_A_RUN == set()
+
+
+def test_a_configuration_is_read_with_its_models(tmp_path: Path) -> None:
+    config = tmp_path / "flow-runner.toml"
+    config.write_text('[flows.hello]\nimage = "flow-runner/no-such-image:latest"\nnope = 1\n')
+    done, modules = imported(tmp_path, "exec", "--config", str(config), "hello")
+    assert done.returncode == 2 and "nope" in done.stderr
+    assert {"runner.config", "pydantic"} <= modules
+
+
+@pytest.mark.parametrize(
+    ("args", "loaded"),
+    [(("--version",), set()), (("exec", "--help"), {"runner.cli.exec"})],
+)
+def test_help_and_version_import_no_other_command(
+    tmp_path: Path, args: tuple[str, ...], loaded: set[str]
+) -> None:
+    done, modules = imported(tmp_path, *args)
+    assert done.returncode == 0 and done.stdout
+    commands = {name for name in modules if name.startswith("runner.cli.")} - {
+        "runner.cli.app",
+        "runner.cli.inputs",
+        "runner.cli.running",
+    }
+    assert commands == loaded
+    assert modules & {"anyio", "docker", "pydantic", "runner.api", "runner.config"} == set()
+
+
+def test_the_lazy_table_names_every_command_its_modules_register() -> None:
+    for module in {module for modules in COMMANDS.values() for module in modules}:
+        importlib.import_module(f"runner.cli.{module}")
+    registered = {
+        command.name or typer.main.get_command_name(command.callback.__name__)
+        for command in app.registered_commands
+        if command.callback is not None
+    }
+    assert registered | set(SUB_APPS) == set(COMMANDS)
+    group = typer.main.get_command(app)
+    assert isinstance(group, click.Group)
+    context = click.Context(group)
+    for name in COMMANDS:
+        command = group.get_command(context, name)
+        assert command is not None and command.name == name
