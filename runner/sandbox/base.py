@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Literal, Protocol, runtime_checkable
 
 from anyio.abc import ByteReceiveStream, ByteSendStream
 
@@ -112,6 +112,18 @@ class SandboxFacts:
     disk_breach: DiskBreach | None = None
     timings: dict[str, float] = field(default_factory=dict)
     details: dict[str, object] = field(default_factory=dict)
+
+
+@runtime_checkable
+class ImmediateSend(Protocol):
+    """A stdin that can also be written without waiting: the host answers from wherever
+    an answer is made, and only what cannot leave at once goes through a task that waits."""
+
+    def send_nowait(self, data: bytes) -> bool:
+        """Write ``data`` now if that needs no wait, else write nothing and return False
+        (also while an earlier ``send`` still waits: order is kept). Raises what ``send``
+        raises once the stream is closed or broken."""
+        ...
 
 
 class RunningComponent(Protocol):
