@@ -447,7 +447,12 @@ class _Run:
                     self._handle(session.receive_decoded(frame))
             elif queued:
                 event, ticket = queued.popleft()
-                call = _Eager(self._call(event, ticket), self._hand_off)
+                waiting = None
+                if event.method in CHANNEL_METHODS:
+                    waiting = self._answer_now(event)
+                    if waiting is None:
+                        continue
+                call = _Eager(self._call(event, ticket, waiting), self._hand_off)
                 await call
                 if call.suspended:
                     return False
@@ -537,20 +542,45 @@ class _Run:
         self.calls[rid] = scope
         self.queued.append((event, ticket))
 
-    async def _call(self, event: CallRequested, ticket: Ticket | None) -> None:
+    def _answer_now(self, event: CallRequested) -> Coroutine[Any, Any, bytes] | None:
+        """Answer a channel call here when it needs no wait (no task, no cancel scope
+        entered); else return the coroutine that waits for its answer, for :meth:`_call`.
+
+        A call the component cancelled while it was queued is answered already and does
+        nothing: a send it withdrew is not accepted, a read it gave up takes no item.
+        """
+        rid = event.request_id
+        if not self.session.owes(rid):
+            self.calls.pop(rid, None)
+            return None
+        try:
+            if self.channels is None:
+                raise OperationError("UNAVAILABLE", "channels are not enabled for this run")
+            answer = self.channels.answer(event.method, event.params)
+        except Exception as exc:
+            self._respond_failure(rid, exc)
+        else:
+            if not isinstance(answer, bytes):
+                return answer
+            self.session.respond_encoded(rid, answer)
+        self.calls.pop(rid, None)
+        self._flush()
+        return None
+
+    async def _call(
+        self,
+        event: CallRequested,
+        ticket: Ticket | None,
+        waiting: Coroutine[Any, Any, bytes] | None = None,
+    ) -> None:
+        """Run one call in its cancel scope and answer it; ``waiting`` is a channel
+        call's wait, begun by :meth:`_answer_now`."""
         rid = event.request_id
         with self.calls[rid] as scope:
             try:
-                result = await self._dispatch(event, ticket)
-            except OperationError as exc:
-                self.session.respond_error(rid, _wire(exc))
+                result = await (self._dispatch(event, ticket) if waiting is None else waiting)
             except Exception as exc:  # EN-06: a host-side failure is never a -32603
-                self.session.respond_error(
-                    rid,
-                    OperationError(
-                        "EXECUTION_FAILED", bounded_message(f"{type(exc).__name__}: {exc}")
-                    ),
-                )
+                self._respond_failure(rid, exc)
             else:
                 self.session.respond_encoded(rid, result)
         self.calls.pop(rid, None)
@@ -559,14 +589,16 @@ class _Run:
             self.session.respond_error(rid, OperationError(code, "the call was stopped"))
         self._flush()
 
+    def _respond_failure(self, rid: str, exc: Exception) -> None:
+        if isinstance(exc, OperationError):
+            self.session.respond_error(rid, _wire(exc))
+        else:  # EN-06: a host-side failure is never a -32603
+            message = bounded_message(f"{type(exc).__name__}: {exc}")
+            self.session.respond_error(rid, OperationError("EXECUTION_FAILED", message))
+
     async def _dispatch(self, event: CallRequested, ticket: Ticket | None) -> bytes:
-        """The call's success result, encoded once: an operation's as the ledger keeps it,
-        a channel read's around the item's encoding kept since its send."""
+        """An operation's success result, encoded once, as the ledger keeps it."""
         method = event.method
-        if method in CHANNEL_METHODS:
-            if self.channels is None:
-                raise OperationError("UNAVAILABLE", "channels are not enabled for this run")
-            return await self.channels.handle_encoded(method, event.params)
         work = partial(self.broker.handle, method, event.params, self.context)
         if ticket is None:
             return json1.dumps(await work())

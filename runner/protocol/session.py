@@ -143,6 +143,10 @@ class HostSession:
         """Ids of dispatched component requests still owed a response."""
         return frozenset(self._pending)
 
+    def owes(self, request_id: str) -> bool:
+        """Whether the dispatched component request ``request_id`` still awaits an answer."""
+        return request_id in self._pending
+
     @property
     def closed(self) -> bool:
         """True once a fatal violation closed the channel."""
