@@ -169,7 +169,7 @@ async def test_a_reset_attach_connection_ends_the_stream_for_wait_to_inspect() -
         with anyio.fail_after(5):
             await connection.drain()
         with pytest.raises(anyio.EndOfStream):
-            await connection.receive(1, 100)
+            await connection.stdout.receive(100)
     finally:
         await connection.aclose()
 

@@ -4,9 +4,9 @@ asyncio's subprocess transport hands every read to the loop once more before a r
 sees it, and anyio's stdin waits one more loop turn after every write: a call over pipes
 cost about one loop turn more each way than it needs (bench/calls.py). So the backend
 makes the three pipes itself, gives the child its ends, and serves ours here: stdin is a
-:class:`~runner.sandbox.streams.StdinWriter`, stdout and stderr are
-:class:`~runner.sandbox.streams.Inbox` es that pause reading a pipe while more than
-:data:`READ_LIMIT` bytes are waiting for the reader (the child then blocks on its write).
+:class:`~runner.sandbox.streams.StdinWriter`, stdout and stderr are each an
+:class:`~runner.sandbox.streams.Inbox` that stops reading its pipe while more than
+:data:`READ_LIMIT` bytes wait for the reader (the child then blocks on its write).
 """
 
 from __future__ import annotations
@@ -15,50 +15,10 @@ import asyncio
 import os
 from typing import Any
 
-from anyio.abc import ByteReceiveStream, ByteSendStream
-
 from runner.sandbox.streams import Inbox, StdinWriter
 
 READ_LIMIT = 1 << 18
 """Bytes of a pipe kept for its reader before the pipe is no longer read."""
-
-
-class PipeStdin(ByteSendStream):
-    """Our end of the child's stdin; ``aclose`` closes it (the child reads EOF)."""
-
-    def __init__(self, writer: StdinWriter) -> None:
-        self._writer = writer
-
-    def send_nowait(self, data: bytes) -> bool:
-        return self._writer.send_nowait(data)
-
-    async def send(self, item: bytes) -> None:
-        await self._writer.send(item)
-
-    async def aclose(self) -> None:
-        await self._writer.close()
-
-    def abort(self) -> None:
-        self._writer.abort()
-
-
-class PipeOutput(ByteReceiveStream):
-    """Our end of the child's stdout or stderr."""
-
-    def __init__(self, inbox: Inbox, transport: asyncio.ReadTransport) -> None:
-        self._inbox = inbox
-        self._transport = transport
-
-    async def receive(self, max_bytes: int = 65536) -> bytes:
-        return await self._inbox.receive(max_bytes)
-
-    async def aclose(self) -> None:
-        self._inbox.discard()
-        self._transport.close()
-
-    def abort(self) -> None:
-        self._inbox.discard()
-        self._transport.close()
 
 
 class Pipes:
@@ -68,9 +28,9 @@ class Pipes:
     def __init__(self) -> None:
         self.child: list[int] = []
         self._raw: list[int] = []  # our ends, not yet served
-        self.stdin: PipeStdin | None = None
-        self.stdout: PipeOutput | None = None
-        self.stderr: PipeOutput | None = None
+        self.stdin: StdinWriter | None = None
+        self.stdout: Inbox | None = None
+        self.stderr: Inbox | None = None
 
     async def open(self) -> None:
         """Make the pipes and serve our ends; on any failure nothing stays open.
@@ -87,7 +47,7 @@ class Pipes:
             self._raw = [stdin_w, stdout_r, stderr_r]
             writer = StdinWriter()
             await _serve(loop.connect_write_pipe, _WriteProtocol(writer), self._take(stdin_w, "wb"))
-            self.stdin = PipeStdin(writer)
+            self.stdin = writer
             self.stdout = await _output(loop, self._take(stdout_r, "rb"))
             self.stderr = await _output(loop, self._take(stderr_r, "rb"))
         except BaseException:
@@ -106,9 +66,11 @@ class Pipes:
         for fd in self._raw:
             os.close(fd)
         self._raw = []
-        for stream in (self.stdin, self.stdout, self.stderr):
-            if stream is not None:
-                stream.abort()
+        if self.stdin is not None:
+            self.stdin.abort()
+        for inbox in (self.stdout, self.stderr):
+            if inbox is not None:
+                inbox.discard()
 
     def _take(self, fd: int, mode: str) -> Any:
         """A file object that owns ``fd`` from now on (it is no longer ours to close)."""
@@ -127,10 +89,10 @@ async def _serve(connect: Any, protocol: asyncio.BaseProtocol, pipe: Any) -> Any
     return transport
 
 
-async def _output(loop: asyncio.AbstractEventLoop, pipe: Any) -> PipeOutput:
+async def _output(loop: asyncio.AbstractEventLoop, pipe: Any) -> Inbox:
     inbox = Inbox(READ_LIMIT)
-    transport = await _serve(loop.connect_read_pipe, _ReadProtocol(inbox), pipe)
-    return PipeOutput(inbox, transport)
+    await _serve(loop.connect_read_pipe, _ReadProtocol(inbox), pipe)
+    return inbox
 
 
 class _WriteProtocol(asyncio.BaseProtocol):

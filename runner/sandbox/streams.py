@@ -25,13 +25,15 @@ from collections import deque
 from contextlib import suppress
 
 import anyio
+from anyio.abc import ByteReceiveStream, ByteSendStream
 
 WRITE_LIMIT = 1 << 16
 """Bytes a transport may buffer before a send waits for the component to read."""
 
 
-class StdinWriter:
-    """Ordered writes to one transport; fed by its protocol (pause, resume, loss)."""
+class StdinWriter(ByteSendStream):
+    """A component's stdin: ordered writes to one transport, fed by its protocol (pause,
+    resume, loss); ``aclose`` half-closes (the component reads EOF)."""
 
     def __init__(self) -> None:
         self._transport: asyncio.WriteTransport | None = None
@@ -84,7 +86,7 @@ class StdinWriter:
         finally:
             self._pass_turn()
 
-    async def close(self) -> None:
+    async def aclose(self) -> None:
         """Half-close once every byte sent before has left: the component reads EOF."""
         if self._closed:
             return
@@ -137,8 +139,9 @@ class StdinWriter:
                 head.set_result(None)
 
 
-class Inbox:
-    """What a transport read for one reader, filed in order; one task at a time waits.
+class Inbox(ByteReceiveStream):
+    """A component's stdout or stderr: what a transport read for it, filed in order; one
+    task at a time waits. ``aclose`` drops it from then on (and closes a pipe).
 
     With a ``limit``, reading is paused while more than ``limit`` bytes are filed and
     resumed once the reader took them (a pipe); without one, everything read is kept for
@@ -178,14 +181,18 @@ class Inbox:
             self._failure = failure
         self._wake()
 
+    async def aclose(self) -> None:
+        self.discard()
+
     def discard(self) -> None:
-        """Drop what is filed and whatever comes: nobody will read it."""
+        """Drop what is filed and whatever comes: nobody will read it (a pipe is closed)."""
         self._discard = True
         self._chunks.clear()
         self._filed = 0
-        self._resume()
+        if self._transport is not None:
+            self._transport.close()
 
-    async def receive(self, max_bytes: int) -> bytes:
+    async def receive(self, max_bytes: int = 65536) -> bytes:
         """All that is filed, up to ``max_bytes``, at once; else wait for some.
 
         Returns without a loop turn when bytes are filed; raises ``EndOfStream`` once
@@ -193,6 +200,8 @@ class Inbox:
         """
         chunks = self._chunks
         while not chunks:
+            if self._discard:
+                raise anyio.ClosedResourceError
             if self._ended:
                 if self._failure is not None:
                     raise anyio.BrokenResourceError(self._failure)

@@ -24,7 +24,6 @@ import socket
 import struct
 
 import anyio
-from anyio.abc import ByteReceiveStream, ByteSendStream
 
 from runner.sandbox.streams import Inbox, StdinWriter
 
@@ -83,20 +82,12 @@ class AttachConnection:
     def __init__(self) -> None:
         self._transport: asyncio.Transport | None = None
         self._demuxer = AttachDemuxer()
-        self._inboxes = {STDOUT: Inbox(), STDERR: Inbox()}
-        self._ended = anyio.Event()
         self.stdin = StdinWriter()
-
-    # ----- what the host calls ---------------------------------------------------------
-
-    async def receive(self, fd: int, max_bytes: int) -> bytes:
-        """Bytes for ``fd``: all that are filed, up to ``max_bytes``, or wait for some
-        (no loop turn when they are there; one task at a time per stream)."""
-        return await self._inboxes[fd].receive(max_bytes)
-
-    def discard(self, fd: int) -> None:
-        """Drop ``fd``'s bytes from now on: nobody will read them."""
-        self._inboxes[fd].discard()
+        """Half-closing it is a ``shutdown(SHUT_WR)``: stdout and stderr keep flowing."""
+        self.stdout = Inbox()
+        self.stderr = Inbox()
+        self._inboxes = {STDOUT: self.stdout, STDERR: self.stderr}
+        self._ended = anyio.Event()
 
     async def drain(self) -> None:
         """Wait for the end of the stream, keeping what the readers have not taken yet.
@@ -132,8 +123,8 @@ class AttachConnection:
 
     def _end(self, failure: str | None = None) -> None:
         """Nothing more will come: every reader, and whoever waits for the end, is woken."""
-        for inbox in self._inboxes.values():
-            inbox.end(failure)
+        self.stdout.end(failure)
+        self.stderr.end(failure)
         self._ended.set()
 
 
@@ -163,37 +154,6 @@ class _AttachProtocol(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self._connection.stdin.resume()
-
-
-class Stdin(ByteSendStream):
-    def __init__(self, connection: AttachConnection) -> None:
-        self._writer = connection.stdin
-
-    def send_nowait(self, data: bytes) -> bool:
-        return self._writer.send_nowait(data)
-
-    async def send(self, item: bytes) -> None:
-        await self._writer.send(item)
-
-    async def aclose(self) -> None:
-        """Half-close: the component reads EOF; stdout and stderr keep flowing."""
-        await self._writer.close()
-
-
-class Output(ByteReceiveStream):
-    def __init__(self, connection: AttachConnection, fd: int) -> None:
-        self._connection = connection
-        self._fd = fd
-        self._closed = False
-
-    async def receive(self, max_bytes: int = 65536) -> bytes:
-        if self._closed:
-            raise anyio.ClosedResourceError
-        return await self._connection.receive(self._fd, max_bytes)
-
-    async def aclose(self) -> None:
-        self._closed = True
-        self._connection.discard(self._fd)
 
 
 async def open_connection(own: socket.socket) -> AttachConnection:
