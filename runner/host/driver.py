@@ -384,8 +384,8 @@ class _Run:
             self.output_ready = None
 
     async def _write_stdin(self) -> None:
-        """Write frames in order, all that were queued by the time the writer runs at once:
-        responses produced in one loop turn leave in one write."""
+        """Write, in order, what stdin could not take at once (the component is not
+        reading): everything queued behind it by the time it runs leaves in one write."""
         stdin = self.component.stdin
         try:
             while self.output or not self.stdin_closing:

@@ -130,7 +130,8 @@ class RunningComponent(Protocol):
     """A started component process, seen only through its stdio and lifecycle."""
 
     stdin: ByteSendStream
-    """Protocol frames to the component; ``aclose()`` half-closes (the component sees EOF)."""
+    """Protocol frames to the component; ``aclose()`` half-closes (the component sees EOF).
+    Both backends' stdin is also :class:`ImmediateSend`."""
     stdout: ByteReceiveStream
     stderr: ByteReceiveStream
     attachment_paths: Mapping[str, str]
