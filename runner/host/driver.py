@@ -46,7 +46,12 @@ from runner.host.broker import Broker, CallContext
 from runner.host.channels import ChannelParty
 from runner.host.operations import RETAINED_BYTES, OperationLedger, Ticket
 from runner.json1 import JSONValue
-from runner.protocol.codes import LOCAL_CODES, OperationError, bounded_message
+from runner.protocol.codes import (
+    LOCAL_CODES,
+    LocalProtocolError,
+    OperationError,
+    bounded_message,
+)
 from runner.protocol.completion import Ending, HostKill, Verdict, judge
 from runner.protocol.names import CHANNEL_METHODS
 from runner.protocol.results import validate_capability_result, validate_run_result
@@ -562,7 +567,7 @@ class _Run:
         else:
             if not isinstance(answer, bytes):
                 return answer
-            self.session.respond_encoded(rid, answer)
+            self._respond(rid, answer)
         self.calls.pop(rid, None)
         self._flush()
         return None
@@ -582,12 +587,22 @@ class _Run:
             except Exception as exc:  # EN-06: a host-side failure is never a -32603
                 self._respond_failure(rid, exc)
             else:
-                self.session.respond_encoded(rid, result)
+                self._respond(rid, result)
         self.calls.pop(rid, None)
         if scope.cancelled_caught:
             code = self.condition or "CANCELLED"
             self.session.respond_error(rid, OperationError(code, "the call was stopped"))
         self._flush()
+
+    def _respond(self, rid: str, result: bytes) -> None:
+        """Answer with ``result``; one whose frame would exceed the frame bound (a child's
+        or a provider's result near 16 MiB, under a long request id) is refused instead:
+        the host never writes an oversized frame, and a peer's sizes never crash it."""
+        try:
+            self.session.respond_encoded(rid, result)
+        except LocalProtocolError as exc:
+            error = OperationError("RESOURCE_EXHAUSTED", bounded_message(f"the result: {exc}"))
+            self.session.respond_error(rid, error)
 
     def _respond_failure(self, rid: str, exc: Exception) -> None:
         if isinstance(exc, OperationError):

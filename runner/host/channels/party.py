@@ -39,6 +39,16 @@ from runner.host.channels.queues import (
 )
 from runner.json1 import JSONValue
 from runner.protocol.codes import OperationError
+from runner.protocol.frames import MAX_PAYLOAD_BYTES
+from runner.protocol.names import MAX_WIRE_ID_BYTES
+
+MAX_ITEM_BYTES = MAX_PAYLOAD_BYTES - len(
+    b'{"jsonrpc":"2.0","id":"%s","result":{"item":{"sequence":%d,"value":}}}'
+    % (b"i" * MAX_WIRE_ID_BYTES, 2**53 - 1)
+)
+"""The largest value (encoded) whose ``channel/next`` answer fits in one frame for any
+reader: the longest request id, the largest sequence. A value past it is refused at its
+send, not lost at its read."""
 
 
 class ChannelHub(HubState):
@@ -472,11 +482,12 @@ class ChannelParty:
         encoded = json1.dumps(value)
         size = len(encoded)
         committed = source.accepted_bytes + source.pending_bytes
-        if size > limits.item_bytes or committed + size > limits.source_bytes:
+        item_bytes = min(limits.item_bytes, MAX_ITEM_BYTES)
+        if size > item_bytes or committed + size > limits.source_bytes:
             error = OperationError(
                 "RESOURCE_EXHAUSTED",
                 f"a {size}-byte value is over the channel's bounds "
-                f"({limits.item_bytes} per item, {limits.source_bytes} per source)",
+                f"({item_bytes} per item, {limits.source_bytes} per source)",
             )
             fail(source, error)
             raise error
