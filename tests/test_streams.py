@@ -225,3 +225,37 @@ async def test_a_process_that_does_not_read_stdin_holds_back_the_writes_not_memo
                 got += chunk
             assert bytes(got) == b"".join(accepted + late)
             assert await component.wait() == 0
+
+
+@pytest.mark.anyio
+async def test_waits_for_room_end_when_the_connection_is_lost() -> None:
+    """A component gone for good (the engine closed the connection): a send waiting for
+    room fails, and half-closing, waiting behind it, returns; neither waits forever."""
+    async with attached() as (connection, engine):
+        stdin = connection.stdin
+        while stdin.send_nowait(b"z" * CHUNK):
+            pass
+        failed: list[BaseException] = []
+
+        async def send() -> None:
+            try:
+                await stdin.send(b"late")
+            except anyio.BrokenResourceError as exc:
+                failed.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(send)
+            await anyio.wait_all_tasks_blocked()
+            tg.start_soon(stdin.aclose)
+            await anyio.wait_all_tasks_blocked()
+            engine.close()  # unread bytes: a reset, the transport is lost
+        assert len(failed) == 1
+        with pytest.raises(anyio.ClosedResourceError):
+            await stdin.send(b"after")
+
+    async with attached() as (connection, engine):
+        while connection.stdin.send_nowait(b"z" * CHUNK):
+            pass
+        engine.close()
+        await connection.drain()  # the loss is seen
+        await connection.stdin.aclose()  # returns: nothing is left to wait for

@@ -91,7 +91,7 @@ class StdinWriter(ByteSendStream):
         if self._closed:
             return
         self._closed = True
-        if self._paused or self._turns:
+        if (self._paused or self._turns) and not self._lost:
             await self._turn()
             self._pass_turn()
         if not self._lost and self._transport is not None:
@@ -121,6 +121,8 @@ class StdinWriter(ByteSendStream):
     async def _turn(self) -> None:
         """Wait until this sender is first in line and the buffer has room (or the
         transport is lost); the caller then writes and passes the turn on."""
+        if self._lost:
+            return
         turn = asyncio.get_running_loop().create_future()
         self._turns.append(turn)
         try:
