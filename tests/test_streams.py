@@ -259,3 +259,21 @@ async def test_waits_for_room_end_when_the_connection_is_lost() -> None:
         engine.close()
         await connection.drain()  # the loss is seen
         await connection.stdin.aclose()  # returns: nothing is left to wait for
+
+
+@pytest.mark.anyio
+async def test_closing_a_stream_ends_the_wait_of_its_reader() -> None:
+    async with attached() as (connection, _):
+        ended: list[BaseException] = []
+
+        async def read() -> None:
+            try:
+                await connection.stderr.receive()
+            except anyio.ClosedResourceError as exc:
+                ended.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(read)
+            await anyio.wait_all_tasks_blocked()
+            await connection.stderr.aclose()
+        assert len(ended) == 1

@@ -193,6 +193,7 @@ class Inbox(ByteReceiveStream):
         self._filed = 0
         if self._transport is not None:
             self._transport.close()
+        self._wake()  # a reader waiting now finds the stream closed
 
     async def receive(self, max_bytes: int = 65536) -> bytes:
         """All that is filed, up to ``max_bytes``, at once; else wait for some.
