@@ -1,7 +1,7 @@
 """Benchmark: ``capability/call`` round trips through the host vs a minimal host.
 
-Two components, each run by both hosts over the same kind of pipes in one process run,
-interleaved round by round (best of the rounds):
+Two components, each run by both hosts over the same pipes (the process backend's own) in
+one process run, interleaved round by round (best of the rounds):
 
 - *raw*: ``call_component.py`` writes frames by hand (no SDK), so the host is what is
   measured; the minimal host there is the old "raw echo".
@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-if TYPE_CHECKING:  # imported where used, so that the raw echo's process loads anyio alone
+if TYPE_CHECKING:  # imported where used, so that the raw echo's process loads little
     from runner.host.broker import CallContext
     from runner.json1 import JSONValue
 
@@ -72,16 +72,19 @@ def via_host(component: str, calls: int, window: int) -> float:
 
 
 def via_minimal_host(component: str, calls: int, window: int) -> float:
-    """The same component and the same anyio pipes, answered with no host logic: every
-    line but the root response is a request, answered ``{"value": null}`` by its id."""
+    """The same component over the same pipes as the host's (the process backend's own),
+    answered with no host logic: every line but the root response is a request, answered
+    ``{"value": null}`` by its id."""
+    from runner.sandbox.base import LaunchRequest
+    from runner.sandbox.process import ProcessSandbox
 
     async def main() -> float:
         params = {"protocol": "run/1", "input": {"calls": calls, "window": window},
                   "settings": {}, "attachments": {}, "scratch": "/tmp",
                   "deadlineUnixMs": 2**52}  # fmt: skip
         root = {"jsonrpc": "2.0", "id": "host:1", "method": "flow/run", "params": params}
-        async with await anyio.open_process(COMPONENTS[component], env=ENV) as proc:
-            assert proc.stdin and proc.stdout
+        sandbox = ProcessSandbox(COMPONENTS[component], env=ENV)
+        async with sandbox.launch(LaunchRequest()) as proc:
             await proc.stdin.send(json.dumps(root).encode() + b"\n")
             pending = b""
             async for chunk in proc.stdout:
@@ -114,9 +117,10 @@ def rss_mib(mode: str, calls: int) -> tuple[float, float]:
 
 def rss_of_one_run(mode: Callable[[str, int, int], float], calls: int) -> None:
     """Print this process's RSS before ``mode`` runs (its imports done) and its peak, in KiB."""
+    import runner.sandbox.process  # both hosts use its pipes
+
     if mode is via_host:
-        import runner.api
-        import runner.sandbox.process  # noqa: F401
+        import runner.api  # noqa: F401
     start = _status_kib("VmRSS")
     mode("raw", calls, 64)
     print(start, _status_kib("VmHWM"))

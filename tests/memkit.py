@@ -4,6 +4,7 @@ with whatever code the test chooses."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -43,10 +44,27 @@ class Stdout:
 
 
 class Stdin:
+    """The component's stdin: the driver may write it without waiting while it has room
+    (``send_nowait``); it notes in which tasks the driver wrote, and how."""
+
     def __init__(self, sink: ObjectSendStream[bytes]) -> None:
         self.sink = sink
+        self.writes: list[tuple[int | None, bytes]] = []
+        """(the writing task, or None for a loop callback; the bytes) of every write."""
+        self.waited = 0  # writes that went through ``send``
+
+    def send_nowait(self, data: bytes) -> bool:
+        try:
+            self.sink.send_nowait(data)
+        except anyio.WouldBlock:
+            return False
+        task = asyncio.current_task()
+        self.writes.append((None if task is None else anyio.get_current_task().id, data))
+        return True
 
     async def send(self, item: bytes) -> None:
+        self.waited += 1
+        self.writes.append((anyio.get_current_task().id, item))
         await self.sink.send(item)
 
     async def send_eof(self) -> None:
@@ -57,10 +75,10 @@ class Stdin:
 
 
 class MemoryComponent:
-    def __init__(self, exit_code: int = 0) -> None:
+    def __init__(self, exit_code: int = 0, stdin_room: int = 100) -> None:
         self.exit_code = exit_code
         self.to_host, from_component = anyio.create_memory_object_stream[bytes](100)
-        to_component, self.from_host = anyio.create_memory_object_stream[bytes](100)
+        to_component, self.from_host = anyio.create_memory_object_stream[bytes](stdin_room)
         self.stdout = Stdout(from_component)
         self.stdin = Stdin(to_component)
         _, self.stderr = anyio.create_memory_object_stream[bytes](1)

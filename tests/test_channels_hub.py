@@ -1427,20 +1427,37 @@ async def test_handle_dispatches_the_six_methods() -> None:
 @pytest.mark.anyio
 @bounded
 async def test_encoded_answers_are_the_encoding_of_the_answers() -> None:
-    """``handle_encoded`` (the driver's path) splices a read's item from the encoding made
-    at its send: byte for byte ``json1.dumps`` of what ``handle`` answers."""
+    """``answer`` (the driver's path, params from a decoded frame) splices a read's item
+    from the encoding made at its send: byte for byte ``json1.dumps`` of what ``handle``
+    answers, whether the read waited for it or not."""
     hub = ChannelHub()
     a = hub.party("run:a")
     values: list[JSONValue] = ['é\u2028"\\', {"n": -0.0, "l": [1, 2.5]}, None, "x" * 70_000]
     plain, plain_reader = direct(a)
     wire, wire_reader = direct(a)
-    for value in values:
-        await a.send(plain, value)
-        params: dict[str, JSONValue] = {"endpoint": wire, "value": value}
-        assert await a.handle_encoded("channel/send", params) == b"null"
+
+    async def answered(method: str, params: dict[str, JSONValue]) -> bytes:
+        decoded = json1.loads(json1.dumps(params))  # what a frame's params are
+        assert isinstance(decoded, dict)
+        answer = a.answer(method, decoded)
+        return answer if isinstance(answer, bytes) else await answer
+
+    async with anyio.create_task_group() as tg:
+        first = b""
+
+        async def read_first() -> None:
+            nonlocal first
+            first = await answered("channel/next", {"endpoint": wire_reader})
+
+        tg.start_soon(read_first)
+        await anyio.wait_all_tasks_blocked()  # the first read waits for its item
+        for value in values:
+            await a.send(plain, value)
+            assert await answered("channel/send", {"endpoint": wire, "value": value}) == b"null"
     a.close(plain)
     a.close(wire)
-    for _ in range(len(values) + 1):
+    assert first == json1.dumps(await a.next(plain_reader))
+    for _ in range(len(values)):
         expected = json1.dumps(await a.next(plain_reader))
-        assert await a.handle_encoded("channel/next", {"endpoint": wire_reader}) == expected
+        assert await answered("channel/next", {"endpoint": wire_reader}) == expected
     conclude_all(hub, a)

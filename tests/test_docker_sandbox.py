@@ -23,12 +23,12 @@ from typing import Any
 import anyio
 import docker.errors
 import pytest
-from anyio.abc import ByteReceiveStream, SocketStream
+from anyio.abc import ByteReceiveStream
 
 from runner.sandbox.attachments import AttachmentError, check_attachment, parse_attach
 from runner.sandbox.base import Attachment, LaunchRequest, RunningComponent
 from runner.sandbox.docker import sandbox as docker_backend
-from runner.sandbox.docker.attach import AttachConnection, AttachDemuxer
+from runner.sandbox.docker.attach import AttachDemuxer, open_connection
 from runner.sandbox.docker.engine import connect
 from runner.sandbox.docker.sandbox import DockerSandbox
 from runner.sandbox.errors import EngineUnavailable, ImageMissing, RuntimeMissing
@@ -162,14 +162,14 @@ async def test_a_reset_attach_connection_ends_the_stream_for_wait_to_inspect() -
     with socket.create_server(("127.0.0.1", 0)) as server:
         ours = socket.create_connection(server.getsockname())
         theirs, _ = server.accept()
-    connection = AttachConnection(await SocketStream.from_socket(ours))
+    connection = await open_connection(ours)
     theirs.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     theirs.close()  # linger 0: a reset, not an orderly end
     try:
         with anyio.fail_after(5):
             await connection.drain()
         with pytest.raises(anyio.EndOfStream):
-            await connection.receive(1, 100)
+            await connection.stdout.receive(100)
     finally:
         await connection.aclose()
 

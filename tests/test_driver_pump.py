@@ -1,6 +1,7 @@
 """The driver's pump (runner/host/driver.py): calls answered at once cost no task hand-off,
-a call that suspends hands the reading over at once (on tests/memkit.py's in-memory
-component, which notes in which task the driver reads stdout).
+a call that suspends hands the reading over at once, answers leave without a writer task
+while stdin has room and in order behind one when it has none (on tests/memkit.py's
+in-memory component, which notes in which tasks the driver reads stdout and writes stdin).
 """
 
 from __future__ import annotations
@@ -12,9 +13,13 @@ import anyio
 import pytest
 
 from memkit import MemoryComponent
+from runner import json1
 from runner.host.broker import CallContext
+from runner.host.channels import ChannelHub
+from runner.host.channels.party import MAX_ITEM_BYTES
 from runner.host.driver import drive
 from runner.json1 import JSONValue
+from runner.protocol.frames import MAX_PAYLOAD_BYTES
 
 PARAMS: dict[str, JSONValue] = {
     "protocol": "run/1", "input": None, "settings": {}, "attachments": {},
@@ -92,3 +97,189 @@ async def test_a_call_that_suspends_hands_the_reading_over_at_once() -> None:
     assert outcome.verdict.result is not None
     assert broker.tasks["o:0"] != broker.tasks["o:1"]  # call 0 kept its task; 1 ran elsewhere
     assert broker.tasks["o:1"] in component.stdout.readers
+
+
+@pytest.mark.anyio
+async def test_answers_leave_from_the_task_that_read_their_requests() -> None:
+    """No writer task while stdin has room: the pump writes what it answered before it
+    reads again, all of one read's answers in one write."""
+    broker = _Broker()
+    chunk = b"".join(_call(i, "now") for i in range(64))
+    (outcome, component), _ = await _exchange([chunk], 64, broker)
+    assert outcome.verdict.result is not None
+    answers = [(task, data) for task, data in component.stdin.writes if b'"c:' in data]
+    assert len(answers) == 1  # one write
+    assert answers[0][0] in component.stdout.readers
+    assert component.stdin.waited == 0
+
+
+@pytest.mark.anyio
+async def test_answers_a_component_leaves_unread_wait_for_it_in_order() -> None:
+    """Stdin full: the answers after it queue behind a writer task that waits, and leave
+    in the order they were made once the component reads, none lost, none passed."""
+    component = MemoryComponent(stdin_room=3)
+    broker = _Broker()
+    calls = 40
+    seen: list[Any] = []
+
+    async def play() -> None:
+        frames = component.frames()
+        root = await frames.__anext__()
+        for i in range(calls):  # one read each: one write each
+            await component.to_host.send(_call(i, "now"))
+        await anyio.wait_all_tasks_blocked()  # all answered, 3 written, the rest waiting
+        assert component.from_host.statistics().current_buffer_used == 3
+        while len(seen) < calls:
+            seen.append(await frames.__anext__())
+        result = {"outcome": "done", "output": None}
+        done = {"jsonrpc": "2.0", "id": root["id"], "result": result}
+        await component.to_host.send(json.dumps(done).encode() + b"\n")
+        await component.to_host.aclose()
+        await component.kill()
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(play)
+            outcome = await drive(component, PARAMS, broker)  # type: ignore[arg-type]
+    assert [frame["id"] for frame in seen] == [f"c:{i}" for i in range(calls)]
+    assert outcome.verdict.result is not None
+    assert component.stdin.waited > 0  # the writer task took over once stdin was full
+
+
+@pytest.mark.anyio
+async def test_a_send_the_component_cancelled_while_it_was_queued_is_not_accepted() -> None:
+    """§7.5: a cancelled ``channel/send`` only withdraws a value not yet accepted, so one
+    cancelled before it ran must not reach the reader (the component was told CANCELLED)."""
+    hub = ChannelHub()
+    party = hub.party("run")
+    grants: Any = party.create({})
+    writer, reader = grants["send"]["endpoint"], grants["receive"]["endpoint"]
+    component = MemoryComponent()
+    answers: dict[str, Any] = {}
+
+    def request(rid: str, method: str, params: dict[str, JSONValue]) -> bytes:
+        frame = {"jsonrpc": "2.0", "id": rid, "method": method, "params": params}
+        return json.dumps(frame).encode() + b"\n"
+
+    async def play() -> None:
+        frames = component.frames()
+        root = await frames.__anext__()
+        cancel = {"jsonrpc": "2.0", "method": "request/cancel", "params": {"requestId": "s:1"}}
+        await component.to_host.send(
+            request("s:1", "channel/send", {"endpoint": writer, "value": "withdrawn"})
+            + json.dumps(cancel).encode()
+            + b"\n"
+            + request("s:2", "channel/send", {"endpoint": writer, "value": "sent"})
+        )
+        while len(answers) < 2:
+            frame = await frames.__anext__()
+            answers[frame["id"]] = frame.get("result", frame.get("error"))
+        result = {"outcome": "done", "output": None}
+        done = {"jsonrpc": "2.0", "id": root["id"], "result": result}
+        await component.to_host.send(json.dumps(done).encode() + b"\n")
+        await component.to_host.aclose()
+        await component.kill()
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(play)
+            outcome = await drive(component, PARAMS, _Broker(), channels=party)  # type: ignore[arg-type]
+    assert outcome.verdict.result is not None
+    assert answers["s:1"]["data"]["code"] == "CANCELLED"
+    assert answers["s:2"] is None
+    assert await party.next(reader) == {"item": {"sequence": 1, "value": "sent"}}
+
+
+def _frame(rid: str, method: str, params: dict[str, JSONValue]) -> bytes:
+    frame = {"jsonrpc": "2.0", "id": rid, "method": method, "params": params}
+    return json.dumps(frame, separators=(",", ":")).encode() + b"\n"
+
+
+def _filling(limit: int, around: int) -> list[str]:
+    """A value (two strings: JSON/1 caps one at 8 MiB) whose encoding plus ``around`` bytes
+    of frame is ``limit`` bytes."""
+    rest = limit - around - len('["",""]')
+    return ["x" * (rest // 2), "y" * (rest - rest // 2)]
+
+
+class _BigBroker:
+    def __init__(self, value: JSONValue) -> None:
+        self.value = value
+
+    async def handle(
+        self, method: str, params: dict[str, JSONValue], call: CallContext
+    ) -> JSONValue:
+        return {"value": self.value}
+
+
+async def _answers(component: MemoryComponent, frames: list[bytes], broker: Any, **kw: Any) -> Any:
+    """Send ``frames`` one by one (each answered before the next), then the root result."""
+    answers: list[Any] = []
+
+    async def play() -> None:
+        replies = component.frames()
+        root = await replies.__anext__()
+        for frame in frames:
+            for start in range(0, len(frame), 1 << 20):
+                await component.to_host.send(frame[start : start + (1 << 20)])
+            answers.append(await replies.__anext__())
+        result = {"outcome": "done", "output": None}
+        done = {"jsonrpc": "2.0", "id": root["id"], "result": result}
+        await component.to_host.send(json.dumps(done).encode() + b"\n")
+        await component.to_host.aclose()
+        await component.kill()
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(play)
+            outcome = await drive(component, PARAMS, broker, **kw)
+    assert outcome.verdict.result is not None, outcome.verdict
+    return answers
+
+
+@pytest.mark.anyio
+async def test_a_result_too_large_for_its_answer_frame_is_refused_not_a_crash() -> None:
+    """A provider's (or a child's) result that fits the frame bound alone but not around a
+    128-byte request id: the host answers RESOURCE_EXHAUSTED and writes no oversized
+    frame; before, building that frame raised out of the driver."""
+    rid = "c" * 128
+    head = len(f'{{"jsonrpc":"2.0","id":"{rid}","result":{{"value":}}}}')
+    broker = _BigBroker(_filling(MAX_PAYLOAD_BYTES + 1, head))
+    params: dict[str, JSONValue] = {"operationId": "o:1", "slot": "s", "method": "m", "input": 1}
+    [answer] = await _answers(MemoryComponent(), [_frame(rid, "capability/call", params)], broker)
+    assert answer["id"] == rid
+    assert answer["error"]["data"]["code"] == "RESOURCE_EXHAUSTED"
+
+
+@pytest.mark.anyio
+async def test_a_channel_item_whose_read_answer_cannot_fit_is_refused_at_its_send() -> None:
+    """The largest send frame can carry a value that no ``channel/next`` answer can: one
+    read with a long id would have lost it (or, before, crashed the driver). Such a value
+    is refused when sent; the largest value that fits every answer is delivered."""
+    party = ChannelHub().party("run")
+    grants: Any = party.create({})
+    writer, reader = grants["send"]["endpoint"], grants["receive"]["endpoint"]
+    head = len(_frame("s:1", "channel/send", {"endpoint": writer, "value": ""})) - 3
+    too_big = _filling(MAX_PAYLOAD_BYTES, head)
+    assert len(json1.dumps(too_big)) > MAX_ITEM_BYTES
+    fits = _filling(MAX_ITEM_BYTES, 0)
+    rid = "n" * 128
+    frames = [
+        _frame("s:1", "channel/send", {"endpoint": writer, "value": too_big}),
+        _frame("s:2", "channel/send", {"endpoint": writer, "value": fits}),
+        _frame(rid, "channel/next", {"endpoint": reader}),
+    ]
+    refused, sent, read = await _answers(MemoryComponent(), frames, _Broker(), channels=party)
+    assert refused["error"]["data"]["code"] == "RESOURCE_EXHAUSTED"
+    assert sent["error"]["data"]["code"] == "RESOURCE_EXHAUSTED"  # the source was aborted
+    assert read["id"] == rid and read["error"]["data"]["code"] == "RESOURCE_EXHAUSTED"
+    other = ChannelHub().party("run")
+    grants = other.create({})
+    writer, reader = grants["send"]["endpoint"], grants["receive"]["endpoint"]
+    frames = [
+        _frame("s:2", "channel/send", {"endpoint": writer, "value": fits}),
+        _frame(rid, "channel/next", {"endpoint": reader}),
+    ]
+    sent, read = await _answers(MemoryComponent(), frames, _Broker(), channels=other)
+    assert sent["result"] is None
+    assert read["id"] == rid and read["result"]["item"]["value"] == fits

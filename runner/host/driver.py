@@ -16,12 +16,18 @@ frames admitted itself, one after another, each inside the call's own cancel sco
 that completes without suspending (a broker that answers at once, a channel item already
 there, room in a queue) costs no hand-off at all. A call that suspends hands the pump
 role, at that moment, to an idle task of the pool (or a new one) and finishes in the task
-it started in (:class:`_Eager`), so reading never waits on a call. The stdin writer is
-woken at most once per loop turn to write everything queued by then in one ``send``.
+it started in (:class:`_Eager`), so reading never waits on a call.
+
+Answers leave the same way, without a task: everything the session queued by the end of a
+loop step goes out in one write, made by the pump before it waits to read again or, for
+answers made elsewhere, by one loop callback; only when stdin cannot take it at once (the
+component is not reading) does a writer task take over, and then everything after it
+queues behind it, in order.
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections import deque
@@ -40,7 +46,12 @@ from runner.host.broker import Broker, CallContext
 from runner.host.channels import ChannelParty
 from runner.host.operations import RETAINED_BYTES, OperationLedger, Ticket
 from runner.json1 import JSONValue
-from runner.protocol.codes import LOCAL_CODES, OperationError, bounded_message
+from runner.protocol.codes import (
+    LOCAL_CODES,
+    LocalProtocolError,
+    OperationError,
+    bounded_message,
+)
 from runner.protocol.completion import Ending, HostKill, Verdict, judge
 from runner.protocol.names import CHANNEL_METHODS
 from runner.protocol.results import validate_capability_result, validate_run_result
@@ -55,7 +66,7 @@ from runner.protocol.session import (
     Violation,
     decode,
 )
-from runner.sandbox.base import RunningComponent
+from runner.sandbox.base import ImmediateSend, RunningComponent
 
 OPERATION_METHODS = ("flow/run-child", "capability/call")
 STDERR_LIMIT = 1 << 20
@@ -65,6 +76,8 @@ SIGKILL_EXIT = 128 + 9  # how both backends report a process ended by SIGKILL
 """Seconds to wait for stdout EOF once the process has exited."""
 DECODE_IN_THREAD = 1 << 18
 """Frames of at least this many bytes are decoded in a worker thread (see _pump)."""
+READ_BYTES = 1 << 18
+"""The most stdout the pump takes at once (all that is there, up to this)."""
 _T = TypeVar("_T")
 
 
@@ -203,7 +216,15 @@ class _Run:
         self.timings: dict[str, float] = {}
         self.output: list[bytes] = []  # frames for stdin, not yet taken by the writer
         self.output_ready: anyio.Event | None = None  # set to wake the idle writer
+        self.writing = False  # the writer task is in a send: nothing may pass it
         self.stdin_closing = False
+        self.stdin_failed = False  # stdin broke: nothing more can be written
+        stdin = component.stdin
+        self.write_now = stdin.send_nowait if isinstance(stdin, ImmediateSend) else None
+        self.loop = asyncio.get_running_loop()
+        self.write_handle: asyncio.Handle | None = None  # the scheduled _write_out
+        self.pumping = False  # the pump's pass runs (until it waits): it writes at the end
+        self.unwritten = False  # the session queued frames during that pass
         self.ledger = OperationLedger()
         self.task_group: TaskGroup | None = None
         self.stopping = False  # the driving task was cancelled: no new work starts
@@ -273,6 +294,7 @@ class _Run:
         self.parked = []  # their tasks died with the task group
         self.session.cancel_root(self.condition or "CANCELLED")
         self.output_ready = None  # the old writer is gone; the new one starts idle
+        self.writing = self.pumping = False
         self._flush()
         with anyio.move_on_after(self.graces.cancel):
             async with anyio.create_task_group() as tg:
@@ -320,14 +342,44 @@ class _Run:
     # ----- pumps ----------------------------------------------------------------------
 
     def _flush(self) -> None:
-        """Hand the session's queued frames to the writer (dropped once stdin is closing)."""
+        """The session queued frames: they leave at the end of this loop step, in one
+        write with whatever else is queued by then (see :meth:`_write_out`): the pump's
+        pass writes before the pump waits; anything else schedules one loop callback."""
+        if self.pumping:
+            self.unwritten = True
+        elif self.write_handle is None:
+            self.write_handle = self.loop.call_soon(self._write_out)
+
+    def _pause_pumping(self) -> None:
+        """The pump is about to wait (or hand its role over): what its pass queued leaves."""
+        self.pumping = False
+        if self.unwritten:
+            self.unwritten = False
+            self._write_out()
+
+    def _write_out(self) -> None:
+        """Write what the session queued: at once when the writer task holds nothing and
+        stdin takes it without waiting, else through the writer task, which keeps the
+        order (dropped once stdin is closing or broken)."""
+        if self.write_handle is not None:
+            self.write_handle.cancel()
+            self.write_handle = None
         data = self.session.data_to_send()
-        if data and not self.stdin_closing:
-            self.output.append(data)
-            self._wake_writer()
+        if not data or self.stdin_closing or self.stdin_failed:
+            return
+        if self.write_now is not None and not self.output and not self.writing:
+            try:
+                if self.write_now(data):
+                    return
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                self.stdin_failed = True
+                return
+        self.output.append(data)
+        self._wake_writer()
 
     def _close_stdin(self) -> None:
         """Let the writer send what it holds, then half-close stdin."""
+        self._write_out()  # what the session queued goes first
         self.stdin_closing = True
         self._wake_writer()
 
@@ -337,10 +389,10 @@ class _Run:
             self.output_ready = None
 
     async def _write_stdin(self) -> None:
-        """Write frames in order, all that were queued by the time the writer runs at once:
-        responses produced in one loop turn leave in one write."""
+        """Write, in order, what stdin could not take at once (the component is not
+        reading): everything queued behind it by the time it runs leaves in one write."""
         stdin = self.component.stdin
-        with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+        try:
             while self.output or not self.stdin_closing:
                 if self.output:
                     # Woken into a run being cancelled (a parent cancels a child's call
@@ -349,10 +401,17 @@ class _Run:
                     await anyio.lowlevel.checkpoint_if_cancelled()
                     data = b"".join(self.output)
                     self.output.clear()
-                    await stdin.send(data)
+                    self.writing = True
+                    try:
+                        await stdin.send(data)
+                    finally:
+                        self.writing = False
                 else:
                     self.output_ready = ready = anyio.Event()
                     await ready.wait()
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            self.stdin_failed = True  # nothing more can be written: nothing more is kept
+            self.output.clear()
         with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             await stdin.aclose()
 
@@ -378,6 +437,7 @@ class _Run:
         """
         session, payloads, queued = self.session, self.payloads, self.queued
         stdout = self.component.stdout
+        self.pumping = True
         while True:
             if payloads and (len(payloads[0]) < DECODE_IN_THREAD or not queued):
                 payload = payloads.popleft()
@@ -386,17 +446,25 @@ class _Run:
                 elif len(payload) < DECODE_IN_THREAD:
                     self._handle(session.receive_decoded(decode(payload)))
                 else:
+                    self._pause_pumping()
                     frame = await anyio.to_thread.run_sync(decode, payload, abandon_on_cancel=True)
+                    self.pumping = True
                     self._handle(session.receive_decoded(frame))
             elif queued:
                 event, ticket = queued.popleft()
-                call = _Eager(self._call(event, ticket), self._hand_off)
+                waiting = None
+                if event.method in CHANNEL_METHODS:
+                    waiting = self._answer_now(event)
+                    if waiting is None:
+                        continue
+                call = _Eager(self._call(event, ticket, waiting), self._hand_off)
                 await call
                 if call.suspended:
                     return False
             else:
+                self._pause_pumping()  # the answers to what was read leave before we wait
                 try:
-                    chunk = await stdout.receive()
+                    chunk = await stdout.receive(READ_BYTES)
                 except (
                     anyio.EndOfStream,
                     anyio.BrokenResourceError,
@@ -406,12 +474,14 @@ class _Run:
                     self._handle(session.receive_eof())
                     self.stdout_done.set()
                     return True
+                self.pumping = True
                 framed, events = session.receive_bytes(chunk)
                 payloads.extend(framed)
                 self._handle(events)
 
     def _hand_off(self) -> None:
         """The pump's call suspended: an idle task of the pool (or a new one) pumps now."""
+        self._pause_pumping()
         if self.parked:
             self.parked.pop().set()
         else:
@@ -477,36 +547,73 @@ class _Run:
         self.calls[rid] = scope
         self.queued.append((event, ticket))
 
-    async def _call(self, event: CallRequested, ticket: Ticket | None) -> None:
+    def _answer_now(self, event: CallRequested) -> Coroutine[Any, Any, bytes] | None:
+        """Answer a channel call here when it needs no wait (no task, no cancel scope
+        entered); else return the coroutine that waits for its answer, for :meth:`_call`.
+
+        A call the component cancelled while it was queued is answered already and does
+        nothing: a send it withdrew is not accepted, a read it gave up takes no item.
+        """
+        rid = event.request_id
+        if not self.session.owes(rid):
+            self.calls.pop(rid, None)
+            return None
+        try:
+            if self.channels is None:
+                raise OperationError("UNAVAILABLE", "channels are not enabled for this run")
+            answer = self.channels.answer(event.method, event.params)
+        except Exception as exc:
+            self._respond_failure(rid, exc)
+        else:
+            if not isinstance(answer, bytes):
+                return answer
+            self._respond(rid, answer)
+        self.calls.pop(rid, None)
+        self._flush()
+        return None
+
+    async def _call(
+        self,
+        event: CallRequested,
+        ticket: Ticket | None,
+        waiting: Coroutine[Any, Any, bytes] | None = None,
+    ) -> None:
+        """Run one call in its cancel scope and answer it; ``waiting`` is a channel
+        call's wait, begun by :meth:`_answer_now`."""
         rid = event.request_id
         with self.calls[rid] as scope:
             try:
-                result = await self._dispatch(event, ticket)
-            except OperationError as exc:
-                self.session.respond_error(rid, _wire(exc))
+                result = await (self._dispatch(event, ticket) if waiting is None else waiting)
             except Exception as exc:  # EN-06: a host-side failure is never a -32603
-                self.session.respond_error(
-                    rid,
-                    OperationError(
-                        "EXECUTION_FAILED", bounded_message(f"{type(exc).__name__}: {exc}")
-                    ),
-                )
+                self._respond_failure(rid, exc)
             else:
-                self.session.respond_encoded(rid, result)
+                self._respond(rid, result)
         self.calls.pop(rid, None)
         if scope.cancelled_caught:
             code = self.condition or "CANCELLED"
             self.session.respond_error(rid, OperationError(code, "the call was stopped"))
         self._flush()
 
+    def _respond(self, rid: str, result: bytes) -> None:
+        """Answer with ``result``; one whose frame would exceed the frame bound (a child's
+        or a provider's result near 16 MiB, under a long request id) is refused instead:
+        the host never writes an oversized frame, and a peer's sizes never crash it."""
+        try:
+            self.session.respond_encoded(rid, result)
+        except LocalProtocolError as exc:
+            error = OperationError("RESOURCE_EXHAUSTED", bounded_message(f"the result: {exc}"))
+            self.session.respond_error(rid, error)
+
+    def _respond_failure(self, rid: str, exc: Exception) -> None:
+        if isinstance(exc, OperationError):
+            self.session.respond_error(rid, _wire(exc))
+        else:  # EN-06: a host-side failure is never a -32603
+            message = bounded_message(f"{type(exc).__name__}: {exc}")
+            self.session.respond_error(rid, OperationError("EXECUTION_FAILED", message))
+
     async def _dispatch(self, event: CallRequested, ticket: Ticket | None) -> bytes:
-        """The call's success result, encoded once: an operation's as the ledger keeps it,
-        a channel read's around the item's encoding kept since its send."""
+        """An operation's success result, encoded once, as the ledger keeps it."""
         method = event.method
-        if method in CHANNEL_METHODS:
-            if self.channels is None:
-                raise OperationError("UNAVAILABLE", "channels are not enabled for this run")
-            return await self.channels.handle_encoded(method, event.params)
         work = partial(self.broker.handle, method, event.params, self.context)
         if ticket is None:
             return json1.dumps(await work())

@@ -143,6 +143,10 @@ class HostSession:
         """Ids of dispatched component requests still owed a response."""
         return frozenset(self._pending)
 
+    def owes(self, request_id: str) -> bool:
+        """Whether the dispatched component request ``request_id`` still awaits an answer."""
+        return request_id in self._pending
+
     @property
     def closed(self) -> bool:
         """True once a fatal violation closed the channel."""
@@ -196,9 +200,15 @@ class HostSession:
     def respond_encoded(self, request_id: str, result: bytes) -> None:
         """:meth:`respond` with the result already encoded by :func:`json1.dumps` (the
         ledger keeps that encoding): the frame is spliced around it, byte for byte the
-        frame :meth:`respond` writes, without encoding the result a second time."""
-        if self._settle(request_id):
-            self._queue_frame(encode_result_frame(request_id, result))
+        frame :meth:`respond` writes, without encoding the result a second time.
+
+        Raises :class:`LocalProtocolError`, the request still owed, if that frame would
+        exceed the frame bound (a result near 16 MiB under a long request id).
+        """
+        if request_id in self._pending:
+            frame = encode_result_frame(request_id, result)
+            if self._settle(request_id):
+                self._queue_frame(frame)
 
     def respond_error(self, request_id: str, error: OperationError) -> None:
         """Answer a dispatched component request with a ``-32000`` operational error."""

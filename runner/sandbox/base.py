@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Literal, Protocol, runtime_checkable
 
 from anyio.abc import ByteReceiveStream, ByteSendStream
 
@@ -114,11 +114,24 @@ class SandboxFacts:
     details: dict[str, object] = field(default_factory=dict)
 
 
+@runtime_checkable
+class ImmediateSend(Protocol):
+    """A stdin that can also be written without waiting: the host answers from wherever
+    an answer is made, and only what cannot leave at once goes through a task that waits."""
+
+    def send_nowait(self, data: bytes) -> bool:
+        """Write ``data`` now if that needs no wait, else write nothing and return False
+        (also while an earlier ``send`` still waits: order is kept). Raises what ``send``
+        raises once the stream is closed or broken."""
+        ...
+
+
 class RunningComponent(Protocol):
     """A started component process, seen only through its stdio and lifecycle."""
 
     stdin: ByteSendStream
-    """Protocol frames to the component; ``aclose()`` half-closes (the component sees EOF)."""
+    """Protocol frames to the component; ``aclose()`` half-closes (the component sees EOF).
+    Both backends' stdin is also :class:`ImmediateSend`."""
     stdout: ByteReceiveStream
     stderr: ByteReceiveStream
     attachment_paths: Mapping[str, str]

@@ -7,7 +7,8 @@ declared port with the rule of :mod:`runner.contracts.ports`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
+from typing import Any
 
 import anyio
 
@@ -38,6 +39,16 @@ from runner.host.channels.queues import (
 )
 from runner.json1 import JSONValue
 from runner.protocol.codes import OperationError
+from runner.protocol.frames import MAX_PAYLOAD_BYTES
+from runner.protocol.names import MAX_WIRE_ID_BYTES
+
+MAX_ITEM_BYTES = MAX_PAYLOAD_BYTES - len(
+    b'{"jsonrpc":"2.0","id":"%s","result":{"item":{"sequence":%d,"value":}}}'
+    % (b"i" * MAX_WIRE_ID_BYTES, 2**53 - 1)
+)
+"""The largest value (encoded) whose ``channel/next`` answer fits in one frame for any
+reader: the longest request id, the largest sequence. A value past it is refused at its
+send, not lost at its read."""
 
 
 class ChannelHub(HubState):
@@ -79,17 +90,29 @@ class ChannelParty:
             return await self.next(_ref(params, "endpoint"))
         return self._settle(method, params)
 
-    async def handle_encoded(self, method: str, params: dict[str, JSONValue]) -> bytes:
-        """:meth:`handle`, its result encoded as ``json1.dumps`` would: a read's item is
-        spliced in from the encoding made when it was sent, not encoded once more (for a
-        1 MiB item that is a millisecond of the host's time per read)."""
-        if method == "channel/next" and not self.closed:
-            answer = await self._read(_ref(params, "endpoint"))
-            if isinstance(answer, int):
-                return json1.dumps({"end": {"lastSequence": answer}})
-            sequence, _, encoded = answer
-            return b'{"item":{"sequence":%d,"value":%b}}' % (sequence, encoded)
-        return json1.dumps(await self.handle(method, params))
+    def answer(
+        self, method: str, params: dict[str, JSONValue]
+    ) -> bytes | Coroutine[Any, Any, bytes]:
+        """A component's ``channel/*`` request, ``params`` taken from its decoded frame:
+        the result, encoded as ``json1.dumps`` would, when it needs no wait; else the
+        coroutine that waits for it (to be awaited at once, in the call's cancel scope).
+        Raises ``OperationError`` as :meth:`handle` does.
+
+        Nothing waits, and nothing is half done, before that coroutine runs: the driver
+        answers most sends and reads where it read them, with no task and no cancel scope.
+        A read's item is spliced in from the encoding made when it was sent (for a 1 MiB
+        item that spares a millisecond a read).
+        """
+        if self.closed:
+            raise OperationError("OWNER_CLOSED", "this invocation's channels are closed")
+        if method == "channel/send":
+            pending = self._offer(_ref(params, "endpoint"), params["value"])
+            return b"null" if pending is None else self._accepted_null(*pending)
+        if method == "channel/next":
+            receiver = self._begin_read(_ref(params, "endpoint"))
+            answer = self._read_now(receiver)
+            return self._read_encoded(receiver) if answer is None else _encoded(answer)
+        return json1.dumps(self._settle(method, params))
 
     def _settle(self, method: str, params: dict[str, JSONValue]) -> JSONValue:
         """The four methods that never wait."""
@@ -172,6 +195,13 @@ class ChannelParty:
     # ----- send / next / close / release ---------------------------------------------
 
     async def send(self, token: str, value: JSONValue) -> None:
+        pending = self._offer(token, value)
+        if pending is not None:
+            await self._accepted(*pending)
+
+    def _offer(self, token: str, value: JSONValue) -> tuple[Source, PendingSend] | None:
+        """A ``channel/send`` up to its wait: None once the value is accepted, else the
+        send queued behind the reader, to wait for with :meth:`_accepted`."""
         writer = self._endpoint(token, "send")
         writer.used = True
         source = writer.source
@@ -185,11 +215,11 @@ class ChannelParty:
         size = len(encoded)
         if source.delivery == "broadcast":
             self._accept(source, value, encoded)
-            return
+            return None
         receiver = source.readers[0]
         if not source.pending and receiver.has_room(size, self.hub.limits):
             self._accept(source, value, encoded)
-            return
+            return None
         if len(source.pending) >= self.hub.limits.pending_sends:
             raise OperationError(
                 "RESOURCE_EXHAUSTED",
@@ -198,25 +228,35 @@ class ChannelParty:
         pending = PendingSend(value, encoded)
         source.pending.append(pending)
         source.pending_bytes += size
+        return source, pending
+
+    async def _accepted(self, source: Source, pending: PendingSend) -> None:
+        """Wait until the reader made room for a queued send; cancelled, withdraw it."""
         try:
             await pending.done.wait()
         finally:
             if not pending.done.is_set():  # cancelled: withdraw the value, never half-send
                 source.pending.remove(pending)
-                source.pending_bytes -= size
+                source.pending_bytes -= pending.size
         if pending.error is not None:
             raise again(pending.error)
 
+    async def _accepted_null(self, source: Source, pending: PendingSend) -> bytes:
+        await self._accepted(source, pending)
+        return b"null"
+
     async def next(self, token: str) -> dict[str, JSONValue]:
-        answer = await self._read(token)
+        receiver = self._begin_read(token)
+        answer = self._read_now(receiver)
+        if answer is None:
+            answer = await self._read_later(receiver)
         if isinstance(answer, int):
             return {"end": {"lastSequence": answer}}
         sequence, value, _ = answer
         return {"item": {"sequence": sequence, "value": value}}
 
-    async def _read(self, token: str) -> tuple[int, JSONValue, bytes] | int:
-        """One ``channel/next``: the item (sequence, value, encoding), or at the end the
-        last sequence delivered."""
+    def _begin_read(self, token: str) -> Receiver:
+        """A ``channel/next`` on ``token``, checked; the room of the previous read freed."""
         receiver = self._endpoint(token, "receive")
         assert isinstance(receiver, Receiver)
         receiver.used = True
@@ -224,30 +264,44 @@ class ChannelParty:
             raise OperationError("INVALID_INPUT", "the receiver was released")
         if receiver.reading:
             raise OperationError("INVALID_INPUT", "a channel/next is already pending here")
-        source = receiver.source
         receiver.committed = False  # this read frees the room of the previous one
-        self._pump(source)
+        self._pump(receiver.source)
+        return receiver
+
+    def _read_now(self, receiver: Receiver) -> tuple[int, JSONValue, bytes] | int | None:
+        """The read's answer if it has one now: the item (sequence, value, encoding), or
+        at the end the last sequence delivered; None if it must wait."""
+        if receiver.failure is not None:
+            raise again(receiver.failure)
+        if receiver.queue:
+            item = receiver.queue.popleft()
+            receiver.queued_bytes -= len(item[2])
+            receiver.delivered = item[0]
+            receiver.committed = True
+            return item
+        if receiver.source.sealed:
+            receiver.ended = True
+            return receiver.delivered
+        return None
+
+    async def _read_later(self, receiver: Receiver) -> tuple[int, JSONValue, bytes] | int:
+        """Wait for the read's answer (one read at a time per receiver)."""
         receiver.reading = True
         try:
             while True:
-                if receiver.failure is not None:
-                    raise again(receiver.failure)
-                if receiver.queue:
-                    item = receiver.queue.popleft()
-                    receiver.queued_bytes -= len(item[2])
-                    receiver.delivered = item[0]
-                    receiver.committed = True
-                    return item
-                if source.sealed:
-                    receiver.ended = True
-                    return receiver.delivered
                 receiver.wake = anyio.Event()
                 await receiver.wake.wait()
                 if receiver.disposed:
                     raise OperationError("CANCELLED", "the receiver was released during the read")
+                answer = self._read_now(receiver)
+                if answer is not None:
+                    return answer
         finally:
             receiver.reading = False
             receiver.wake = None
+
+    async def _read_encoded(self, receiver: Receiver) -> bytes:
+        return _encoded(await self._read_later(receiver))
 
     def close(self, token: str) -> None:
         writer = self._endpoint(token, "send")
@@ -428,11 +482,12 @@ class ChannelParty:
         encoded = json1.dumps(value)
         size = len(encoded)
         committed = source.accepted_bytes + source.pending_bytes
-        if size > limits.item_bytes or committed + size > limits.source_bytes:
+        item_bytes = min(limits.item_bytes, MAX_ITEM_BYTES)
+        if size > item_bytes or committed + size > limits.source_bytes:
             error = OperationError(
                 "RESOURCE_EXHAUSTED",
                 f"a {size}-byte value is over the channel's bounds "
-                f"({limits.item_bytes} per item, {limits.source_bytes} per source)",
+                f"({item_bytes} per item, {limits.source_bytes} per source)",
             )
             fail(source, error)
             raise error
@@ -557,6 +612,15 @@ def _match(where: str, endpoint: Endpoint, spec: PortSpec) -> ItemSchema | None:
                         "INVALID_INPUT", f"{where}: a queued item does not fit the port's schema"
                     )
     return constraint
+
+
+def _encoded(answer: tuple[int, JSONValue, bytes] | int) -> bytes:
+    """A ``channel/next`` result as ``json1.dumps`` writes it, the item's encoding spliced
+    in as it was made when the item was sent."""
+    if isinstance(answer, int):
+        return b'{"end":{"lastSequence":%d}}' % answer
+    sequence, _, encoded = answer
+    return b'{"item":{"sequence":%d,"value":%b}}' % (sequence, encoded)
 
 
 def _ref(params: Mapping[str, JSONValue], key: str) -> str:

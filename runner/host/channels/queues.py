@@ -46,7 +46,8 @@ class ChannelLimits:
     queue_bytes: Annotated[int, Field(ge=1)] = 64 << 20
     """Bytes of JSON a receiver may have waiting; one item is always admitted."""
     item_bytes: Annotated[int, Field(ge=1, le=16 << 20)] = 16 << 20
-    """The largest value one ``channel/send`` may carry (the frame bound)."""
+    """The largest value one ``channel/send`` may carry (the frame bound; the hub keeps
+    to what a read's answer frame can carry, ``party.MAX_ITEM_BYTES``, if that is less)."""
     source_bytes: Annotated[int, Field(ge=1)] = 4 << 30
     """Bytes one source may accept in its lifetime."""
     pending_sends: Annotated[int, Field(ge=1, le=64)] = 64

@@ -1,26 +1,34 @@
 """The attach connection: one hijacked socket carrying the component's stdio.
 
-The connection is taken out of docker-py (``Engine.attach_socket``) and read with real
-async I/O; stdout and stderr arrive multiplexed (8-byte headers, frames of up to 32 KiB)
-and are split by :class:`AttachDemuxer` (sans-I/O), on demand, by whichever stream is
-being read, so reading never blocks writing and no task is needed. Half-closing stdin is
-a ``shutdown(SHUT_WR)`` on that socket, which the engine turns into EOF for the component
-(``StdinOnce``).
+The connection is taken out of docker-py (``Engine.attach_socket``) and served by an
+asyncio protocol of our own: every read the event loop makes is demultiplexed at once (the
+stream arrives as 8-byte headers and frames of up to 32 KiB, split by
+:class:`AttachDemuxer`, sans-I/O), filed by stream, and wakes the one task waiting for that
+stream, if any. The socket is read as long as it is open, whoever reads what, so a reader
+never waits on another and waiting for the end never waits on a reader (bytes nobody has
+taken are kept, as they were when the reader read the socket itself). A receive with bytes
+already filed returns them without a loop turn; stdin is a :class:`StdinWriter` (no lock,
+no checkpoint while the buffer has room). Half-closing stdin is a ``shutdown(SHUT_WR)`` on
+the socket, which the engine turns into EOF for the component (``StdinOnce``).
+
+This replaces anyio's socket stream, whose every receive added the socket to the selector
+and removed it again and whose every send took one more loop turn, and a reader that was
+woken after every read of the socket whether or not its stream had bytes
+(bench/channels.py).
 """
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 import socket
 import struct
-from collections import deque
 
 import anyio
-from anyio.abc import ByteReceiveStream, ByteSendStream, SocketStream
+
+from runner.sandbox.streams import Inbox, StdinWriter
 
 STDOUT, STDERR = 1, 2
 _HEADER = struct.Struct(">BxxxL")
-_READ_SIZE = 1 << 16
 
 
 class AttachDemuxer:
@@ -28,174 +36,134 @@ class AttachDemuxer:
 
     Each frame is an 8-byte header (stream type, three zero bytes, big-endian length) and
     its payload. Payload is handed out as soon as it arrives, so a frame split across
-    reads, or a line split across frames, costs no extra buffering.
+    reads, or a line split across frames, costs no extra buffering: only a header split
+    across reads is kept, and a payload is sliced out of the read once.
     """
 
     def __init__(self) -> None:
-        self._buffer = bytearray()
+        self._header = b""  # the start of a header split across reads
         self._stream = 0
         self._remaining = 0
 
     @property
     def mid_frame(self) -> bool:
         """True if the bytes fed so far end inside a frame."""
-        return bool(self._buffer) or self._remaining > 0
+        return bool(self._header) or self._remaining > 0
 
     def feed(self, data: bytes) -> list[tuple[int, bytes]]:
         """Consume ``data``; return the payload pieces it completes, in order."""
-        self._buffer += data
+        if self._header:
+            data = self._header + data
+            self._header = b""
         pieces: list[tuple[int, bytes]] = []
-        pos, end = 0, len(self._buffer)
+        pos, end = 0, len(data)
+        stream, remaining = self._stream, self._remaining
         while pos < end:
-            if self._remaining == 0:
+            if remaining == 0:
                 if end - pos < _HEADER.size:
+                    self._header = data[pos:]
                     break
-                self._stream, self._remaining = _HEADER.unpack_from(self._buffer, pos)
+                stream, remaining = _HEADER.unpack_from(data, pos)
                 pos += _HEADER.size
-                if self._stream not in (STDOUT, STDERR):
-                    raise ValueError(f"attach stream out of step: frame type {self._stream}")
+                if stream not in (STDOUT, STDERR):
+                    raise ValueError(f"attach stream out of step: frame type {stream}")
                 continue
-            take = min(self._remaining, end - pos)
-            pieces.append((self._stream, bytes(self._buffer[pos : pos + take])))
+            take = min(remaining, end - pos)
+            pieces.append((stream, data if pos == 0 and take == end else data[pos : pos + take]))
             pos += take
-            self._remaining -= take
-        del self._buffer[:pos]
+            remaining -= take
+        self._stream, self._remaining = stream, remaining
         return pieces
 
 
 class AttachConnection:
     """The hijacked attach socket: raw stdin out, demultiplexed stdout and stderr in."""
 
-    def __init__(self, stream: SocketStream) -> None:
-        self._stream = stream
+    def __init__(self) -> None:
+        self._transport: asyncio.Transport | None = None
         self._demuxer = AttachDemuxer()
-        self._pending: dict[int, deque[bytes]] = {STDOUT: deque(), STDERR: deque()}
-        self._discard: set[int] = set()
-        self._reading = False  # one task at a time reads the socket, for both streams
-        self._progress = anyio.Event()  # set after every socket read, then replaced
-        self._send_lock = anyio.Lock()
-        self._eof = False
-        self._stdin_closed = False
-
-    async def send(self, data: bytes) -> None:
-        if self._stdin_closed:
-            raise anyio.ClosedResourceError
-        async with self._send_lock:
-            await self._stream.send(data)
-
-    async def close_stdin(self) -> None:
-        """Half-close: the component reads EOF; stdout and stderr keep flowing."""
-        if self._stdin_closed:
-            return
-        self._stdin_closed = True
-        async with self._send_lock:
-            # OSError: the engine already closed the connection, there is no stdin left.
-            with contextlib.suppress(OSError):
-                await self._stream.send_eof()
-
-    async def receive(self, fd: int, max_bytes: int) -> bytes:
-        """Bytes for ``fd``; whoever reads the socket files the other stream's bytes.
-
-        A reader never waits on the socket while bytes for it are already filed: the
-        one waiting for the other's read is woken after every read (not queued behind a
-        lock the reader could take again and block on, which stalls the exchange).
-        """
-        pending = self._pending[fd]
-        while not pending:
-            if self._eof:
-                raise anyio.EndOfStream
-            await self._read_or_wait()
-        chunk = pending.popleft()
-        if len(chunk) > max_bytes:
-            pending.appendleft(chunk[max_bytes:])
-            chunk = chunk[:max_bytes]
-        return chunk
-
-    def discard(self, fd: int) -> None:
-        """Drop ``fd``'s bytes from now on: nobody will read them."""
-        self._discard.add(fd)
-        self._pending[fd].clear()
+        self.stdin = StdinWriter()
+        """Half-closing it is a ``shutdown(SHUT_WR)``: stdout and stderr keep flowing."""
+        self.stdout = Inbox()
+        self.stderr = Inbox()
+        self._inboxes = {STDOUT: self.stdout, STDERR: self.stderr}
+        self._ended = anyio.Event()
 
     async def drain(self) -> None:
-        """Read to the end of the stream, keeping what the readers have not taken yet.
+        """Wait for the end of the stream, keeping what the readers have not taken yet.
 
         A broken stream ends too: whether the container exited, was removed or lost its
         engine is for the inspection that follows to tell.
         """
-        with contextlib.suppress(anyio.BrokenResourceError):
-            while not self._eof:
-                await self._read_or_wait()
+        await self._ended.wait()
 
-    async def _read_or_wait(self) -> None:
-        """Read the socket once, or wait until whoever is reading it has read once."""
-        if self._reading:
-            await self._progress.wait()
-            return
-        self._reading = True
-        try:
-            await self._read_once()
-        finally:
-            self._reading = False
-            self._progress.set()
-            self._progress = anyio.Event()
+    async def aclose(self) -> None:
+        self.stdin.abort()
+        self._end()
 
-    async def _read_once(self) -> None:
-        try:
-            data = await self._stream.receive(_READ_SIZE)
-        except anyio.EndOfStream:
-            self._eof = True
+    # ----- fed by the protocol ---------------------------------------------------------
+
+    def _made(self, transport: asyncio.Transport) -> None:
+        self._transport = transport
+        self.stdin.attach(transport)
+
+    def _received(self, data: bytes) -> None:
+        if self._ended.is_set():
             return
-        except (anyio.BrokenResourceError, OSError) as exc:
-            self._eof = True  # nothing more will come: every reader sees the end
-            raise anyio.BrokenResourceError(str(exc)) from exc
         try:
             pieces = self._demuxer.feed(data)
         except ValueError as exc:
-            self._eof = True
-            raise anyio.BrokenResourceError(str(exc)) from exc
+            if self._transport is not None:
+                self._transport.pause_reading()  # nothing after this can be trusted
+            self._end(str(exc))
+            return
+        inboxes = self._inboxes
         for fd, payload in pieces:
-            if fd not in self._discard:
-                self._pending[fd].append(payload)
+            inboxes[fd].put(payload)
 
-    async def aclose(self) -> None:
-        await self._stream.aclose()
+    def _end(self, failure: str | None = None) -> None:
+        """Nothing more will come: every reader, and whoever waits for the end, is woken."""
+        self.stdout.end(failure)
+        self.stderr.end(failure)
+        self._ended.set()
 
 
-class Stdin(ByteSendStream):
+class _AttachProtocol(asyncio.Protocol):
     def __init__(self, connection: AttachConnection) -> None:
         self._connection = connection
 
-    async def send(self, item: bytes) -> None:
-        await self._connection.send(item)
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._connection._made(transport)
 
-    async def aclose(self) -> None:
-        await self._connection.close_stdin()
+    def data_received(self, data: bytes) -> None:
+        self._connection._received(data)
 
+    def eof_received(self) -> bool:
+        self._connection._end()
+        return True  # keep our half open: stdin may still be written (and half-closed)
 
-class Output(ByteReceiveStream):
-    def __init__(self, connection: AttachConnection, fd: int) -> None:
-        self._connection = connection
-        self._fd = fd
-        self._closed = False
+    def connection_lost(self, exc: Exception | None) -> None:
+        # A reset (an engine gone over TCP) is an end like any other: whether the
+        # container exited, was removed or lost its engine is for inspection to tell.
+        self._connection.stdin.lose()
+        self._connection._end()
 
-    async def receive(self, max_bytes: int = 65536) -> bytes:
-        if self._closed:
-            raise anyio.ClosedResourceError
-        return await self._connection.receive(self._fd, max_bytes)
+    def pause_writing(self) -> None:
+        self._connection.stdin.pause()
 
-    async def aclose(self) -> None:
-        self._closed = True
-        self._connection.discard(self._fd)
+    def resume_writing(self) -> None:
+        self._connection.stdin.resume()
 
 
 async def open_connection(own: socket.socket) -> AttachConnection:
-    """Wrap our descriptor of the attach socket; closed here if cancelled meanwhile.
-
-    A transport-backed stream even for a unix socket: anyio's UNIXSocketStream registers
-    and unregisters the socket with the event loop on every read (bench/channels.py).
-    """
+    """Serve our descriptor of the attach socket; closed here if that fails or is
+    cancelled meanwhile."""
+    connection = AttachConnection()
     try:
-        return AttachConnection(await SocketStream.from_socket(own))
+        loop = asyncio.get_running_loop()
+        await loop.create_connection(lambda: _AttachProtocol(connection), sock=own)
     except BaseException:
         own.close()  # cancelled while wrapping: the descriptor is still ours to close
         raise
+    return connection

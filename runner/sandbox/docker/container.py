@@ -16,7 +16,7 @@ import anyio
 from anyio.abc import ByteReceiveStream, ByteSendStream
 
 from runner.sandbox.base import Attachment, SandboxFacts
-from runner.sandbox.docker.attach import STDERR, STDOUT, AttachConnection, Output, Stdin
+from runner.sandbox.docker.attach import AttachConnection
 from runner.sandbox.docker.engine import Engine, Lease
 
 SCRATCH_PATH = "/flow/scratch"
@@ -40,9 +40,9 @@ class Container:
         self._lease = lease
         self._connection = connection
         self._started = time.perf_counter()
-        self.stdin: ByteSendStream = Stdin(connection)
-        self.stdout: ByteReceiveStream = Output(connection, STDOUT)
-        self.stderr: ByteReceiveStream = Output(connection, STDERR)
+        self.stdin: ByteSendStream = connection.stdin
+        self.stdout: ByteReceiveStream = connection.stdout
+        self.stderr: ByteReceiveStream = connection.stderr
         self.attachment_paths: Mapping[str, str] = {
             att.name: f"{ATTACHMENTS_DIR}/{att.name}" for att in attachments
         }

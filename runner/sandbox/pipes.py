@@ -1,0 +1,131 @@
+"""A local process's stdio as pipes of our own, served by :mod:`runner.sandbox.streams`.
+
+asyncio's subprocess transport hands every read to the loop once more before a reader
+sees it, and anyio's stdin waits one more loop turn after every write: a call over pipes
+cost about one loop turn more each way than it needs (bench/calls.py). So the backend
+makes the three pipes itself, gives the child its ends, and serves ours here: stdin is a
+:class:`~runner.sandbox.streams.StdinWriter`, stdout and stderr are each an
+:class:`~runner.sandbox.streams.Inbox` that stops reading its pipe while more than
+:data:`READ_LIMIT` bytes wait for the reader (the child then blocks on its write).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+from runner.sandbox.streams import Inbox, StdinWriter
+
+READ_LIMIT = 1 << 18
+"""Bytes of a pipe kept for its reader before the pipe is no longer read."""
+
+
+class Pipes:
+    """The three pipes of one child: :attr:`child` are the descriptors to give it as 0, 1
+    and 2 (closed by :meth:`started` once it has them); the rest is ours, served."""
+
+    def __init__(self) -> None:
+        self.child: list[int] = []
+        self._raw: list[int] = []  # our ends, not yet served
+        self.stdin: StdinWriter | None = None
+        self.stdout: Inbox | None = None
+        self.stderr: Inbox | None = None
+
+    async def open(self) -> None:
+        """Make the pipes and serve our ends; on any failure nothing stays open.
+
+        Every descriptor closes on exec: the child gets its ends by ``dup2`` as 0, 1, 2.
+        """
+        loop = asyncio.get_running_loop()
+        try:
+            for _ in range(3):
+                read, write = os.pipe()
+                self._raw += (read, write)
+            stdin_r, stdin_w, stdout_r, stdout_w, stderr_r, stderr_w = self._raw
+            self.child = [stdin_r, stdout_w, stderr_w]
+            self._raw = [stdin_w, stdout_r, stderr_r]
+            writer = StdinWriter()
+            await _serve(loop.connect_write_pipe, _WriteProtocol(writer), self._take(stdin_w, "wb"))
+            self.stdin = writer
+            self.stdout = await _output(loop, self._take(stdout_r, "rb"))
+            self.stderr = await _output(loop, self._take(stderr_r, "rb"))
+        except BaseException:
+            self.close()
+            raise
+
+    def started(self) -> None:
+        """The child has its ends (or will never start): ours of them are closed."""
+        for fd in self.child:
+            os.close(fd)
+        self.child = []
+
+    def close(self) -> None:
+        """Close every end still open."""
+        self.started()
+        for fd in self._raw:
+            os.close(fd)
+        self._raw = []
+        if self.stdin is not None:
+            self.stdin.abort()
+        for inbox in (self.stdout, self.stderr):
+            if inbox is not None:
+                inbox.discard()
+
+    def _take(self, fd: int, mode: str) -> Any:
+        """A file object that owns ``fd`` from now on (it is no longer ours to close)."""
+        pipe = os.fdopen(fd, mode, buffering=0)
+        self._raw.remove(fd)
+        return pipe
+
+
+async def _serve(connect: Any, protocol: asyncio.BaseProtocol, pipe: Any) -> Any:
+    """Connect ``protocol`` to ``pipe``; the pipe is closed if that fails."""
+    try:
+        transport, _ = await connect(lambda: protocol, pipe)
+    except BaseException:
+        pipe.close()
+        raise
+    return transport
+
+
+async def _output(loop: asyncio.AbstractEventLoop, pipe: Any) -> Inbox:
+    inbox = Inbox(READ_LIMIT)
+    await _serve(loop.connect_read_pipe, _ReadProtocol(inbox), pipe)
+    return inbox
+
+
+class _WriteProtocol(asyncio.BaseProtocol):
+    def __init__(self, writer: StdinWriter) -> None:
+        self._writer = writer
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.WriteTransport)
+        self._writer.attach(transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._writer.lose()
+
+    def pause_writing(self) -> None:
+        self._writer.pause()
+
+    def resume_writing(self) -> None:
+        self._writer.resume()
+
+
+class _ReadProtocol(asyncio.Protocol):
+    def __init__(self, inbox: Inbox) -> None:
+        self._inbox = inbox
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.ReadTransport)
+        self._inbox.attach(transport)
+
+    def data_received(self, data: bytes) -> None:
+        self._inbox.put(data)
+
+    def eof_received(self) -> None:
+        self._inbox.end()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._inbox.end()

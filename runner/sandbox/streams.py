@@ -1,0 +1,244 @@
+"""A component's stdio over asyncio transports, with no checkpoint while bytes flow.
+
+anyio's streams spend at least one more event-loop turn on every ``send`` (a checkpoint
+after the write, and for the attach socket a lock around it), and asyncio's subprocess
+pipes hand every read to the loop once more before a reader sees it. The host's answers
+are one small write each and its requests one small read: those turns were a large part
+of what a call or a channel item cost (bench/calls.py, bench/channels.py).
+
+- :class:`StdinWriter` writes at once while the transport's buffer is under
+  :data:`WRITE_LIMIT` and waits, in arrival order, only while it is over (the component
+  is not reading): the bytes it holds are bounded by the limit plus one write.
+  :meth:`StdinWriter.send_nowait` lets the driver write from wherever a response is made,
+  with no task of its own, and leave what cannot go at once to a task that may wait.
+- :class:`Inbox` files what a transport reads for one reader and wakes it; a receive with
+  bytes filed returns them without a loop turn.
+
+The host runs on anyio's asyncio backend (``anyio.run``'s default): waits are on asyncio
+futures, which anyio's cancel scopes interrupt like any other wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from contextlib import suppress
+
+import anyio
+from anyio.abc import ByteReceiveStream, ByteSendStream
+
+WRITE_LIMIT = 1 << 16
+"""Bytes a transport may buffer before a send waits for the component to read."""
+
+
+class StdinWriter(ByteSendStream):
+    """A component's stdin: ordered writes to one transport, fed by its protocol (pause,
+    resume, loss); ``aclose`` half-closes (the component reads EOF)."""
+
+    def __init__(self) -> None:
+        self._transport: asyncio.WriteTransport | None = None
+        self._paused = False
+        self._turns: deque[asyncio.Future[None]] = deque()
+        """Senders waiting for room, first come first served; the head is woken first."""
+        self._closed = False  # half-closed, or closing, by us
+        self._lost = False  # the transport is gone: nothing more can be written
+
+    # ----- fed by the transport's protocol ---------------------------------------------
+
+    def attach(self, transport: asyncio.WriteTransport) -> None:
+        self._transport = transport
+        transport.set_write_buffer_limits(WRITE_LIMIT)
+
+    def pause(self) -> None:
+        self._paused = True
+
+    def resume(self) -> None:
+        self._paused = False
+        self._pass_turn()
+
+    def lose(self) -> None:
+        """The transport was lost: every waiting sender is woken to find it gone."""
+        self._lost = True
+        for turn in self._turns:
+            if not turn.done():
+                turn.set_result(None)
+
+    # ----- used by the host ------------------------------------------------------------
+
+    def send_nowait(self, data: bytes) -> bool:
+        """Write ``data`` now if nothing waits before it and the buffer has room; False
+        (nothing written) if it would have to wait. Raises as :meth:`send` would."""
+        self._check_open()
+        if self._paused or self._turns:
+            return False
+        self._write(data)
+        return True
+
+    async def send(self, data: bytes) -> None:
+        """Write ``data`` after every send before it; wait while the buffer is full."""
+        self._check_open()
+        if not (self._paused or self._turns):
+            self._write(data)
+            return
+        await self._turn()
+        try:
+            self._write(data)
+        finally:
+            self._pass_turn()
+
+    async def aclose(self) -> None:
+        """Half-close once every byte sent before has left: the component reads EOF."""
+        if self._closed:
+            return
+        self._closed = True
+        if (self._paused or self._turns) and not self._lost:
+            await self._turn()
+            self._pass_turn()
+        if not self._lost and self._transport is not None:
+            with suppress(OSError, RuntimeError):  # the peer went away meanwhile
+                self._transport.write_eof()
+
+    def abort(self) -> None:
+        """Drop whatever is unsent and close the transport."""
+        self._closed = True
+        if self._transport is not None and not self._lost:
+            self._transport.abort()
+
+    # ----- internals -------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise anyio.ClosedResourceError
+        if self._lost:
+            raise anyio.BrokenResourceError
+
+    def _write(self, data: bytes) -> None:
+        transport = self._transport
+        if self._lost or transport is None or transport.is_closing():
+            raise anyio.BrokenResourceError
+        transport.write(data)
+
+    async def _turn(self) -> None:
+        """Wait until this sender is first in line and the buffer has room (or the
+        transport is lost); the caller then writes and passes the turn on."""
+        if self._lost:
+            return
+        turn = asyncio.get_running_loop().create_future()
+        self._turns.append(turn)
+        try:
+            await turn
+        except BaseException:
+            self._turns.remove(turn)
+            if turn.done() and not turn.cancelled():
+                self._pass_turn()  # woken, then cancelled before running: pass it on
+            raise
+        self._turns.remove(turn)
+
+    def _pass_turn(self) -> None:
+        if self._turns and not self._paused:
+            head = self._turns[0]
+            if not head.done():
+                head.set_result(None)
+
+
+class Inbox(ByteReceiveStream):
+    """A component's stdout or stderr: what a transport read for it, filed in order; one
+    task at a time waits. ``aclose`` drops it from then on (and closes a pipe).
+
+    With a ``limit``, reading is paused while more than ``limit`` bytes are filed and
+    resumed once the reader took them (a pipe); without one, everything read is kept for
+    the reader (the attach socket, whose end must be seen whoever reads).
+    """
+
+    def __init__(self, limit: int | None = None) -> None:
+        self._chunks: deque[bytes] = deque()
+        self._filed = 0
+        self._limit = limit
+        self._transport: asyncio.ReadTransport | None = None  # to pause, with a limit
+        self._paused = False
+        self._waiter: asyncio.Future[None] | None = None
+        self._ended = False
+        self._failure: str | None = None
+        self._discard = False
+
+    def attach(self, transport: asyncio.ReadTransport) -> None:
+        self._transport = transport
+
+    def put(self, data: bytes) -> None:
+        if self._discard or self._ended or not data:
+            return
+        self._chunks.append(data)
+        self._filed += len(data)
+        limit, transport = self._limit, self._transport
+        if limit is not None and self._filed > limit and transport and not self._paused:
+            self._paused = True
+            transport.pause_reading()
+        self._wake()
+
+    def end(self, failure: str | None = None) -> None:
+        """Nothing more will come; ``failure`` says why the bytes stopped making sense
+        (the reader gets it as ``BrokenResourceError`` after what was filed)."""
+        if not self._ended:
+            self._ended = True
+            self._failure = failure
+        self._wake()
+
+    async def aclose(self) -> None:
+        self.discard()
+
+    def discard(self) -> None:
+        """Drop what is filed and whatever comes: nobody will read it (a pipe is closed)."""
+        self._discard = True
+        self._chunks.clear()
+        self._filed = 0
+        if self._transport is not None:
+            self._transport.close()
+        self._wake()  # a reader waiting now finds the stream closed
+
+    async def receive(self, max_bytes: int = 65536) -> bytes:
+        """All that is filed, up to ``max_bytes``, at once; else wait for some.
+
+        Returns without a loop turn when bytes are filed; raises ``EndOfStream`` once
+        everything filed was taken and the stream ended.
+        """
+        chunks = self._chunks
+        while not chunks:
+            if self._discard:
+                raise anyio.ClosedResourceError
+            if self._ended:
+                if self._failure is not None:
+                    raise anyio.BrokenResourceError(self._failure)
+                raise anyio.EndOfStream
+            if self._waiter is not None:
+                raise anyio.BusyResourceError("reading from")
+            waiter = self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+        chunk = chunks.popleft()
+        size = len(chunk)
+        if size > max_bytes:
+            chunks.appendleft(chunk[max_bytes:])
+            chunk, size = chunk[:max_bytes], max_bytes
+        elif chunks and size + len(chunks[0]) <= max_bytes:
+            parts = [chunk]
+            while chunks and size + len(chunks[0]) <= max_bytes:
+                size += len(chunks[0])
+                parts.append(chunks.popleft())
+            chunk = b"".join(parts)
+        self._filed -= size
+        if self._paused:
+            self._resume()
+        return chunk
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _resume(self) -> None:
+        if self._paused and (self._limit is None or self._filed <= self._limit):
+            self._paused = False
+            if self._transport is not None and not self._transport.is_closing():
+                self._transport.resume_reading()

@@ -1,0 +1,279 @@
+"""The host's stdio streams (runner/sandbox/streams.py, attach.py, pipes.py) on real
+sockets and pipes, with no engine: order and bounds of writes a component does not read,
+cancellation of a waiting send or receive, streams split anyhow across reads."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import pytest
+
+from runner.sandbox.base import LaunchRequest
+from runner.sandbox.docker.attach import AttachConnection, open_connection
+from runner.sandbox.process import ProcessSandbox
+from runner.sandbox.streams import WRITE_LIMIT, Inbox
+
+CHUNK = 1 << 15
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def frame(stream: int, payload: bytes) -> bytes:
+    return bytes([stream, 0, 0, 0]) + len(payload).to_bytes(4, "big") + payload
+
+
+@asynccontextmanager
+async def attached() -> AsyncIterator[tuple[AttachConnection, socket.socket]]:
+    """An attach connection on one end of a socket pair; the test plays the engine on the
+    other (non-blocking, read and written through the loop)."""
+    ours, engine = socket.socketpair()
+    engine.setblocking(False)
+    connection = await open_connection(ours)
+    try:
+        with anyio.fail_after(10):
+            yield connection, engine
+    finally:
+        await connection.aclose()
+        engine.close()
+
+
+async def read_exactly(engine: socket.socket, size: int) -> bytes:
+    loop = asyncio.get_running_loop()
+    data = bytearray()
+    while len(data) < size:
+        chunk = await loop.sock_recv(engine, size - len(data))
+        assert chunk, "the host closed its end"
+        data += chunk
+    return bytes(data)
+
+
+def buffered(connection: AttachConnection) -> int:
+    """Bytes the host holds for a component that does not read (the transport's buffer)."""
+    transport: Any = connection._transport
+    return int(transport.get_write_buffer_size())
+
+
+@pytest.mark.anyio
+async def test_writes_nobody_reads_stop_at_the_limit_and_leave_in_order() -> None:
+    async with attached() as (connection, engine):
+        stdin = connection.stdin
+        accepted: list[bytes] = []
+        while stdin.send_nowait(chunk := bytes([len(accepted) % 251]) * CHUNK):
+            accepted.append(chunk)
+            assert buffered(connection) <= WRITE_LIMIT + CHUNK
+        assert accepted, "the socket took nothing"
+        late: list[bytes] = [b"a" * CHUNK, b"b" * CHUNK]
+        async with anyio.create_task_group() as tg:
+            for chunk in late:
+                tg.start_soon(stdin.send, chunk)
+                await anyio.wait_all_tasks_blocked()  # each waits for room, in turn
+            assert not stdin.send_nowait(b"c"), "nothing passes the waiting sends"
+            assert buffered(connection) <= WRITE_LIMIT + CHUNK
+            expected = b"".join(accepted + late)
+            assert await read_exactly(engine, len(expected)) == expected
+
+
+@pytest.mark.anyio
+async def test_a_waiting_send_is_cancelled_without_writing_and_the_next_one_goes() -> None:
+    async with attached() as (connection, engine):
+        stdin = connection.stdin
+        accepted: list[bytes] = []
+        while stdin.send_nowait(chunk := bytes([65 + len(accepted) % 26]) * CHUNK):
+            accepted.append(chunk)
+        with anyio.CancelScope() as scope:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(stdin.send, b"x" * CHUNK)
+                await anyio.wait_all_tasks_blocked()
+                scope.cancel()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(stdin.send, b"y")
+            expected = b"".join(accepted) + b"y"
+            assert await read_exactly(engine, len(expected)) == expected
+
+
+@pytest.mark.anyio
+async def test_a_waiting_receive_is_cancelled_and_the_stream_still_serves() -> None:
+    async with attached() as (connection, engine):
+        with anyio.move_on_after(0) as scope:
+            await connection.stdout.receive()
+        assert scope.cancelled_caught
+        await asyncio.get_running_loop().sock_sendall(engine, frame(1, b"late\n"))
+        assert await connection.stdout.receive() == b"late\n"
+
+
+@pytest.mark.anyio
+async def test_streams_split_anyhow_come_back_exact() -> None:
+    """Headers and payloads split across reads at every size, stdout and stderr
+    interleaved: each reader gets its bytes exactly, then the end."""
+    out = b"".join(b'{"jsonrpc":"2.0","id":"c:%d"}\n' % i for i in range(300))
+    err = b"".join(b"log line %d\n" % i for i in range(100))
+    stream = b"".join(
+        frame(1, out[i * 30 : (i + 1) * 30]) + frame(2, err[i * 10 : (i + 1) * 10])
+        for i in range(len(out) // 30 + 1)
+    )
+    loop = asyncio.get_running_loop()
+    async with attached() as (connection, engine):
+        got_out, got_err = bytearray(), bytearray()
+
+        async def read_stderr() -> None:
+            while chunk := await _receive_or_end(connection.stderr):
+                got_err.extend(chunk)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(read_stderr)
+            for size in (1, 7, 8, 9, 4096):
+                got_out.clear()
+                got_err.clear()
+                for start in range(0, len(stream), size):
+                    await loop.sock_sendall(engine, stream[start : start + size])
+                while len(got_out) < len(out):
+                    got_out += await connection.stdout.receive()
+                await anyio.wait_all_tasks_blocked()  # stderr's reader took all it was sent
+                assert (bytes(got_out), bytes(got_err)) == (out, err), size
+            engine.shutdown(socket.SHUT_WR)
+        with pytest.raises(anyio.EndOfStream):
+            await connection.stdout.receive()
+        await connection.drain()
+
+
+async def _receive_or_end(inbox: Any) -> bytes:
+    try:
+        return bytes(await inbox.receive())
+    except anyio.EndOfStream:
+        return b""
+
+
+class _Transport:
+    """A read transport that only records pause and resume."""
+
+    def __init__(self) -> None:
+        self.reading = True
+
+    def pause_reading(self) -> None:
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        self.reading = True
+
+    def is_closing(self) -> bool:
+        return False
+
+
+@pytest.mark.anyio
+async def test_a_pipe_is_not_read_while_its_reader_is_behind() -> None:
+    inbox = Inbox(limit=100)
+    transport = _Transport()
+    inbox.attach(transport)  # type: ignore[arg-type]
+    for _ in range(3):
+        inbox.put(b"x" * 30)
+    assert transport.reading  # 90 bytes filed
+    inbox.put(b"x" * 30)
+    assert not transport.reading  # 120
+    assert await inbox.receive(50) == b"x" * 30  # whole chunks, up to 50 bytes
+    assert transport.reading  # 90
+    inbox.put(b"x" * 30)
+    assert not transport.reading
+    assert await inbox.receive() == b"x" * 120
+    assert transport.reading
+
+
+CHILD = """
+import signal, sys
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+sys.stderr.write("ready\\n")
+sys.stderr.flush()
+signal.sigwait({signal.SIGUSR1})  # stdin is not read before the test says so
+sys.stdout.buffer.write(sys.stdin.buffer.read())
+"""
+
+
+@pytest.mark.anyio
+async def test_a_process_that_does_not_read_stdin_holds_back_the_writes_not_memory() -> None:
+    """The process backend's own pipes: what the child does not read stays within the
+    write limit on our side and later sends wait, in order; once it reads, all of it
+    arrives, and its stdout comes back whole."""
+    sandbox = ProcessSandbox([sys.executable, "-c", CHILD])
+    with anyio.fail_after(30):
+        async with sandbox.launch(LaunchRequest()) as component:
+            stdin: Any = component.stdin
+            assert await component.stderr.receive() == b"ready\n"
+            accepted: list[bytes] = []
+            while stdin.send_nowait(chunk := b"%07d\n" % len(accepted) * (CHUNK // 8)):
+                accepted.append(chunk)
+                assert stdin._transport.get_write_buffer_size() <= WRITE_LIMIT + CHUNK
+            late = [b"late one\n" * 1000, b"late two\n" * 1000]
+            got = bytearray()
+            async with anyio.create_task_group() as tg:
+                for chunk in late:
+                    tg.start_soon(stdin.send, chunk)
+                    await anyio.wait_all_tasks_blocked()
+                assert not stdin.send_nowait(b"x"), "nothing passes the waiting sends"
+                os.kill(component._process.pid, signal.SIGUSR1)  # type: ignore[attr-defined]
+            await stdin.aclose()
+            while chunk := await _receive_or_end(component.stdout):
+                got += chunk
+            assert bytes(got) == b"".join(accepted + late)
+            assert await component.wait() == 0
+
+
+@pytest.mark.anyio
+async def test_waits_for_room_end_when_the_connection_is_lost() -> None:
+    """A component gone for good (the engine closed the connection): a send waiting for
+    room fails, and half-closing, waiting behind it, returns; neither waits forever."""
+    async with attached() as (connection, engine):
+        stdin = connection.stdin
+        while stdin.send_nowait(b"z" * CHUNK):
+            pass
+        failed: list[BaseException] = []
+
+        async def send() -> None:
+            try:
+                await stdin.send(b"late")
+            except anyio.BrokenResourceError as exc:
+                failed.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(send)
+            await anyio.wait_all_tasks_blocked()
+            tg.start_soon(stdin.aclose)
+            await anyio.wait_all_tasks_blocked()
+            engine.close()  # unread bytes: a reset, the transport is lost
+        assert len(failed) == 1
+        with pytest.raises(anyio.ClosedResourceError):
+            await stdin.send(b"after")
+
+    async with attached() as (connection, engine):
+        while connection.stdin.send_nowait(b"z" * CHUNK):
+            pass
+        engine.close()
+        await connection.drain()  # the loss is seen
+        await connection.stdin.aclose()  # returns: nothing is left to wait for
+
+
+@pytest.mark.anyio
+async def test_closing_a_stream_ends_the_wait_of_its_reader() -> None:
+    async with attached() as (connection, _):
+        ended: list[BaseException] = []
+
+        async def read() -> None:
+            try:
+                await connection.stderr.receive()
+            except anyio.ClosedResourceError as exc:
+                ended.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(read)
+            await anyio.wait_all_tasks_blocked()
+            await connection.stderr.aclose()
+        assert len(ended) == 1
