@@ -23,6 +23,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from runner.exits import EXIT_WRAPPER
 from runner.k8s import manifests, termination
 from runner.k8s.manifests import KUBERNETES_VERSION
 from runner.sandbox.profiles import load_profile
@@ -145,7 +146,7 @@ def test_job_wrapper_failure_is_75(tmp_path: Path) -> None:
     manifest.write_text(_row_line("a", 1) + "\n")
     failed = cli("job", "--termination-log", str(tmp_path / "tl"), "--manifest", str(manifest),
                  "--index", "0", "--results", str(results), "--", *FAKE, "echo")  # fmt: skip
-    assert failed.returncode == termination.EXIT_WRAPPER, failed.stderr
+    assert failed.returncode == EXIT_WRAPPER, failed.stderr
     assert b"Traceback" not in failed.stderr and lines(failed.stdout) == []
     assert termination_message(tmp_path / "tl")["class"] == "wrapper"
 
@@ -378,7 +379,7 @@ def test_pod_unwritable_results_is_retryable(pod_image: str, tmp_path: Path) -> 
     claim = tmp_path / "claim"
     claim.mkdir()  # owned by root, mode 755: the pod's uid 65534 cannot write the report
     code, _out, err = start_pod(resources, tmp_path, claims={"out": claim}).wait(60)
-    assert code == termination.EXIT_WRAPPER, err
+    assert code == EXIT_WRAPPER, err
     assert termination_message(tmp_path / "termination-log")["class"] == "wrapper"
 
 

@@ -38,7 +38,7 @@ _BELOW_API = frozenset(
     {"runner.host", "runner.package", "runner.contracts", "runner.sandbox"}
     | {"runner.protocol", "runner.json1", "runner"}
 )
-_API = _BELOW_API | {"runner.api", "runner.report", "runner.durations"}
+_API = _BELOW_API | {"runner.api", "runner.report", "runner.durations", "runner.exits"}
 _FLOWS = _API | {"runner.flows", "runner.config"}
 
 ALLOWED: Mapping[str, frozenset[str]] = {
@@ -57,6 +57,7 @@ ALLOWED: Mapping[str, frozenset[str]] = {
     ),
     "runner.report": frozenset({"runner.json1"}),
     "runner.durations": frozenset(),
+    "runner.exits": frozenset(),
     "runner.api": _BELOW_API | {"runner.report"},
     "runner.config": frozenset(
         {"runner.host", "runner.protocol", "runner.json1", "runner", "runner.durations"}
@@ -68,7 +69,7 @@ ALLOWED: Mapping[str, frozenset[str]] = {
     "runner.k8s": _FLOWS | {"runner.batch"},
     "runner.cli": _FLOWS
     | {"runner.batch", "runner.policy", "runner.k8s", "runner.doctor", "runner.warm"},
-    "runner.warm": frozenset({"runner"}),
+    "runner.warm": frozenset({"runner", "runner.exits"}),
     "runner.launch": frozenset({"runner", "runner.warm", "runner.cli"}),
 }
 """The layer map as data: a part may import only itself and the parts its row names."""

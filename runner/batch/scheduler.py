@@ -35,6 +35,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 from runner import json1
 from runner.api import Execution, Invocation, execute, new_run_id
 from runner.config import ConfigError, HostConfig
+from runner.exits import EXIT_CANCELLED, EXIT_DONE, EXIT_FAILED, EXIT_INFRASTRUCTURE
 from runner.host.driver import RunControl
 from runner.package.errors import InvocationRefused, PackageError
 from runner.sandbox.attachments import AttachmentError
@@ -55,8 +56,6 @@ if TYPE_CHECKING:
 Rerun = Literal["none", "failed", "all"]
 STDERR_TAIL = 4096
 """Characters of a run's stderr kept in its row (JUnit shows them); the report keeps more."""
-
-EXIT_OK, EXIT_FAILED, EXIT_INFRA, EXIT_INTERRUPTED = 0, 4, 5, 130
 
 
 @dataclass(frozen=True)
@@ -132,12 +131,12 @@ class BatchResult:
         """130 interrupted, else 5 any infra-failed, else 4 any failed (or not run after a
         halt), else 0."""
         if self.interrupted:
-            return EXIT_INTERRUPTED
+            return EXIT_CANCELLED
         if self.statuses.get(INFRA_FAILED):
-            return EXIT_INFRA
+            return EXIT_INFRASTRUCTURE
         if self.statuses.get(FAILED) or self.halted:
             return EXIT_FAILED
-        return EXIT_OK
+        return EXIT_DONE
 
 
 class BatchControl:

@@ -28,17 +28,11 @@ import typer.main
 import typer.models
 
 from runner import __version__
+from runner.exits import EXIT_USAGE
 
 if TYPE_CHECKING:
     import click
 
-EXIT_DONE = 0
-EXIT_USAGE = 2
-EXIT_CUSTOM_OUTCOME = 3
-EXIT_FAILED = 4
-EXIT_INFRASTRUCTURE = 5
-EXIT_DEADLINE = 124
-EXIT_CANCELLED = 130
 
 COMMANDS: dict[str, tuple[str, ...]] = {
     "exec": ("exec",),

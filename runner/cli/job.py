@@ -10,9 +10,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from runner.cli.app import EXIT_USAGE, UsageError, app
+from runner.cli.app import UsageError, app
 from runner.cli.inputs import _read_json, parse_duration
 from runner.cli.running import Starter, _run, _verdict
+from runner.exits import EXIT_USAGE, EXIT_WRAPPER
 
 if TYPE_CHECKING:
     from runner.api import Execution
@@ -105,7 +106,7 @@ class JobRequest:
 
     def run(self) -> int:
         """Run the job; any error of the wrapper's own is exit 75, never a traceback."""
-        from runner.k8s import termination, wrapper
+        from runner.k8s import wrapper
 
         wrapper.make_undumpable()
         try:
@@ -115,7 +116,7 @@ class JobRequest:
             typer.echo(
                 f"flow-runner job: the wrapper failed: {text}; a retry may succeed", err=True
             )
-            return self._finish(termination.EXIT_WRAPPER, text=text)
+            return self._finish(EXIT_WRAPPER, text=text)
 
     def _finish(self, status: int, **fields: Any) -> int:
         from runner.k8s import termination

@@ -9,14 +9,14 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from runner.cli.app import (
+from runner.cli.app import UsageError
+from runner.exits import (
     EXIT_CANCELLED,
     EXIT_CUSTOM_OUTCOME,
     EXIT_DEADLINE,
     EXIT_DONE,
     EXIT_FAILED,
     EXIT_INFRASTRUCTURE,
-    UsageError,
 )
 
 if TYPE_CHECKING:

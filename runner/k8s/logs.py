@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from runner import json1
+from runner.exits import EXIT_CUSTOM_OUTCOME, EXIT_DONE, EXIT_USAGE
 from runner.json1 import JSONValue
 
-from .termination import EXIT_CUSTOM_OUTCOME, EXIT_DONE, EXIT_USAGE
 from .wrapper import HEADER_KEY, RESULT_KEY, seal_digest
 
 LOST = "POD_LOST"

@@ -21,11 +21,12 @@ from typing import Any
 
 from runner import __version__, json1
 from runner.durations import parse_duration
+from runner.exits import EXIT_WRAPPER
 from runner.json1 import JSONValue
 from runner.protocol.names import is_local_name
 from runner.sandbox.profiles import SandboxProfile
 
-from .termination import EXIT_WRAPPER, FINAL_EXITS
+from .termination import FINAL_EXITS
 
 KUBERNETES_VERSION = "1.34.0"
 """The Kubernetes version whose schemas the rendered manifests are validated against."""

@@ -14,15 +14,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-EXIT_DONE = 0
-EXIT_USAGE = 2
-EXIT_CUSTOM_OUTCOME = 3
-EXIT_FAILED = 4
-EXIT_INFRASTRUCTURE = 5
-EXIT_WRAPPER = 75
-"""The wrapper itself failed (EX_TEMPFAIL): retrying the pod may succeed."""
-EXIT_DEADLINE = 124
-EXIT_CANCELLED = 130
+from runner.exits import (
+    EXIT_CANCELLED,
+    EXIT_CUSTOM_OUTCOME,
+    EXIT_DEADLINE,
+    EXIT_DONE,
+    EXIT_FAILED,
+    EXIT_INFRASTRUCTURE,
+    EXIT_USAGE,
+    EXIT_WRAPPER,
+)
 
 CLASSES = {
     EXIT_DONE: "done",

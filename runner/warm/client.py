@@ -19,6 +19,7 @@ import os
 import stat
 import sys
 
+from runner.exits import EXIT_INFRASTRUCTURE
 from runner.warm import rundir
 from runner.warm.key import installation_key
 
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 
     from runner.warm.wire import Message
 
-EXIT_LOST = 5
+EXIT_LOST = EXIT_INFRASTRUCTURE
 """The run's status is unknown: its handler was killed before reporting it (the run itself
 has ended and written everything it wrote). ``exec``'s status for an infrastructure
 failure: retrying may succeed."""

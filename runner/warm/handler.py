@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from socket import socket
 from typing import TYPE_CHECKING, NoReturn
 
+from runner.exits import EXIT_INFRASTRUCTURE
 from runner.warm import peer, wire
 from runner.warm.adopt import adopt, become, set_recursion
 from runner.warm.context import refusal, stack_depth
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
 
 REQUEST_SECONDS = 30.0
 """Time a client has to send its request once connected."""
-EXIT_SETUP = 5
+EXIT_SETUP = EXIT_INFRASTRUCTURE
 """The run could not take over the client's process (a bug: the handler checked it)."""
 
 

@@ -35,12 +35,12 @@ from contextlib import suppress
 from dataclasses import replace
 from typing import NoReturn
 
+from runner.exits import EXIT_USAGE
 from runner.warm import peer, rundir
 from runner.warm.envwatch import Reads, watching
 from runner.warm.handler import Served, attend
 from runner.warm.key import installation_key
 
-EXIT_USAGE = 2
 READY = "flow-runner: warm runner ready"
 """The first words of the line that says the server accepts (``daemon start`` reads it)."""
 
