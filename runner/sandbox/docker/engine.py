@@ -245,7 +245,10 @@ class Engine:
         query = {"stdin": "1", "stdout": "1", "stderr": "1", "stream": "1"}
         path = f"/containers/{lease.container_id}/attach"
         try:
-            sock, reply = await anyio.to_thread.run_sync(http.hijack, path, query)
+            with anyio.CancelScope(shield=True):  # a socket is not lost to a cancellation
+                sock, reply = await anyio.to_thread.run_sync(
+                    http.hijack, path, query, limiter=self.limiter
+                )
         except NoAnswer as exc:
             raise lease.loss(exc) from exc
         if sock is None:
