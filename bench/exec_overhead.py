@@ -25,6 +25,7 @@ the sweep and ``execute`` (``--phases 0`` skips it).
 
     .venv/bin/python bench/exec_overhead.py [--runs 9] [--image IMAGE] [--profile NAME]
                                             [--runner-image flow-runner:latest]
+                                            [--base DIR] [--cases a,a',b,b',c,d,e]
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import json
 import os
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -49,7 +51,7 @@ from runner.sandbox.docker.sandbox import DockerSandbox
 from runner.sandbox.profiles import SandboxProfile, load_profile
 
 ROOT = Path(__file__).resolve().parents[1]
-PYTHON = ROOT / ".venv" / "bin" / "python"
+PYTHON = Path(sys.executable)
 CLI = ROOT / ".venv" / "bin" / "flow-runner"
 INPUT = {"name": "Ada"}
 SPLIT = ("create", "attach", "start", "run", "cleanup")
@@ -149,6 +151,38 @@ def api_run(image: str, profile_name: str) -> Timed:
     return time.perf_counter() - started, timings
 
 
+class ApiServer:
+    """(b base): a process running another tree's code that makes one API run per request
+    (a line on its stdin) and answers with its wall time and timings (a line)."""
+
+    def __init__(self, tree: Path, image: str, profile: str) -> None:
+        self.process = subprocess.Popen(
+            [str(PYTHON), __file__, "--api-serve", "--image", image, "--profile", profile],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env={**os.environ, "PYTHONPATH": str(tree)},
+            text=True,
+        )
+
+    def run(self) -> Timed:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write("run\n")
+        self.process.stdin.flush()
+        wall, timings = json.loads(self.process.stdout.readline())
+        return wall, timings
+
+    def close(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        self.process.wait()
+
+
+def serve_api(image: str, profile: str) -> None:
+    """The loop of :class:`ApiServer`, in the process it starts."""
+    for _ in sys.stdin:
+        print(json.dumps(api_run(image, profile)), flush=True)
+
+
 def api_process_run(image: str, profile: str) -> Timed:
     """(b'): the API in a fresh process: this script with ``--api-once``."""
     started = time.perf_counter()
@@ -231,10 +265,16 @@ def main() -> None:
     parser.add_argument("--image", default="flow-runner/fake-component:latest")
     parser.add_argument("--profile", default="default")
     parser.add_argument("--runner-image", default="flow-runner:latest")
+    parser.add_argument("--base", type=Path, default=None, help="the tree of (b base)")
+    parser.add_argument("--cases", default="a,a',b,b',c,d,e", help="the variants to run")
     parser.add_argument("--api-once", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--api-serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.api_once:
         print(json.dumps(api_run(args.image, args.profile)[1]))
+        return
+    if args.api_serve:
+        serve_api(args.image, args.profile)
         return
     flags = secure_flags(load_profile(args.profile))
     scratch = Path(tempfile.mkdtemp())
@@ -243,17 +283,26 @@ def main() -> None:
     os.chown(reports, 10001, 10001)  # the runner image's user writes its report there
     image, profile = args.image, args.profile
 
-    cases: dict[str, Callable[[], Timed]] = {
-        "(a) `docker run --rm -i --network none`": lambda: raw_run(image, ["--network", "none"]),
-        "(a') `docker run`, the profile's security options": lambda: raw_run(image, flags),
-        "(b) `runner.api.execute`, in process": lambda: api_run(image, profile),
-        "(b') `runner.api.execute`, fresh process": lambda: api_process_run(image, profile),
-        "(c) `flow-runner exec`, subprocess": lambda: cli_run(image, profile, scratch / "r.json"),
-        "(d) `docker run flow-runner:latest exec`": lambda: runner_image_run(
-            args.runner_image, image, profile, reports
-        ),
-        "(e) `docker run flow-runner:latest --version`": lambda: runner_start(args.runner_image),
-    }
+    server = ApiServer(args.base, image, profile) if args.base is not None else None
+    base_label = f"(b) base tree {args.base}, in process"
+    every: dict[str, tuple[str, Callable[[], Timed]]] = {
+        "a": ("(a) `docker run --rm -i --network none`",
+              lambda: raw_run(image, ["--network", "none"])),
+        "a'": ("(a') `docker run`, the profile's security options",
+               lambda: raw_run(image, flags)),
+        "b": ("(b) `runner.api.execute`, in process", lambda: api_run(image, profile)),
+        "b base": (base_label, lambda: server.run() if server else (0.0, {})),
+        "b'": ("(b') `runner.api.execute`, fresh process",
+               lambda: api_process_run(image, profile)),
+        "c": ("(c) `flow-runner exec`, subprocess",
+              lambda: cli_run(image, profile, scratch / "r.json")),
+        "d": ("(d) `docker run flow-runner:latest exec`",
+              lambda: runner_image_run(args.runner_image, image, profile, reports)),
+        "e": ("(e) `docker run flow-runner:latest --version`",
+              lambda: runner_start(args.runner_image)),
+    }  # fmt: skip
+    wanted = set(args.cases.split(",")) | {"a", "a'"} | ({"b base"} if server else set())
+    cases = {label: run for key, (label, run) in every.items() if key in wanted}
     walls: dict[str, list[float]] = {name: [] for name in cases}
     splits: dict[str, list[dict[str, float]]] = {name: [] for name in cases}
     phases: list[dict[str, float]] = []
@@ -264,8 +313,11 @@ def main() -> None:
             wall, timings = run()
             walls[name].append(wall)
             splits[name].append(timings)
-        phases += [cli_phases(image, profile, scratch / "m.json") for _ in range(args.phases)]
+        if "c" in wanted:
+            phases += [cli_phases(image, profile, scratch / "m.json") for _ in range(args.phases)]
 
+    if server is not None:
+        server.close()
     names = list(cases)
     a, a_secure = walls[names[0]], walls[names[1]]
     print(f"image {image}, profile {profile}, {args.runs} rounds\n")
@@ -281,7 +333,7 @@ def main() -> None:
     keys = (*SPLIT, "response", "exit")
     print("\n| time split, median ms | " + " | ".join(keys) + " | outside create..cleanup |")
     print("|---|" + "---:|" * (len(keys) + 1))
-    for name in names[2:6]:
+    for name in [n for n in names if n.startswith(("(b", "(c"))]:
         cells = [
             f"{statistics.median(v) * 1000:.1f}" if (v := [t[k] for t in splits[name] if k in t])
             else ""
@@ -291,7 +343,7 @@ def main() -> None:
                    zip(walls[name], splits[name], strict=True)]  # fmt: skip
         print(f"| {name} | " + " | ".join(cells) + f" | {ms(statistics.median(outside))} |")
 
-    if phases:
+    if phases and "c" in wanted:
         print(f"\n| where (c) spends its time, median of {len(phases)} instrumented runs | ms |")
         print("|---|---:|")
         for phase in PHASE_NAMES:
