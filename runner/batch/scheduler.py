@@ -408,9 +408,10 @@ class _Batch:
         started = time.monotonic()
         attempt = 0
         while True:
-            run_id = f"{new_run_id()[:8]}-{row.id}"
             if prepared is not None:
                 run_id = prepared.request.run_id
+            else:
+                run_id = f"{new_run_id()[:8]}-{row.id}"
             self.store.start(row.id, run_id)
             attempt += 1
             outcome = await self._attempt(row, run_id, prepared)
