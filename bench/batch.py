@@ -14,8 +14,10 @@ change in the shared machine's load falls on every way alike:
 - every round also runs each batch tree on a 2-line manifest, so the runner's CPU per
   run is measured without its start-up: (CPU of the N-run batch - CPU of the 2-run
   batch) / (N - 2), CPU from ``os.wait4`` (user + system);
-- for every way, the engine's CPU (dockerd and containerd, from ``/proc/PID/stat``) over
-  the way's runs, per run;
+- for every way, its client's CPU per run (the batch process; ``sh``, ``xargs`` and the
+  ``docker`` CLI processes), and the engine's (dockerd and containerd, from
+  ``/proc/PID/stat``, which also counts whatever other jobs ask of the same engine meanwhile)
+  over the way's runs;
 
 then, once: a shell loop of ``flow-runner exec`` (``--loop-runs``); a ``--lines``-line
 manifest of which one shard of about ``--runs`` rows runs (``--shard 1/N``) per batch
@@ -282,19 +284,22 @@ def main() -> None:
         if "xargs" in ways
     }
     print("| way | wall s (median) | runs/s | ÷ xargs (median of rounds) | rounds | "
-          "engine CPU ms/run |")  # fmt: skip
-    print("|---|---:|---:|---:|---|---:|")
+          "client CPU ms/run | engine CPU ms/run |")  # fmt: skip
+    print("|---|---:|---:|---:|---|---:|---:|")
     for name, way in ways.items():
         wall = median([c.wall for c in way.rounds])
         per_round = ", ".join(f"{r:.2f}" for r in ratio.get(name, []))
+        client = median([c.cpu / runs * 1000 for c in way.rounds])
         engine = median([c.engine_cpu / runs * 1000 for c in way.rounds])
         print(f"| {way.label} | {wall:.1f} | {runs / wall:.2f} | "
-              f"{median(ratio.get(name, [])):.2f}x | {per_round} | {engine:.0f} |")  # fmt: skip
+              f"{median(ratio.get(name, [])):.2f}x | {per_round} | {client:.1f} | "
+              f"{engine:.0f} |")  # fmt: skip
     if loop is not None:
         rate = args.loop_runs / loop.wall
         print(f"| shell loop of flow-runner exec ({args.loop_runs} runs) | {loop.wall:.1f} | "
               f"{rate:.2f} | {rate / (runs / median([c.wall for c in ways['xargs'].rounds])):.2f}x "
-              f"| | {loop.engine_cpu / args.loop_runs * 1000:.0f} |")  # fmt: skip
+              f"| | {loop.cpu / args.loop_runs * 1000:.0f} | "
+              f"{loop.engine_cpu / args.loop_runs * 1000:.0f} |")  # fmt: skip
     print()
     print("| batch tree | CPU ms/run without start-up (median; rounds) | start-up + 2 runs, "
           "CPU s | all CPU ms/run, start-up included | peak RSS, "
