@@ -144,9 +144,9 @@ def reset(conn: socket.socket, _request: bytes) -> None:
     [
         (reply(b""), "closed the connection before its reply"),
         (reset, "closed the connection before its reply|reset|Connection"),
-        (closed_early, "ended before its Content-Length"),
+        (closed_early, "ended before its body did"),
         (reply(b"SSH-2.0-OpenSSH\r\n\r\n"), "not an HTTP status"),
-        (reply(chunked("200 OK", b"x" * 50)[:-5]), "ended inside a chunk"),
+        (reply(chunked("200 OK", b"x" * 50)[:-5]), "ended before its body did"),
         (reply(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n-5\r\nhello\r\n0\r\n\r\n"),
          "chunk size"),
         (reply(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nnot json"), "not JSON"),
@@ -159,6 +159,29 @@ async def test_every_way_of_not_answering_is_no_answer(
     scripted = engine(script)
     with pytest.raises(NoAnswer, match=said):
         (await scripted.http().call("GET", "/containers/abc/json")).json()
+
+
+@pytest.mark.anyio
+async def test_a_reply_ends_where_its_framing_says_not_where_the_connection_does(
+    engine: Callable[..., ScriptedEngine],
+) -> None:
+    closing = threading.Event()
+
+    def linger(body: bytes) -> Script:
+        def script(conn: socket.socket, _request: bytes) -> None:
+            conn.sendall(body)
+            closing.wait(10)
+
+        return script
+
+    sized = b'HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\n{"a": 1}'
+    sized_engine = engine(linger(sized))
+    chunked_engine = engine(linger(chunked("200 OK", b'{"b": [1, 2, 3]}', size=3)))
+    try:  # a call waiting for the end of the connection would time out: NoAnswer
+        assert (await sized_engine.http(timeout=5).call("GET", "/a")).json() == {"a": 1}
+        assert (await chunked_engine.http(timeout=5).call("GET", "/b")).json() == {"b": [1, 2, 3]}
+    finally:
+        closing.set()
 
 
 @pytest.mark.anyio
