@@ -1,25 +1,32 @@
 """Benchmark: many invocations, ``flow-runner batch`` against the scripts users write today.
 
 Side by side in one process run, the fake component's ``echo`` scenario, ``--runs``
-invocations each, in ``--rounds`` interleaved rounds (each way runs ``runs / rounds``
-invocations per round, the order rotating), so a change in the shared machine's load
-falls on every way alike:
+invocations per way and round, in ``--rounds`` rounds whose order of ways rotates, so a
+change in the shared machine's load falls on every way alike:
 
-- (a) ``flow-runner batch --jobs 2`` on a manifest of ``runs / rounds`` lines (a
-  subprocess per round, its start-up included; its CPU time from ``os.wait4``, so the
-  runner's own cost per run is measured); (a') the same with ``--prepare 0``, each
-  container created only when its run is admitted (the batch before containers were
-  prepared ahead);
-- (b) ``xargs -P 2`` of ``docker run --rm -i --network none IMAGE ...`` fed the same
-  ``flow/run`` frame on stdin; (b') the same with the default profile's security
-  options (read-only root, capabilities dropped, init, limits: what batch runs under);
-- (c) a shell loop of ``flow-runner exec`` (``--loop-runs`` of them, by default all);
-- (d) a 100,000-line manifest of which about ``--runs`` rows run (``--shard 1/N``):
-  the batch's peak RSS (``ru_maxrss`` from ``os.wait4``) and its wall time;
-- (e) the store: one committed row write (start + finish, as a slot does) in a WAL
-  database, median over 2,000 rows.
+- ``batch``: ``flow-runner batch --jobs 2`` of this tree on a ``--runs``-line manifest
+  (a subprocess: its start-up is included, once per batch as a user pays it);
+- ``base``: the same command run from the tree given by ``--base`` (its code on
+  ``PYTHONPATH``): the before of a before/after;
+- ``xargs``: ``xargs -P 2`` of ``docker run --rm -i --network none IMAGE ...``, each fed
+  the same ``flow/run`` frame on stdin; ``secure``: the same with the default profile's
+  security options (what batch runs under);
+- every round also runs each batch tree on a 2-line manifest, so the runner's CPU per
+  run is measured without its start-up: (CPU of the N-run batch - CPU of the 2-run
+  batch) / (N - 2), CPU from ``os.wait4`` (user + system);
+- for every way, its client's CPU per run (the batch process; ``sh``, ``xargs`` and the
+  ``docker`` CLI processes), and the engine's (dockerd and containerd, from
+  ``/proc/PID/stat``, which also counts whatever other jobs ask of the same engine meanwhile)
+  over the way's runs;
 
-    .venv/bin/python bench/batch.py [--runs 200] [--rounds 4] [--loop-runs 200] [--lines 100000]
+then, once: a shell loop of ``flow-runner exec`` (``--loop-runs``); a ``--lines``-line
+manifest of which one shard of about ``--runs`` rows runs (``--shard 1/N``) per batch
+tree, its peak RSS read as ``VmHWM`` from ``/proc/PID/status`` every 20 ms while it runs
+(``ru_maxrss`` would start from this process's own peak); and the store's committed
+write per row (start + finish, as a slot does), median over 2,000 rows.
+
+    .venv/bin/python bench/batch.py [--runs 200] [--rounds 3] [--base DIR]
+                                    [--loop-runs 20] [--lines 100000] [--ways ...]
 """
 
 from __future__ import annotations
@@ -32,7 +39,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from exec_overhead import secure_flags
@@ -45,17 +54,89 @@ ROOT = Path(__file__).resolve().parents[1]
 IMAGE = "flow-runner/fake-component:latest"
 COMMAND = ["python3", "/fake/fake_component.py", "echo"]
 CLI = [sys.executable, "-m", "runner.cli"]
+SMALL = 2
+"""Rows of the manifest whose batch measures a batch's start-up (one per slot)."""
+WAYS = ("batch", "base", "xargs", "secure")
 
 
-def timed_child(argv: list[str], cwd: Path, **kwargs: object) -> tuple[float, float, int, int]:
-    """(wall s, CPU s, peak RSS KiB, exit status) of one subprocess, waited for alone."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+@dataclass
+class Child:
+    """What one subprocess cost: wall s, CPU s, peak RSS KiB (VmHWM), exit status, and the
+    engine's CPU s meanwhile."""
+
+    wall: float
+    cpu: float
+    peak_kib: int
+    code: int
+    engine_cpu: float
+
+
+def engine_pids() -> list[int]:
+    """The machine's engine: the dockerd of /var/run/docker.pid and the containerd it
+    started (not a second engine another job's tests run)."""
+    try:
+        dockerd = int(Path("/var/run/docker.pid").read_text())
+    except (OSError, ValueError):
+        return []
+    pids = [dockerd]
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == dockerd:
+                pids.append(int(entry))
+    return pids
+
+
+def cpu_of(pids: list[int]) -> float:
+    """CPU seconds (user + system) the processes have used so far."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def vm_hwm(pid: int) -> int:
+    """The process's peak RSS so far, KiB (0 once it is gone)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def run_child(argv: list[str], cwd: Path, pythonpath: Path = ROOT) -> Child:
+    """Run ``argv`` alone and measure it (see :class:`Child`)."""
+    env = {**os.environ, "PYTHONPATH": str(pythonpath)}
+    engine = engine_pids()
+    engine_before = cpu_of(engine)
     started = time.perf_counter()
-    proc = subprocess.Popen(argv, cwd=cwd, env=env, **kwargs)  # type: ignore[call-overload]
+    proc = subprocess.Popen(argv, cwd=cwd, env=env)
+    peak = 0
+    done = threading.Event()
+
+    def watch() -> None:
+        nonlocal peak
+        while not done.wait(0.02):
+            peak = max(peak, vm_hwm(proc.pid))
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - started
+    done.set()
+    watcher.join()
     proc.returncode = os.waitstatus_to_exitcode(status)
-    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss, proc.returncode
+    cpu = usage.ru_utime + usage.ru_stime
+    return Child(wall, cpu, peak, proc.returncode, cpu_of(engine) - engine_before)
 
 
 def manifest(path: Path, lines: int) -> Path:
@@ -65,49 +146,54 @@ def manifest(path: Path, lines: int) -> Path:
     return path
 
 
-def bench_batch(work: Path, runs: int, *options: str) -> tuple[float, float]:
-    rows = manifest(work / "batch.jsonl", runs)
+def bench_batch(work: Path, runs: int, tree: Path, *options: str) -> Child:
+    rows = manifest(work / f"batch-{runs}.jsonl", runs)
     results = work / "batch.sqlite"
-    results.unlink(missing_ok=True)
+    for stale in work.glob("batch.sqlite*"):
+        stale.unlink()
     argv = [*CLI, "batch", str(rows), "--image", IMAGE, "--command", shlex.join(COMMAND),
             "--jobs", "2", "-q", "--results", str(results), *options]  # fmt: skip
-    wall, cpu, _, code = timed_child(argv, work)
-    assert code == 0, f"batch exit {code}"
-    return wall, cpu
+    child = run_child(argv, work, tree)
+    assert child.code == 0, f"batch ({tree}) exit {child.code}"
+    return child
 
 
-def bench_xargs(work: Path, runs: int, flags: list[str]) -> float:
+def bench_xargs(work: Path, runs: int, flags: list[str]) -> Child:
     frame = work / "frame.json"
     frame.write_bytes(root_frame({"n": 1}))
     run = shlex.join(["docker", "run", "--rm", "-i", *flags, IMAGE, *COMMAND])
     script = f"seq {runs} | xargs -P 2 -I{{}} sh -c '{run} < {frame} > /dev/null'"
-    wall, _, _, code = timed_child(["sh", "-c", script], work)
-    assert code == 0, f"xargs exit {code}"
-    return wall
+    child = run_child(["sh", "-c", script], work)
+    assert child.code == 0, f"xargs exit {child.code}"
+    return child
 
 
-def bench_loop(work: Path, runs: int) -> float:
+def bench_loop(work: Path, runs: int) -> Child:
     exec_ = shlex.join([*CLI, "exec", "-q", IMAGE, "--", *COMMAND])
     script = (
         f"for i in $(seq {runs}); do {exec_} --input '{{\"n\": 1}}' > /dev/null || exit 1; done"
     )
-    wall, _, _, code = timed_child(["sh", "-c", script], work)
-    assert code == 0, f"loop exit {code}"
-    return wall
+    child = run_child(["sh", "-c", script], work)
+    assert child.code == 0, f"loop exit {child.code}"
+    return child
 
 
-def bench_large(work: Path, lines: int, runs: int) -> tuple[float, int, int]:
-    rows = manifest(work / "large.jsonl", lines)
+def bench_large(work: Path, lines: int, runs: int, tree: Path) -> tuple[Child, int]:
+    rows = work / "large.jsonl"
+    if not rows.exists():
+        manifest(rows, lines)
+    results = work / "large.sqlite"
+    for stale in work.glob("large.sqlite*"):
+        stale.unlink()
     shards = max(1, lines // runs)
     argv = [*CLI, "batch", str(rows), "--image", IMAGE, "--command", shlex.join(COMMAND),
-            "--jobs", "2", "-q", "--shard", f"1/{shards}",
-            "--results", str(work / "large.sqlite")]  # fmt: skip
-    wall, _, rss, code = timed_child(argv, work)
-    assert code == 0, f"large batch exit {code}"
-    store = Store(work / "large.sqlite")
+            "--jobs", "2", "-q", "--shard", f"1/{shards}", "--results", str(results)]  # fmt: skip
+    child = run_child(argv, work, tree)
+    assert child.code == 0, f"large batch ({tree}) exit {child.code}"
+    store = Store(results)
     ran = sum(store.counts().values())
     store.close()
-    return wall, rss, ran
+    return child, ran
 
 
 def bench_store(work: Path, rows: int = 2000) -> float:
@@ -128,60 +214,113 @@ def bench_store(work: Path, rows: int = 2000) -> float:
     return statistics.median(times)
 
 
+@dataclass
+class Way:
+    label: str
+    rounds: list[Child] = field(default_factory=list)
+    small: list[Child] = field(default_factory=list)
+    """Batch ways: the 2-run batch of each round (start-up + 2 runs)."""
+
+    def marginal_cpu(self, runs: int) -> list[float]:
+        """Per round: CPU s per run without start-up."""
+        return [
+            (c.cpu - s.cpu) / (runs - SMALL) for c, s in zip(self.rounds, self.small, strict=True)
+        ]
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.partition("\n")[0])
     parser.add_argument("--runs", type=int, default=200)
-    parser.add_argument("--rounds", type=int, default=4)
-    parser.add_argument("--loop-runs", type=int, default=None)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--base", type=Path, default=None, help="the tree to compare against")
+    parser.add_argument("--loop-runs", type=int, default=20)
     parser.add_argument("--lines", type=int, default=100_000)
+    parser.add_argument("--ways", default=",".join(WAYS), help="of " + ",".join(WAYS))
     args = parser.parse_args()
-    runs, loop_runs = args.runs, args.loop_runs or args.runs
-    rounds = max(1, min(args.rounds, runs))
-    per_round = [runs // rounds + (i < runs % rounds) for i in range(rounds)]
-    walls = dict.fromkeys(("batch", "before", "xargs", "secure"), 0.0)
-    batch_cpu = 0.0
+    runs = args.runs
+    assert runs > SMALL, f"--runs must exceed {SMALL}"
+    chosen = [w for w in args.ways.split(",") if w != "base" or args.base is not None]
+    trees = {"batch": ROOT, "base": args.base}
+    labels = {
+        "batch": "flow-runner batch --jobs 2",
+        "base": f"flow-runner batch --jobs 2, base tree {args.base}",
+        "xargs": "xargs -P 2 docker run --rm -i --network none",
+        "secure": "xargs -P 2 docker run --rm -i + the profile's flags",
+    }
+    ways = {name: Way(labels[name]) for name in chosen}
+    started = time.time()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         secure = secure_flags(load_profile("default"))
-        for i, n in enumerate(per_round):
-            ways = list(walls)
-            for name in ways[i % len(ways) :] + ways[: i % len(ways)]:
-                if name == "batch":
-                    wall, cpu = bench_batch(work, n)
-                    batch_cpu += cpu
-                elif name == "before":
-                    wall, _ = bench_batch(work, n, "--prepare", "0")
+        for i in range(args.rounds):
+            order = chosen[i % len(chosen) :] + chosen[: i % len(chosen)]
+            for name in order:
+                way = ways[name]
+                if name in trees:
+                    tree = trees[name]
+                    assert tree is not None
+                    way.small.append(bench_batch(work, SMALL, tree))
+                    way.rounds.append(bench_batch(work, runs, tree))
                 else:
                     flags = ["--network", "none"] if name == "xargs" else secure
-                    wall = bench_xargs(work, n, flags)
-                walls[name] += wall
-        loop_wall = bench_loop(work, loop_runs)
-        large_wall, large_rss, large_ran = bench_large(work, args.lines, runs)
+                    way.rounds.append(bench_xargs(work, runs, flags))
+                print(f"round {i + 1} {name}: {way.rounds[-1].wall:.1f} s", file=sys.stderr)
+        loop = bench_loop(work, args.loop_runs) if args.loop_runs else None
+        large = {}
+        for name, tree in trees.items():
+            if name in ways and tree is not None:
+                large[name] = bench_large(work, args.lines, runs, tree)
         store_write = bench_store(work)
-    per = {name: wall / runs for name, wall in walls.items()}
-    per["loop"] = loop_wall / loop_runs
-    print(f"| way ({runs} x echo, 2 at once) | wall s | runs/s | vs xargs |")
-    print("|---|---:|---:|---:|")
-    ways = [
-        ("batch", "flow-runner batch --jobs 2", runs),
-        ("before", "flow-runner batch --jobs 2 --prepare 0", runs),
-        ("xargs", "xargs -P 2 docker run --rm -i --network none", runs),
-        ("secure", "xargs -P 2 docker run --rm -i + the profile's flags", runs),
-        ("loop", f"shell loop of flow-runner exec ({loop_runs} runs)", loop_runs),
-    ]
-    for name, label, n in ways:
-        wall = per[name] * n
-        print(f"| {label} | {wall:.1f} | {1 / per[name]:.2f} | {per['xargs'] / per[name]:.2f}x |")
+    minutes = (time.time() - started) / 60
+    print(f"{args.rounds} rounds of {runs} runs per way, {minutes:.0f} min, load average "
+          f"{' '.join(f'{x:.1f}' for x in os.getloadavg())} at the end\n")  # fmt: skip
+    ratio = {  # throughput vs xargs, per round: xargs wall / way wall
+        name: [x.wall / w.wall for x, w in zip(ways["xargs"].rounds, way.rounds, strict=True)]
+        for name, way in ways.items()
+        if "xargs" in ways
+    }
+    print("| way | wall s (median) | runs/s | ÷ xargs (median of rounds) | rounds | "
+          "client CPU ms/run | engine CPU ms/run |")  # fmt: skip
+    print("|---|---:|---:|---:|---|---:|---:|")
+    for name, way in ways.items():
+        wall = median([c.wall for c in way.rounds])
+        per_round = ", ".join(f"{r:.2f}" for r in ratio.get(name, []))
+        client = median([c.cpu / runs * 1000 for c in way.rounds])
+        engine = median([c.engine_cpu / runs * 1000 for c in way.rounds])
+        print(f"| {way.label} | {wall:.1f} | {runs / wall:.2f} | "
+              f"{median(ratio.get(name, [])):.2f}x | {per_round} | {client:.1f} | "
+              f"{engine:.0f} |")  # fmt: skip
+    if loop is not None:
+        rate = args.loop_runs / loop.wall
+        print(f"| shell loop of flow-runner exec ({args.loop_runs} runs) | {loop.wall:.1f} | "
+              f"{rate:.2f} | {rate / (runs / median([c.wall for c in ways['xargs'].rounds])):.2f}x "
+              f"| | {loop.cpu / args.loop_runs * 1000:.0f} | "
+              f"{loop.engine_cpu / args.loop_runs * 1000:.0f} |")  # fmt: skip
     print()
-    print(f"throughput batch / xargs: {per['xargs'] / per['batch']:.2f}x (target >= 1.25x)")
-    print(f"throughput batch / batch --prepare 0: {per['before'] / per['batch']:.2f}x")
-    print(f"throughput batch / exec loop: {per['loop'] / per['batch']:.2f}x")
-    print(f"runner CPU per run: {batch_cpu / runs * 1000:.1f} ms, {rounds} start-ups included "
-          "(target <= 15 ms)")  # fmt: skip
-    print(f"{args.lines}-line manifest, {large_ran} rows run (--shard): peak RSS "
-          f"{large_rss / 1024:.0f} MiB (target <= 150 MiB), {large_wall:.1f} s")  # fmt: skip
-    print(f"store write per row (start + finish, 2 commits): {store_write * 1000:.3f} ms "
-          "(target <= 2 ms)")  # fmt: skip
+    print("| batch tree | CPU ms/run without start-up (median; rounds) | start-up + 2 runs, "
+          "CPU s | all CPU ms/run, start-up included | peak RSS, "
+          f"{args.lines:,}-line manifest | rows run | its wall s |")  # fmt: skip
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for name in (n for n in ways if n in trees):
+        way = ways[name]
+        marginal = [x * 1000 for x in way.marginal_cpu(runs)]
+        small = median([c.cpu for c in way.small])
+        whole = median([c.cpu / runs * 1000 for c in way.rounds])
+        child, ran = large[name]
+        print(f"| {name} | {median(marginal):.1f} ({', '.join(f'{x:.1f}' for x in marginal)}) | "
+              f"{small:.2f} | {whole:.1f} | {child.peak_kib / 1024:.0f} MiB | {ran} | "
+              f"{child.wall:.1f} |")  # fmt: skip
+    if "batch" in ways and "base" in ways:
+        speed = [
+            b.wall / a.wall for a, b in zip(ways["batch"].rounds, ways["base"].rounds, strict=True)
+        ]
+        print(f"\nthroughput batch ÷ base: {median(speed):.2f}x "
+              f"({', '.join(f'{x:.2f}' for x in speed)})")  # fmt: skip
+    print(f"store write per row (start + finish, 2 commits): {store_write * 1000:.3f} ms")
 
 
 if __name__ == "__main__":

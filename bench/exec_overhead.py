@@ -29,6 +29,7 @@ the sweep and ``execute`` (``--phases 0`` skips it).
 
     .venv/bin/python bench/exec_overhead.py [--runs 9] [--image IMAGE] [--profile NAME]
                                             [--runner-image flow-runner:latest] [--phases 1]
+                                            [--base DIR] [--cases a,a',b,b',c,c',d,e]
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ from runner.sandbox.docker.sandbox import DockerSandbox
 from runner.sandbox.profiles import SandboxProfile, load_profile
 
 ROOT = Path(__file__).resolve().parents[1]
-PYTHON = ROOT / ".venv" / "bin" / "python"
+PYTHON = Path(sys.executable)
 CLI = ROOT / ".venv" / "bin" / "flow-runner"
 INPUT = {"name": "Ada"}
 SPLIT = ("create", "attach", "start", "run", "cleanup")
@@ -155,6 +156,38 @@ def api_run(image: str, profile_name: str) -> Timed:
     started = time.perf_counter()
     timings = anyio.run(main)
     return time.perf_counter() - started, timings
+
+
+class ApiServer:
+    """(b base): a process running another tree's code that makes one API run per request
+    (a line on its stdin) and answers with its wall time and timings (a line)."""
+
+    def __init__(self, tree: Path, image: str, profile: str) -> None:
+        self.process = subprocess.Popen(
+            [str(PYTHON), __file__, "--api-serve", "--image", image, "--profile", profile],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env={**os.environ, "PYTHONPATH": str(tree)},
+            text=True,
+        )
+
+    def run(self) -> Timed:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write("run\n")
+        self.process.stdin.flush()
+        wall, timings = json.loads(self.process.stdout.readline())
+        return wall, timings
+
+    def close(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        self.process.wait()
+
+
+def serve_api(image: str, profile: str) -> None:
+    """The loop of :class:`ApiServer`, in the process it starts."""
+    for _ in sys.stdin:
+        print(json.dumps(api_run(image, profile)), flush=True)
 
 
 def api_process_run(image: str, profile: str) -> Timed:
@@ -295,10 +328,16 @@ def main() -> None:
     parser.add_argument(
         "--runner-image", default="flow-runner:latest", help="for (d) and (e); '' skips them"
     )
+    parser.add_argument("--base", type=Path, default=None, help="the tree of (b base)")
+    parser.add_argument("--cases", default="a,a',b,b',c,c',d,e", help="the variants to run")
     parser.add_argument("--api-once", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--api-serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.api_once:
         print(json.dumps(api_run(args.image, args.profile)[1]))
+        return
+    if args.api_serve:
+        serve_api(args.image, args.profile)
         return
     flags = secure_flags(load_profile(args.profile))
     scratch = Path(tempfile.mkdtemp())
@@ -321,23 +360,30 @@ def measure(
 ) -> None:
     idle_rss = warm.rss_mib()
     connected = warm.connections()
-    cases: dict[str, Callable[[], Timed]] = {
-        "(a) `docker run --rm -i --network none`": lambda: raw_run(image, ["--network", "none"]),
-        "(a') `docker run`, the profile's security options": lambda: raw_run(image, flags),
-        "(b) `runner.api.execute`, in process": lambda: api_run(image, profile),
-        "(b') `runner.api.execute`, fresh process": lambda: api_process_run(image, profile),
-        "(c) `flow-runner exec`, subprocess": lambda: cli_run(image, profile, scratch / "r.json"),
-        "(c') `flow-runner exec`, warm runner": lambda: cli_run(
-            image, profile, scratch / "w.json", warm
-        ),
-    }
-    if args.runner_image:
-        cases["(d) `docker run flow-runner:latest exec`"] = lambda: runner_image_run(
-            args.runner_image, image, profile, reports
-        )
-        cases["(e) `docker run flow-runner:latest --version`"] = lambda: runner_start(
-            args.runner_image
-        )
+    server = ApiServer(args.base, image, profile) if args.base is not None else None
+    base_label = f"(b) base tree {args.base}, in process"
+    every: dict[str, tuple[str, Callable[[], Timed]]] = {
+        "a": ("(a) `docker run --rm -i --network none`",
+              lambda: raw_run(image, ["--network", "none"])),
+        "a'": ("(a') `docker run`, the profile's security options",
+               lambda: raw_run(image, flags)),
+        "b": ("(b) `runner.api.execute`, in process", lambda: api_run(image, profile)),
+        "b base": (base_label, lambda: server.run() if server else (0.0, {})),
+        "b'": ("(b') `runner.api.execute`, fresh process",
+               lambda: api_process_run(image, profile)),
+        "c": ("(c) `flow-runner exec`, subprocess",
+              lambda: cli_run(image, profile, scratch / "r.json")),
+        "c'": ("(c') `flow-runner exec`, warm runner",
+               lambda: cli_run(image, profile, scratch / "w.json", warm)),
+        "d": ("(d) `docker run flow-runner:latest exec`",
+              lambda: runner_image_run(args.runner_image, image, profile, reports)),
+        "e": ("(e) `docker run flow-runner:latest --version`",
+              lambda: runner_start(args.runner_image)),
+    }  # fmt: skip
+    wanted = set(args.cases.split(",")) | {"a", "a'"} | ({"b base"} if server else set())
+    if not args.runner_image:
+        wanted -= {"d", "e"}
+    cases = {label: run for key, (label, run) in every.items() if key in wanted}
     walls: dict[str, list[float]] = {name: [] for name in cases}
     splits: dict[str, list[dict[str, float]]] = {name: [] for name in cases}
     phases: list[dict[str, float]] = []
@@ -348,10 +394,13 @@ def measure(
             wall, timings = run()
             walls[name].append(wall)
             splits[name].append(timings)
-        phases += [cli_phases(image, profile, scratch / "m.json") for _ in range(args.phases)]
+        if "c" in wanted:
+            phases += [cli_phases(image, profile, scratch / "m.json") for _ in range(args.phases)]
 
+    if server is not None:
+        server.close()
     handed = warm.connections() - connected - 1
-    if handed != args.runs + 1:  # every (c') run, the warm-up's included, went warm
+    if "c'" in wanted and handed != args.runs + 1:  # every (c') run and its warm-up went warm
         raise RuntimeError(f"{handed} of {args.runs + 1} (c') runs went to the warm runner")
     names = list(cases)
     a, a_secure = walls[names[0]], walls[names[1]]
@@ -381,7 +430,7 @@ def measure(
                    zip(walls[name], splits[name], strict=True)]  # fmt: skip
         print(f"| {name} | " + " | ".join(cells) + f" | {ms(statistics.median(outside))} |")
 
-    if phases:
+    if phases and "c" in wanted:
         print(f"\n| where (c) spends its time, median of {len(phases)} instrumented runs | ms |")
         print("|---|---:|")
         for phase in PHASE_NAMES:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +21,7 @@ import anyio
 import docker.errors
 import pytest
 
-from execkit import FAKE_SCRIPT, exec_run, flow_runner
+from execkit import FAKE_SCRIPT, LABEL_OWNER, LABEL_RUN_ID, exec_run, flow_runner, owner
 from runner.api import Execution, Invocation, execute
 from runner.config import ConfigError, load_config
 from runner.flows import FlowHost
@@ -53,19 +55,13 @@ class Counting:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, api: Any, name: str) -> None:
         self.calls: list[tuple[Any, ...]] = []
-        self.kwargs: list[dict[str, Any]] = []
         original = getattr(api, name)
 
         def counted(*args: Any, **kwargs: Any) -> Any:
             self.calls.append(args)
-            self.kwargs.append(kwargs)
             return original(*args, **kwargs)
 
         monkeypatch.setattr(api, name, counted)
-
-    def run_containers(self) -> int:
-        """Containers created for runs (labelled with a run id), not for inspection."""
-        return sum("flow-runner.run-id" in (kw.get("labels") or {}) for kw in self.kwargs)
 
 
 def read_image_package(client: Any, image: str) -> Package | None:
@@ -124,19 +120,29 @@ def test_inspecting_the_same_image_twice_reads_it_once(
     assert (len(archives.calls), len(creates.calls)) == (1, 1)
 
 
-def test_bad_input_is_refused_before_any_container(
-    docker_client: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    creates = Counting(monkeypatch, docker_client.api, "create_container")
+def run_containers_created(client: Any, since: float) -> int:
+    """Containers this process created for runs (labelled with a run id) since ``since``,
+    from the engine's events: not the ones that read an image's package."""
+    filters = {
+        "type": "container",
+        "event": "create",
+        "label": f"{LABEL_OWNER}={owner(os.getpid())}",
+    }
+    events = client.events(since=since, until=time.time() + 0.1, filters=filters, decode=True)
+    return sum(LABEL_RUN_ID in e["Actor"]["Attributes"] for e in events)
+
+
+def test_bad_input_is_refused_before_any_container(docker_client: Any) -> None:
+    since = time.time() - 0.1
     execution = run(docker_client, HELLO, {"nmae": "Ada"})
     assert execution.verdict.error is not None
     assert execution.verdict.error.code == "INVALID_INPUT"
     assert "input.schema.json" in execution.verdict.error.message
     assert execution.report.error is not None and execution.report.exit_code is None
-    assert creates.run_containers() == 0
+    assert run_containers_created(docker_client, since) == 0
     good = run(docker_client, HELLO, {"name": "Ada"})
     assert good.verdict.result == {"outcome": "done", "output": {"greeting": "Hello, Ada!"}}
-    assert creates.run_containers() == 1
+    assert run_containers_created(docker_client, since) == 1
 
 
 def test_cli_exit_statuses_for_input_and_settings() -> None:
@@ -149,11 +155,11 @@ def test_cli_exit_statuses_for_input_and_settings() -> None:
 
 
 def test_settings_and_attachments_are_refused_before_any_container(
-    docker_client: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    docker_client: Any, tmp_path: Path
 ) -> None:
     from runner.sandbox.base import Attachment, LaunchRequest
 
-    creates = Counting(monkeypatch, docker_client.api, "create_container")
+    since = time.time() - 0.1
     with pytest.raises(InvocationRefused, match="INVALID_SETTINGS"):
         run(docker_client, HELLO, {}, settings={"x": 1})
     wordcount = "flow-runner/examples-wordcount:latest"
@@ -162,7 +168,7 @@ def test_settings_and_attachments_are_refused_before_any_container(
     launch = LaunchRequest((Attachment("source", tmp_path, "read-write"),))
     with pytest.raises(InvocationRefused, match="supplied read-write: source"):
         run(docker_client, wordcount, {}, launch=launch)
-    assert creates.run_containers() == 0
+    assert run_containers_created(docker_client, since) == 0
 
 
 def test_a_result_outside_its_schema_is_invalid_result(docker_client: Any) -> None:

@@ -1,6 +1,6 @@
 """The invocation key: what a result depends on, digested, so a changed input reruns.
 
-The key is the sha256 of the RFC 8785 canonical JSON of :func:`key_document`: the image
+The key is the sha256 of the RFC 8785 canonical JSON of :meth:`Keys.document`: the image
 *id* (not the tag: a rebuilt image under the same tag is another key), the canonical input
 and settings, each read-only attachment by path and a digest of its content, each
 read-write attachment by path only (it is an output), the profile's effective settings,
@@ -50,6 +50,10 @@ class ImageIds:
             except docker.errors.ImageNotFound:
                 self._ids[tag] = None
         return self._ids[tag]
+
+    def planned(self, tag: str) -> str:
+        """The id ``tag`` was resolved to (never asking the engine), else the tag itself."""
+        return self._ids.get(tag) or tag
 
 
 class Digests:
@@ -115,34 +119,78 @@ def _walk(root: Path) -> list[_Entry]:
     return out
 
 
-def key_document(
-    row: Row,
-    image_ids: ImageIds,
-    digests: Digests,
-    config: HostConfig | None,
-) -> dict[str, JSONValue]:
-    """Everything the row's result depends on, as a JSON/1 object."""
-    doc: dict[str, JSONValue] = {
-        "flow-runner": __version__,
-        "input": row.input,
-        "settings": row.settings,
-    }
-    if row.flow is not None:
-        assert config is not None
-        doc["flow"] = row.flow
-        doc["config"] = config.model_dump(mode="json", exclude={"base_dir"})
-        doc["images"] = {
-            name: image_ids(flow.image) or f"missing:{flow.image}"
-            for name, flow in sorted(config.flows.items())
-            if flow.image is not None
+class Keys:
+    """Each row's invocation key, for one batch.
+
+    The key document is an object, so its canonical bytes are its members' canonical
+    bytes in the order of their names: what rows share (the profile's settings, the
+    configuration) is encoded once per batch, not once per row of 100,000 (a profile
+    holds floats, which take json1's slow canonical writer). The bytes, so the key, are
+    those of ``json1.canonical(keys.document(row))``; and a row whose input is near
+    JSON/1's bounds gets its key although the whole document would exceed them.
+    """
+
+    def __init__(self, image_ids: ImageIds, digests: Digests, config: HostConfig | None) -> None:
+        self._image_ids = image_ids
+        self._digests = digests
+        self._config = config
+        self._shared: dict[int, tuple[object, JSONValue]] = {}
+        """id of what rows share (a profile, the configuration) -> (it, its JSON value)."""
+        self._encoded: dict[int, tuple[JSONValue, bytes]] = {}
+        """id of a shared JSON value (kept alive above) -> (it, its canonical bytes)."""
+
+    def __call__(self, row: Row) -> str:
+        """The sha256 (hex) of the canonical bytes of the row's key document."""
+        members = {name: self._encode(value) for name, value in self.document(row).items()}
+        parts = (
+            json1.canonical(name) + b":" + members[name]
+            for name in sorted(members, key=lambda name: name.encode("utf-16-be"))
+        )
+        return hashlib.sha256(b"{" + b",".join(parts) + b"}").hexdigest()
+
+    def document(self, row: Row) -> dict[str, JSONValue]:
+        """Everything the row's result depends on, as a JSON/1 object."""
+        doc: dict[str, JSONValue] = {
+            "flow-runner": __version__,
+            "input": row.input,
+            "settings": row.settings,
         }
+        if row.flow is not None:
+            config = self._config
+            assert config is not None
+            doc["flow"] = row.flow
+            doc["config"] = self._share(
+                config, lambda: config.model_dump(mode="json", exclude={"base_dir"})
+            )
+            doc["images"] = {
+                name: self._image_ids(flow.image) or f"missing:{flow.image}"
+                for name, flow in sorted(config.flows.items())
+                if flow.image is not None
+            }
+            return doc
+        assert row.image is not None and row.profile is not None
+        profile = row.profile
+        doc["image"] = self._image_ids(row.image) or f"missing:{row.image}"
+        doc["profile"] = self._share(profile, profile.as_json)
+        doc["command"] = list(row.command) if row.command is not None else None
+        doc["attachments"] = [_attachment(att, self._digests) for att in row.attachments]
         return doc
-    assert row.image is not None and row.profile is not None
-    doc["image"] = image_ids(row.image) or f"missing:{row.image}"
-    doc["profile"] = row.profile.as_json()
-    doc["command"] = list(row.command) if row.command is not None else None
-    doc["attachments"] = [_attachment(att, digests) for att in row.attachments]
-    return doc
+
+    def _share(self, owner: object, value: Callable[[], JSONValue]) -> JSONValue:
+        """``owner``'s JSON value, made (and encoded) on first use; kept with ``owner``,
+        so its id names it for the batch."""
+        shared = self._shared.get(id(owner))
+        if shared is None:
+            made = value()
+            shared = self._shared[id(owner)] = (owner, made)
+            self._encoded[id(made)] = (made, json1.canonical(made))
+        return shared[1]
+
+    def _encode(self, value: JSONValue) -> bytes:
+        encoded = self._encoded.get(id(value))
+        if encoded is not None and encoded[0] is value:
+            return encoded[1]
+        return json1.canonical(value)
 
 
 def _attachment(att: Attachment, digests: Digests) -> JSONValue:
@@ -152,11 +200,6 @@ def _attachment(att: Attachment, digests: Digests) -> JSONValue:
     else:
         entry["access"] = "read-write"
     return entry
-
-
-def invocation_key(document: dict[str, JSONValue]) -> str:
-    """The sha256 (hex) of the document's canonical bytes."""
-    return hashlib.sha256(json1.canonical(document)).hexdigest()
 
 
 def input_digest(row: Row) -> str:

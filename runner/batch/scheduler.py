@@ -3,14 +3,16 @@
 One pass checks the whole manifest (nothing runs from a manifest with a bad line); a
 second computes every row's key, keeps the rows of the shard and queues, in one
 transaction, those without a committed final result for that key; a third streams the
-queued rows to the slots. A producer prepares each image row's container ahead of its
-slot (:mod:`.prepare`: created, attached and started, the component waiting on its stdin,
-no ``flow/run`` sent), at most ``prepare`` of them (default ``jobs``) beyond the runs in
-flight, so the engine starts the next containers while the slots run theirs. A slot
-admits a row (its attempt recorded, its deadline counting from then), runs it in the
-prepared container and commits the result before it takes the next one; the removal of
-a finished run's container goes on in the background (at most ``jobs`` at once), and
-the batch waits for every removal before it returns.
+queued rows to the slots (parsing only their lines). A producer prepares each image row's
+container ahead of its slot (:mod:`.prepare`: created, attached and started, the
+component waiting on its stdin, no ``flow/run`` sent), at most ``prepare`` of them
+(default ``jobs``) beyond the runs in flight, so the engine starts the next containers
+while the slots run theirs. A slot admits a row (its attempt recorded, its deadline
+counting from then), runs it in the prepared container and commits the result before it
+takes the next one; the removal of a finished run's container goes on in the background
+(at most ``jobs`` at once), and the batch waits for every removal before it returns.
+Each row runs in its (image, command, profile)'s sandbox of the batch, on the image id
+its key was planned with (:mod:`.sandboxes`).
 
 Stopping (Ctrl-C, SIGTERM, ``--halt now``) cancels the runs in flight with their grace;
 they are committed as ``pending`` / ``interrupted`` and run again on resume. Prepared
@@ -39,15 +41,15 @@ from runner.exits import EXIT_CANCELLED, EXIT_DONE, EXIT_FAILED, EXIT_INFRASTRUC
 from runner.host.driver import RunControl
 from runner.package.errors import InvocationRefused, PackageError
 from runner.sandbox.attachments import AttachmentError
-from runner.sandbox.base import LaunchRequest, Sandbox
+from runner.sandbox.base import LaunchRequest
 from runner.sandbox.errors import ImageMissing, SandboxError
-from runner.sandbox.registry import SandboxSpec, StopGraces, open_sandbox
 
-from .keys import Digests, ImageIds, input_digest, invocation_key, key_document, shard_of
-from .manifest import Defaults, Row, check
+from .keys import Digests, ImageIds, Keys, input_digest, shard_of
+from .manifest import Defaults, Row, check, rows_on
 from .prepare import Prepared, PreparedSandbox
 from .progress import Counts, Mode, progress
 from .retry import backoff, is_infrastructure_failure
+from .sandboxes import Sandboxes
 from .store import FAILED, INFRA_FAILED, INTERRUPTED, SUCCEEDED, Final, Store
 
 if TYPE_CHECKING:
@@ -215,6 +217,9 @@ class _Batch:
         """Tokens for cleanups of finished runs that nobody waits for."""
         self._prepared: set[Prepared] = set()
         self._shown: Any = None
+        self._image_ids = ImageIds(self.client)
+        self._sandbox = Sandboxes(self._image_ids, self.client)
+        """Each row's sandbox, running the image id its key was planned with."""
 
     def client(self) -> Any:
         if self._client is None:
@@ -228,12 +233,13 @@ class _Batch:
 
         Returns the line numbers to run. Rows already final count into the result now.
         """
-        image_ids, digests = ImageIds(self.client), Digests()
+        image_ids = self._image_ids
+        key_of = Keys(image_ids, Digests(), self.options.config)
         rerun, shard = self.options.rerun, self.options.shard
         lines: set[int] = set()
         with self.store.transaction():
             for row in rows:
-                key = invocation_key(key_document(row, image_ids, digests, self.options.config))
+                key = key_of(row)
                 if shard is not None and shard_of(key, shard[1]) != shard[0]:
                     continue
                 self.result.planned += 1
@@ -305,11 +311,10 @@ class _Batch:
         At most ``prepare`` containers are prepared and not yet admitted at a time (the
         look-ahead); a row waits here for a token, which a slot returns on admitting it.
         """
-        rows = check(self.options.manifest, self.options.defaults, self.options.config)
+        options = self.options
+        rows = rows_on(options.manifest, options.defaults, options.config, lines)
         async with send:
             for row in rows:
-                if row.line not in lines:
-                    continue
                 if self.control.stopping:
                     return
                 prepared = None
@@ -402,9 +407,10 @@ class _Batch:
         started = time.monotonic()
         attempt = 0
         while True:
-            run_id = f"{new_run_id()[:8]}-{row.id}"
             if prepared is not None:
                 run_id = prepared.request.run_id
+            else:
+                run_id = f"{new_run_id()[:8]}-{row.id}"
             self.store.start(row.id, run_id)
             attempt += 1
             outcome = await self._attempt(row, run_id, prepared)
@@ -452,15 +458,6 @@ class _Batch:
             self.control._runs.discard(run)
             if prepared is not None and not prepared.taken:
                 prepared.discard()
-
-    def _sandbox(self, row: Row) -> tuple[Sandbox, StopGraces]:
-        """The row's Docker sandbox, built where every backend is (runner.sandbox.registry)."""
-        assert row.image is not None and row.profile is not None
-        command = tuple(row.command) if row.command is not None else None
-        spec = SandboxSpec(
-            "docker", image=row.image, command=command, profile=row.profile, client=self.client()
-        )
-        return open_sandbox(spec)
 
     def _flow_host(self) -> FlowHost:
         if self._flows is None:

@@ -1,9 +1,9 @@
 """A started container, seen by the host as a :class:`RunningComponent`.
 
-Exit is seen as the end of the attach stream and confirmed by inspecting the container, so
-no worker thread sits in a long ``wait``. Every engine call goes through the container's
-:class:`Lease`, so a removed container or a lost engine is a :class:`SandboxLost`, never a
-docker-py error.
+Exit is seen as the end of the attach stream and confirmed by inspecting the container
+(one engine call once the stream ends, where a ``wait`` would be a second). Every engine
+call goes through the container's :class:`Lease`, so a removed container or a lost engine
+is a :class:`SandboxLost`, never a transport's error.
 """
 
 from __future__ import annotations

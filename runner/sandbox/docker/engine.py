@@ -1,13 +1,17 @@
 """The thin engine layer under the Docker backend: one async method per engine call.
 
-Every call flow-runner makes to the Docker engine is a method of :class:`Engine`: a short
-blocking docker-py call in a worker thread, behind one capacity limiter per client sized
-like its connection pool, returning the engine's own data. What docker-py and requests
-raise is mapped here and nowhere else:
+Every call flow-runner makes to the Docker engine is a method of :class:`Engine`. The
+calls of every run (create, attach, start, inspect, kill, remove, and an image's
+inspect) go straight to the engine's HTTP API in the event loop (``http.py``: about a
+tenth of docker-py's CPU per call); the rare others (``info``, the path map, an image's
+archive) are short blocking docker-py calls in a worker thread, behind one capacity
+limiter per client sized like its connection pool. What the engine answers, and what
+docker-py and requests raise, is mapped here and nowhere else:
 
 - before a container exists, an engine that does not answer is :class:`EngineUnavailable`
-  (nothing was run) and a missing image is :class:`ImageMissing`;
-- once a container exists, every call carries its :class:`Lease`, which turns any error
+  (nothing was run), a missing image is :class:`ImageMissing` and any other refusal a
+  :class:`DockerSandboxError` naming it;
+- once a container exists, every call carries its :class:`Lease`, which turns any failure
   into one of two losses: :class:`ContainerGone` (the engine no longer knows the
   container: someone else removed it) or :class:`EngineLost` (the engine failed or
   stopped answering). The first loss is kept for the run's report.
@@ -34,6 +38,7 @@ import docker.errors
 import requests.exceptions
 from docker.constants import DEFAULT_MAX_POOL_SIZE
 
+from runner.sandbox.docker.http import EngineHttp, NoAnswer, Reply
 from runner.sandbox.errors import (
     ContainerGone,
     DockerSandboxError,
@@ -104,12 +109,13 @@ class Lease:
     step: str = "attach"
     lost: SandboxLost | None = None
 
-    def loss(self, exc: Exception) -> SandboxLost:
-        """``exc`` from docker-py or requests as a loss of this container; the first is kept."""
+    def loss(self, exc: Exception | str, *, gone: bool = False) -> SandboxLost:
+        """A failed call (what went wrong) as a loss of this container; ``gone``: the
+        engine no longer knows it. The first loss is kept."""
         seconds = time.perf_counter() - self.began
         when = f"{seconds:.1f} s into the run (step: {self.step})"
         kind: type[SandboxLost]
-        if isinstance(exc, docker.errors.NotFound):
+        if gone:
             kind = ContainerGone
             message = (
                 f"container {self.container_id[:12]} was removed by someone else {when}; "
@@ -129,38 +135,57 @@ class Lease:
 
 @dataclass
 class Engine:
-    """One client with its single limiter for worker threads and what it told us once."""
+    """One client with its single limiter for worker threads and what it told us once;
+    ``http``: its address for the direct calls (``None``: not a plain socket)."""
 
     client: docker.DockerClient
     limiter: anyio.CapacityLimiter
+    http: EngineHttp | None = None
     runtimes: frozenset[str] | None = None
     path_map: PathMap | None = None
     """Where the engine's host has the paths this process sees (asked once, on need)."""
 
-    async def _call(
-        self, fn: Callable[..., T], *args: Any, lease: Lease | None = None, **kwargs: Any
-    ) -> T:
-        """Run a blocking docker-py call in a worker thread behind the limiter.
-
-        Before a container exists (no ``lease``) an engine that does not answer is
-        :class:`EngineUnavailable` (nothing was run) and docker-py's errors are the
-        caller's to read. For a created container's calls, every docker-py or requests
-        error becomes a loss of it (:meth:`Lease.loss`), so none escapes a run as a
-        traceback; a caller that expects a particular refusal (409 "not running") reads
-        it inside ``fn``, in the worker thread.
-        """
+    async def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run a blocking docker-py call (no container's) in a worker thread behind the
+        limiter; an engine that does not answer is :class:`EngineUnavailable` (nothing
+        was run) and docker-py's errors are the caller's to read."""
         try:
             return await anyio.to_thread.run_sync(
                 functools.partial(fn, *args, **kwargs), limiter=self.limiter
             )
-        except docker.errors.DockerException as exc:  # first: an APIError is an HTTPError too
-            if lease is not None:
-                raise lease.loss(exc) from exc
+        except docker.errors.DockerException:  # first: an APIError is an HTTPError too
             raise
         except requests.exceptions.RequestException as exc:
-            if lease is not None:
-                raise lease.loss(exc) from exc
             raise engine_unavailable(exc) from exc
+
+    def _direct(self) -> EngineHttp:
+        if self.http is None:
+            raise DockerSandboxError(
+                f"the connection to {self.base_url} is not a plain socket; use the local "
+                "engine socket (unset DOCKER_HOST) or a plain tcp:// DOCKER_HOST"
+            )
+        return self.http
+
+    async def _unleased(self, method: str, path: str, **kwargs: Any) -> Reply:
+        """A direct call before a container exists: no answer is :class:`EngineUnavailable`."""
+        try:
+            return await self._direct().call(method, path, **kwargs)
+        except NoAnswer as exc:
+            raise engine_unavailable(exc) from exc
+
+    async def _leased(
+        self, lease: Lease, method: str, path: str, *, expected: tuple[int, ...], **kwargs: Any
+    ) -> Reply:
+        """A direct call about the lease's container; its reply if its status is one of
+        ``expected``, else a loss of the container (404: gone; anything else: the
+        engine's failure), raised."""
+        try:
+            reply = await self._direct().call(method, path, **kwargs)
+        except NoAnswer as exc:
+            raise lease.loss(exc) from exc
+        if reply.status not in expected:
+            raise lease.loss(f"{reply.status} {reply.message}", gone=reply.status == 404)
+        return reply
 
     @property
     def base_url(self) -> str:
@@ -190,88 +215,69 @@ class Engine:
     ) -> str:
         """Create (never pull) a container with stdin open for one attach; its id."""
         api = self.client.api
-        create = functools.partial(
-            api.create_container,
+        config = api.create_container_config(
             image,
-            command,
+            command,  # type: ignore[arg-type]  # None: the image's command (docker-py's stub says str | list)
             stdin_open=True,  # with attach (not detach) this also sets StdinOnce
             tty=False,
             user=user,
             labels=dict(labels),
             host_config=api.create_host_config(**host_config),
         )
-        try:
-            created = await self._call(create)
-        except docker.errors.ImageNotFound as exc:
-            raise image_missing(image) from exc
-        return str(created["Id"])
+        body = {name: value for name, value in config.items() if value is not None}  # as docker-py
+        reply = await self._unleased("POST", "/containers/create", body=body)
+        if reply.status == 404:
+            raise image_missing(image)
+        if reply.status != 201:
+            raise DockerSandboxError(
+                f"the Docker engine at {engine_address()} refused to create a container "
+                f"of image {image!r}: {reply.message}"
+            )
+        return str(reply.json()["Id"])
 
     async def attach_socket(self, lease: Lease) -> socket.socket:
         """Attach to stdin, stdout and stderr; our own descriptor of the hijacked socket.
 
-        docker-py's objects for the connection are released here, so the socket is read
-        with real async I/O by the caller, not through docker-py.
+        The request is made on a blocking socket in a worker thread; the socket is then
+        read with real async I/O by the caller.
         """
-        params = {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
-        attach = self.client.api.attach_socket
-        hijacked = await self._call(attach, lease.container_id, params, lease=lease)
-        raw = getattr(hijacked, "_sock", hijacked)
-        if type(raw) is not socket.socket:
-            hijacked.close()
-            raise DockerSandboxError(
-                f"the attach connection to {self.base_url} is "
-                f"{type(raw).__name__}, not a plain socket; use the local engine socket "
-                "(unset DOCKER_HOST) or a plain tcp:// DOCKER_HOST"
-            )
-        own = raw.dup()
-        own.settimeout(None)
-        response = getattr(hijacked, "_response", None)
-        if response is not None:
-            response.close()
-        hijacked.close()
-        raw.close()
-        return own
+        http = self._direct()
+        query = {"stdin": "1", "stdout": "1", "stderr": "1", "stream": "1"}
+        path = f"/containers/{lease.container_id}/attach"
+        try:
+            with anyio.CancelScope(shield=True):  # a socket is not lost to a cancellation
+                sock, reply = await anyio.to_thread.run_sync(
+                    http.hijack, path, query, limiter=self.limiter
+                )
+        except NoAnswer as exc:
+            raise lease.loss(exc) from exc
+        if sock is None:
+            raise lease.loss(f"{reply.status} {reply.message}", gone=reply.status == 404)
+        return sock
 
     async def start(self, lease: Lease) -> str | None:
         """Start the container; the engine's explanation if it refused (a client error).
 
         Removed meanwhile (404) or an engine failure is a loss, raised.
         """
-        container_id = lease.container_id
-
-        def start() -> str | None:
-            try:
-                self.client.api.start(container_id)
-            except docker.errors.APIError as exc:
-                if exc.status_code == 404 or not exc.is_client_error():
-                    raise  # removed meanwhile, or the engine failed: a loss
-                return str(exc.explanation)
-            return None
-
-        return await self._call(start, lease=lease)
+        refusals = tuple(status for status in range(400, 500) if status != 404)
+        path = f"/containers/{lease.container_id}/start"
+        reply = await self._leased(lease, "POST", path, expected=(204, 304, *refusals))
+        return reply.message if reply.status >= 400 else None
 
     async def inspect(self, lease: Lease) -> dict[str, Any]:
         """The container's inspect document."""
-        api = self.client.api
-        info: dict[str, Any] = await self._call(
-            api.inspect_container, lease.container_id, lease=lease
-        )
+        path = f"/containers/{lease.container_id}/json"
+        info = (await self._leased(lease, "GET", path, expected=(200,))).json()
+        if not isinstance(info, dict):
+            raise lease.loss("the engine's inspect document is not a JSON object")
         return info
 
     async def kill(self, lease: Lease) -> bool:
         """SIGKILL the container; ``False`` if it was not running."""
-        api = self.client.api
-
-        def kill() -> bool:
-            try:
-                api.kill(lease.container_id)
-            except docker.errors.APIError as exc:
-                if exc.status_code != 409:
-                    raise
-                return False
-            return True
-
-        return await self._call(kill, lease=lease)
+        path = f"/containers/{lease.container_id}/kill"
+        reply = await self._leased(lease, "POST", path, expected=(204, 409))
+        return reply.status == 204
 
     async def remove(self, lease: Lease) -> None:
         """Force-remove the container with its anonymous volumes.
@@ -279,14 +285,21 @@ class Engine:
         Gone already (404: removed by someone else) or being removed (409: by a sweep) is
         the end wanted.
         """
-        await self._call(_remove, self.client.api, lease.container_id, lease=lease)
+        path = f"/containers/{lease.container_id}"
+        query = {"v": "1", "force": "1"}
+        await self._leased(lease, "DELETE", path, query=query, expected=(204, 404, 409))
 
     async def inspect_image(self, image: str) -> dict[str, Any]:
         """The image's inspect document, or :class:`ImageMissing`."""
-        try:
-            info: dict[str, Any] = await self._call(self.client.api.inspect_image, image)
-        except docker.errors.ImageNotFound as exc:
-            raise image_missing(image) from exc
+        reply = await self._unleased("GET", f"/images/{image}/json")
+        if reply.status == 404:
+            raise image_missing(image)
+        info = reply.json() if reply.status == 200 else None
+        if not isinstance(info, dict):
+            raise DockerSandboxError(
+                f"the Docker engine at {engine_address()} could not inspect image "
+                f"{image!r}: {reply.message}"
+            )
         return info
 
     async def read_archive(self, image_id: str, path: str, max_bytes: int) -> bytes | None:
@@ -332,14 +345,6 @@ class Engine:
             raise image_missing(image_id) from exc
 
 
-def _remove(api: docker.APIClient, container_id: str) -> None:
-    try:
-        api.remove_container(container_id, v=True, force=True)
-    except docker.errors.APIError as exc:
-        if exc.status_code not in (404, 409):
-            raise
-
-
 _engines: weakref.WeakKeyDictionary[docker.DockerClient, Engine] = weakref.WeakKeyDictionary()
 
 
@@ -349,7 +354,8 @@ def engine_for(client: docker.DockerClient) -> Engine:
     if engine is None:
         adapter = client.api.get_adapter(client.api.base_url)
         pool = int(getattr(adapter, "max_pool_size", DEFAULT_MAX_POOL_SIZE))
-        engine = _engines[client] = Engine(client, anyio.CapacityLimiter(pool))
+        limiter = anyio.CapacityLimiter(pool)
+        engine = _engines[client] = Engine(client, limiter, EngineHttp.of(client.api))
     return engine
 
 

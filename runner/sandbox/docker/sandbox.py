@@ -144,13 +144,18 @@ class DockerSandbox:
     @asynccontextmanager
     async def _launch(self, request: LaunchRequest) -> AsyncIterator[RunningComponent]:
         with contextlib.ExitStack() as held:
-            # Each path is opened, judged and held until the component runs (see _mounts).
-            mounts = await anyio.to_thread.run_sync(self._hold, request, held)
+            # Each path is opened, judged and held until the component runs (see _verify_mounts);
+            # a launch with no host path at all has nothing to hold or to measure.
+            mounts: dict[str, HeldPath] = {}
+            bounds: tuple[DiskBound, ...] = ()
+            if request.attachments or request.scratch_dir is not None:
+                mounts = await anyio.to_thread.run_sync(self._hold, request, held)
             engine = await open_engine(self._client)
             await self._check_runtime(engine)
-            bounds = await anyio.to_thread.run_sync(
-                launch_bounds, self.profile, request.attachments, _scratch_attachment(request)
-            )
+            if mounts:
+                bounds = await anyio.to_thread.run_sync(
+                    launch_bounds, self.profile, request.attachments, _scratch_attachment(request)
+                )
             sources = await _host_sources(engine, mounts)
             facts = SandboxFacts()
             began = time.perf_counter()

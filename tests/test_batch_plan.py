@@ -1,0 +1,170 @@
+"""Planning a batch without an engine: invocation keys, the rows handed to the slots, and
+the batch's sandboxes (one per image, command and profile, pinned to the planned image)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import docker.errors
+import pytest
+
+from runner import json1
+from runner.batch.keys import Digests, ImageIds, Keys
+from runner.batch.manifest import Defaults, Row, check, rows_on
+from runner.batch.sandboxes import PinnedSandbox, Sandboxes
+from runner.config import load_config
+from runner.sandbox.base import LaunchRequest
+from runner.sandbox.docker.sandbox import DockerSandbox
+from runner.sandbox.errors import ImageMissing
+
+IMAGE_ID = "sha256:" + "ab" * 32
+TAG = "flow-runner/fake-component:latest"
+
+
+class Engine:
+    """docker-py's client as ImageIds asks it: a tag names an id, or no image."""
+
+    def __init__(self, ids: dict[str, str]) -> None:
+        self.ids = ids
+        self.asked: list[str] = []
+        self.api = SimpleNamespace(inspect_image=self.inspect_image)
+
+    def inspect_image(self, tag: str) -> dict[str, Any]:
+        self.asked.append(tag)
+        if tag not in self.ids:
+            raise docker.errors.ImageNotFound(f"No such image: {tag}")
+        return {"Id": self.ids[tag]}
+
+
+def manifest_rows(tmp_path: Path, lines: list[dict[str, Any]], **defaults: Any) -> list[Row]:
+    path = tmp_path / "m.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return list(check(path, Defaults(**{"image": TAG, **defaults}), None))
+
+
+def test_a_key_is_the_sha256_of_the_whole_canonical_document(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.txt").write_text("one")
+    profile = tmp_path / "slow.toml"
+    profile.write_text("cancel_grace = 7.5\ncpus = 0.25\n")
+    rows = manifest_rows(
+        tmp_path,
+        [
+            {"id": "plain", "input": {"n": 1.5, "text": "é\u2028𝄞", "big": -0.0}},
+            {"id": "same-profile", "input": [1, 2], "settings": {"z": 1, "a": [True, None]}},
+            {"id": "other-profile", "profile": str(profile), "command": ["python3", "x.py"]},
+            {"id": "attached", "attach": [f"in={data}:ro", f"out={tmp_path}:rw"]},
+            {"id": "missing-image", "image": "flow-runner/no-such:latest"},
+        ],
+    )
+    keys = Keys(ImageIds(lambda: Engine({TAG: IMAGE_ID})), Digests(), None)
+    for row in rows:
+        document = keys.document(row)
+        assert keys(row) == hashlib.sha256(json1.canonical(document)).hexdigest(), row.id
+    assert len({keys(row) for row in rows}) == len(rows)
+    assert keys.document(rows[0])["image"] == IMAGE_ID
+    assert keys.document(rows[4])["image"] == "missing:flow-runner/no-such:latest"
+    assert keys.document(rows[2])["profile"]["cpus"] == 0.25  # type: ignore[index,call-overload]
+
+
+def test_a_flow_rows_key_covers_the_configuration_and_the_flows_images(tmp_path: Path) -> None:
+    (tmp_path / "flow-runner.toml").write_text(
+        f'[flows.hello]\nimage = "{TAG}"\n\n[flows.other]\nimage = "flow-runner/other:1"\n'
+    )
+    config = load_config(tmp_path / "flow-runner.toml")
+    path = tmp_path / "m.jsonl"
+    path.write_text('{"id": "a", "flow": "hello", "input": 1}\n{"id": "b", "flow": "other"}\n')
+    rows = list(check(path, Defaults(), config))
+    engine = Engine({TAG: IMAGE_ID})
+    keys = Keys(ImageIds(lambda: engine), Digests(), config)
+    for row in rows:
+        assert keys(row) == hashlib.sha256(json1.canonical(keys.document(row))).hexdigest()
+    assert keys.document(rows[0])["images"] == {
+        "hello": IMAGE_ID,
+        "other": "missing:flow-runner/other:1",
+    }
+    assert sorted(engine.asked) == [TAG, "flow-runner/other:1"]  # once per tag per batch
+
+
+def test_an_input_near_json1s_bounds_still_gets_a_key(tmp_path: Path) -> None:
+    """The document adds the profile's values to the row's; as one tree it would exceed
+    JSON/1's node bound, which once made planning raise and the whole batch fail."""
+    items = json1.MAX_ITEMS - 6
+    big = [list(range(items)) for _ in range(json1.MAX_NODES // items)]
+    (row,) = manifest_rows(tmp_path, [{"id": "big", "input": big}])
+    keys = Keys(ImageIds(lambda: Engine({TAG: IMAGE_ID})), Digests(), None)
+    with pytest.raises(json1.JSON1Error):
+        json1.canonical(keys.document(row))
+    assert len(keys(row)) == 64 and keys(row) != keys(manifest_rows(tmp_path, [{"id": "x"}])[0])
+
+
+def test_the_rows_of_the_chosen_lines_are_read_again_and_no_other(tmp_path: Path) -> None:
+    path = tmp_path / "m.jsonl"
+    path.write_text("".join(json.dumps({"id": f"r-{i}", "input": i}) + "\n\n" for i in range(6)))
+    defaults = Defaults(image=TAG)
+    lines = {row.line for row in check(path, defaults, None) if row.input in (1, 4)}
+    assert [row.id for row in rows_on(path, defaults, None, lines)] == ["r-1", "r-4"]
+    path.write_text(path.read_text().replace('"r-0"', '"R 0"'))  # an unread line may change
+    assert [row.input for row in rows_on(path, defaults, None, lines)] == [1, 4]
+
+
+def test_rows_share_their_sandbox_and_it_runs_the_planned_image_id(tmp_path: Path) -> None:
+    rows = manifest_rows(
+        tmp_path,
+        [
+            {"id": "a", "input": 1},
+            {"id": "b", "input": 2},
+            {"id": "other-command", "command": ["true"]},
+            {"id": "missing-image", "image": "flow-runner/no-such:latest"},
+        ],
+    )
+    engine = Engine({TAG: IMAGE_ID})
+    image_ids = ImageIds(lambda: engine)
+    for row in rows:
+        assert row.image is not None
+        image_ids(row.image)  # as planning does, for every row
+    engine.ids[TAG] = "sha256:" + "cd" * 32  # the tag rebuilt after planning
+    sandboxes = Sandboxes(image_ids, lambda: engine)
+    (a, _), (b, _), (other, _), (missing, _) = (sandboxes(row) for row in rows)
+    assert a is b and a is not other
+    assert isinstance(a, PinnedSandbox) and isinstance(a._sandbox, DockerSandbox)
+    assert a.image == IMAGE_ID and a.command is None and other.command == ["true"]  # type: ignore[attr-defined]
+    assert missing.image == "flow-runner/no-such:latest"  # type: ignore[attr-defined]
+
+
+class Backend:
+    """A sandbox whose image source is counted; the first ask fails when told to."""
+
+    name = "fake"
+
+    def __init__(self, fail_first: bool) -> None:
+        self.asked = 0
+        self.fail_first = fail_first
+
+    async def image_source(self) -> Any:
+        self.asked += 1
+        if self.fail_first and self.asked == 1:
+            raise ImageMissing("not yet")
+        return SimpleNamespace(image_id=IMAGE_ID, labels={})
+
+    def planned_paths(self, request: LaunchRequest) -> tuple[dict[str, str], str]:
+        return {}, "/scratch"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_pinned_sandbox_asks_for_its_image_once_but_not_a_refusal(
+    anyio_backend: str,
+) -> None:
+    backend = Backend(fail_first=True)
+    pinned = PinnedSandbox(backend)  # type: ignore[arg-type]
+    with pytest.raises(ImageMissing):
+        await pinned.image_source()
+    first = await pinned.image_source()
+    assert await pinned.image_source() is first and backend.asked == 2
+    assert pinned.name == "fake" and pinned.planned_paths(LaunchRequest()) == ({}, "/scratch")
