@@ -1,7 +1,7 @@
 """The attach connection: one hijacked socket carrying the component's stdio.
 
-The connection is taken out of docker-py (``Engine.attach_socket``) and served by an
-asyncio protocol of our own: every read the event loop makes is demultiplexed at once (the
+The connection is the engine's attach request, taken over (``Engine.attach_socket``,
+runner/sandbox/docker/http.py), and served by an asyncio protocol of our own: every read the event loop makes is demultiplexed at once (the
 stream arrives as 8-byte headers and frames of up to 32 KiB, split by
 :class:`AttachDemuxer`, sans-I/O), filed by stream, and wakes the one task waiting for that
 stream, if any. The socket is read as long as it is open, whoever reads what, so a reader
