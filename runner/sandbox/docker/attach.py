@@ -1,15 +1,16 @@
 """The attach connection: one hijacked socket carrying the component's stdio.
 
 The connection is the engine's attach request, taken over (``Engine.attach_socket``,
-runner/sandbox/docker/http.py), and served by an asyncio protocol of our own: every read the event loop makes is demultiplexed at once (the
-stream arrives as 8-byte headers and frames of up to 32 KiB, split by
-:class:`AttachDemuxer`, sans-I/O), filed by stream, and wakes the one task waiting for that
-stream, if any. The socket is read as long as it is open, whoever reads what, so a reader
-never waits on another and waiting for the end never waits on a reader (bytes nobody has
-taken are kept, as they were when the reader read the socket itself). A receive with bytes
-already filed returns them without a loop turn; stdin is a :class:`StdinWriter` (no lock,
-no checkpoint while the buffer has room). Half-closing stdin is a ``shutdown(SHUT_WR)`` on
-the socket, which the engine turns into EOF for the component (``StdinOnce``).
+runner/sandbox/docker/http.py), and served by an asyncio protocol of our own: every read
+the event loop makes is demultiplexed at once (the stream arrives as 8-byte headers and
+frames of up to 32 KiB, split by :class:`AttachDemuxer`, sans-I/O), filed by stream, and
+wakes the one task waiting for that stream, if any. The socket is read as long as it is
+open, whoever reads what, so a reader never waits on another and waiting for the end
+never waits on a reader (bytes nobody has taken are kept, as they were when the reader
+read the socket itself). A receive with bytes already filed returns them without a loop
+turn; stdin is a :class:`StdinWriter` (no lock, no checkpoint while the buffer has
+room). Half-closing stdin is a ``shutdown(SHUT_WR)`` on the socket, which the engine
+turns into EOF for the component (``StdinOnce``).
 
 This replaces anyio's socket stream, whose every receive added the socket to the selector
 and removed it again and whose every send took one more loop turn, and a reader that was
