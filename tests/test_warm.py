@@ -710,8 +710,8 @@ def test_the_console_script_imports_little_before_it_hands_off() -> None:
         )  # fmt: skip
     imported = set(done.stdout.split())
     assert imported <= {
-        "runner", "runner.launch", "runner.warm", "runner.warm.client", "runner.warm.rundir",
-        "runner.warm.key", "_blake2", "fcntl",
+        "runner", "runner.exits", "runner.launch", "runner.warm", "runner.warm.client",
+        "runner.warm.rundir", "runner.warm.key", "_blake2", "fcntl",
     }, imported  # fmt: skip
 
 
