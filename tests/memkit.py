@@ -100,6 +100,13 @@ class MemoryComponent:
         self.exited.set()
         await self.to_host.aclose()  # a killed process's stdout ends
 
+    async def finish(self, root: dict[str, Any]) -> None:
+        """Answer the root request ``done``, end stdout and exit, as a component does."""
+        done = {"jsonrpc": "2.0", "id": root["id"], "result": {"outcome": "done", "output": None}}
+        await self.to_host.send(json.dumps(done).encode() + b"\n")
+        await self.to_host.aclose()
+        await self.kill()
+
     async def frames(self) -> Any:
         """Every frame the host wrote, one object at a time."""
         buffer = b""

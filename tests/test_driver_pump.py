@@ -65,11 +65,7 @@ async def _exchange(chunks: list[bytes], answers: int, broker: _Broker) -> tuple
             seen.append(await frames.__anext__())
             if seen[-1]["id"] == "c:1":
                 broker.release.set()  # the held call 0 may finish once call 1 was answered
-        result = {"outcome": "done", "output": None}
-        done = {"jsonrpc": "2.0", "id": root["id"], "result": result}
-        await component.to_host.send(json.dumps(done).encode() + b"\n")
-        await component.to_host.aclose()
-        await component.kill()
+        await component.finish(root)
 
     with anyio.fail_after(10):
         async with anyio.create_task_group() as tg:
@@ -131,11 +127,7 @@ async def test_answers_a_component_leaves_unread_wait_for_it_in_order() -> None:
         assert component.from_host.statistics().current_buffer_used == 3
         while len(seen) < calls:
             seen.append(await frames.__anext__())
-        result = {"outcome": "done", "output": None}
-        done = {"jsonrpc": "2.0", "id": root["id"], "result": result}
-        await component.to_host.send(json.dumps(done).encode() + b"\n")
-        await component.to_host.aclose()
-        await component.kill()
+        await component.finish(root)
 
     with anyio.fail_after(10):
         async with anyio.create_task_group() as tg:
@@ -174,11 +166,7 @@ async def test_a_send_the_component_cancelled_while_it_was_queued_is_not_accepte
         while len(answers) < 2:
             frame = await frames.__anext__()
             answers[frame["id"]] = frame.get("result", frame.get("error"))
-        result = {"outcome": "done", "output": None}
-        done = {"jsonrpc": "2.0", "id": root["id"], "result": result}
-        await component.to_host.send(json.dumps(done).encode() + b"\n")
-        await component.to_host.aclose()
-        await component.kill()
+        await component.finish(root)
 
     with anyio.fail_after(10):
         async with anyio.create_task_group() as tg:
@@ -223,11 +211,7 @@ async def _answers(component: MemoryComponent, frames: list[bytes], broker: Any,
             for start in range(0, len(frame), 1 << 20):
                 await component.to_host.send(frame[start : start + (1 << 20)])
             answers.append(await replies.__anext__())
-        result = {"outcome": "done", "output": None}
-        done = {"jsonrpc": "2.0", "id": root["id"], "result": result}
-        await component.to_host.send(json.dumps(done).encode() + b"\n")
-        await component.to_host.aclose()
-        await component.kill()
+        await component.finish(root)
 
     with anyio.fail_after(30):
         async with anyio.create_task_group() as tg:
