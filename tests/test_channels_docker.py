@@ -656,7 +656,10 @@ def test_a_root_killed_mid_stream_leaves_no_container_and_no_queue(
     assert at_kill == {"sources": 1, "queued": QUEUE_ITEMS - 1}
     report = tree.execution.report
     assert tree.execution.verdict.result is None
-    assert (report.status, report.condition, report.host_kill) == ("failed", "CANCELLED", "cancel")
+    assert (report.status, report.condition) == ("failed", "CANCELLED")
+    # The kill is reported only if it is what ended the root (137): its CANCELLED answer
+    # and exit 0 may beat the SIGKILL (see below).
+    assert report.host_kill == ("cancel" if report.exit_code == 137 else None), report.exit_code
     (writer,) = report.children
     assert (writer.status, writer.condition) == ("failed", "CANCELLED")
     assert tree.images == [PLAN, PLAN]
