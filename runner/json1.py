@@ -16,10 +16,11 @@ Two decoders give the same verdict and the same value for every input:
 * the *fast* path (when ``orjson`` is importable): ``orjson`` parses and already refuses
   invalid UTF-8, BOMs, lone surrogates, non-finite numbers and trailing data, and the
   same survey checks the bounds. What orjson cannot report, duplicate names and number
-  tokens over 128 bytes, is settled at C speed: a document equal to the stdlib's compact
-  re-encoding of its value can hold neither; otherwise ``:`` bytes are counted and number
-  runs are found by one ``bytes.translate``. Whenever the fast path rejects or cannot be
-  sure, the pure path decides, so every error message comes from one place.
+  tokens over 128 bytes, is settled at C speed: no more ``:`` bytes than members and no
+  float in the tree rules out both; otherwise a document equal to the stdlib's compact
+  re-encoding of its value holds neither, and failing that number runs are found by one
+  ``bytes.translate``. Whenever the fast path rejects or cannot be sure, the pure path
+  decides, so every error message comes from one place.
 
 Encoding never uses orjson: orjson 3.13.0's ``dumps`` corrupts its heap (double free,
 SIGSEGV, the process dies) on ordinary valid trees of nested arrays with items after the
@@ -272,30 +273,67 @@ def _loads_fast(raw: bytes | bytearray) -> JSONValue:
     except orjson.JSONDecodeError:
         return _loads_pure(raw)
     survey = _survey(value, foreign=False)
-    if survey is None or not _tokens_kept(raw, value, survey.members):
+    if survey is None or not _tokens_kept(raw, value, survey):
         del value  # a refused tree is not kept alive while the pure path builds its own
         return _loads_pure(raw)
     return _without_negative_zero(value) if survey.negative_zero else value
 
 
-def _tokens_kept(raw: bytes | bytearray, value: Any, members: int) -> bool:
+def _tokens_kept(raw: bytes | bytearray, value: Any, survey: _Survey) -> bool:
     """True when the document has no duplicate member name and no number token over 128
     bytes: the two things orjson does not report.
 
-    Most documents are compact with minimal escapes, and then the value's compact
-    encoding *is* the document: it cannot hold a duplicate or a long token. Otherwise the
-    ``:`` bytes are counted: the document's are its members plus the colons inside
-    strings, the encoding's are the members orjson kept plus the same colons, unless one
-    was written as a ``\\u003a`` escape (then the pure path decides). Number tokens are
-    runs of number bytes, found after one translation.
+    Duplicates: every member of the document has its ``:``, and the other ``:`` bytes are
+    inside strings, so a document with no more ``:`` bytes than the members orjson kept
+    has no member orjson dropped. Number tokens: orjson decodes a token without a
+    fraction or exponent as an ``int`` (one within ±(2^53−1) has at most 17 bytes) and
+    any longer integer as a ``float``, so only a tree with a float can have come from a
+    long token. So a tree of strings and integers is settled by one ``bytes.count`` when
+    its strings hold no ``:``, and, if it is small, when the document has exactly as many
+    as the tree's strings and names plus its members: without a ``\\u003a`` escape the
+    document's strings hold at least the tree's colons, and a dropped member would add its
+    own. A channel item of 1 MiB of text costs a count, not a re-encoding.
+
+    Otherwise, most documents are compact with minimal escapes, and then the value's
+    compact encoding *is* the document: it can hold neither. Failing that, number tokens
+    are runs of number bytes, found after one translation, and the encoding's ``:`` bytes
+    are the members orjson kept plus the same colons inside strings, unless one was
+    written as a ``\\u003a`` escape (then the pure path decides).
     """
+    colons = raw.count(b":")
+    if not survey.floats and (
+        colons == survey.members
+        or (
+            survey.small
+            and b"\\u003" not in raw
+            and colons == survey.members + _colons_in_strings(value)
+        )
+    ):
+        return True
     encoded = _COMPACT(value).encode()
     if encoded == raw:
         return True
-    if raw.translate(_NUMBER_BYTES).find(_LONG_NUMBER) >= 0:
+    if survey.floats and raw.translate(_NUMBER_BYTES).find(_LONG_NUMBER) >= 0:
         return False
-    colons = raw.count(b":")
-    return colons == members or (b"\\u003" not in raw and encoded.count(b":") == colons)
+    return colons == survey.members or (
+        b"\\u003" not in raw and encoded.count(b":") == colons
+    )
+
+
+def _colons_in_strings(root: object) -> int:
+    """The ``:`` characters in a small decoded tree's strings and member names."""
+    count = 0
+    pending: list[Any] = [root]
+    for value in pending:
+        kind = type(value)
+        if kind is str:
+            count += value.count(":")
+        elif kind is dict:
+            count += sum(name.count(":") for name in value)
+            pending += value.values()
+        elif kind is list:
+            pending += value
+    return count
 
 
 # --- decoding: pure path -------------------------------------------------------------
@@ -409,6 +447,7 @@ class _Survey(NamedTuple):
     members: int  # members in all objects
     negative_zero: bool  # any -0.0 in the tree
     floats: bool  # any float in the tree
+    small: bool = False  # at most _SMALL_TREE values (one plain walk took it)
 
 
 class _TooLarge(Exception):
@@ -469,7 +508,7 @@ def _survey(root: object, *, foreign: bool) -> _Survey | None:
                 return None
     members = sum(map(len, all_dicts))
     if _containers_fit(all_dicts, all_lists, members, nodes - members, foreign):
-        return _Survey(members, negative_zero, floats)
+        return _Survey(members, negative_zero, floats)  # the level-by-level survey
     return None
 
 
@@ -518,7 +557,7 @@ def _walk(root: object) -> _Survey | None:
                 negative_zero = negative_zero or _is_negative_zero(value)
         elif value is not None and kind is not bool:
             return None
-    return _Survey(members, negative_zero, floats)
+    return _Survey(members, negative_zero, floats, small=True)
 
 
 def _containers_fit(

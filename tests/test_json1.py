@@ -736,3 +736,38 @@ def test_orjson_dumps_is_never_called(monkeypatch: pytest.MonkeyPatch) -> None:
         document = dumps(value)
         assert loads(document) == value and loads(document.replace(b",", b", ")) == value
         assert canonical(value) == canonical(loads(document))
+
+
+@pytest.mark.parametrize(
+    ("document", "reason"),
+    [
+        # One more colon than members, hidden by an escaped colon in the kept name.
+        (b'{"k\\u003a":1,"k\\u003a":2}', "duplicate member name 'k:'"),
+        (b'{"k\\u003A":"a:","k\\u003A":"b"}', "duplicate member name 'k:'"),
+        # The dropped member's colons are in strings too.
+        (b'{"x":"a:b","x":"c"}', "duplicate member name 'x'"),
+        (b'{"x:":1,"x:":2}', "duplicate member name 'x:'"),
+        (b'{"c":"port:events","p":{"c":"port:events","c":1}}', "duplicate member name 'c'"),
+        # Long tokens come with floats; a colon elsewhere does not let them through.
+        (b'{"c":"a:b","n":1.' + b"0" * 200 + b"}", "number token longer than 128 bytes"),
+        (b'[1e0' + b"0" * 200 + b"1]", "number token longer than 128 bytes"),
+    ],
+)
+def test_the_fast_paths_colon_count_is_not_fooled(document: bytes, reason: str) -> None:
+    # The fast path settles documents by counting colons; these must reach the pure one.
+    with pytest.raises(JSON1Error) as caught:
+        json1._loads_fast(document)
+    assert caught.value.reason == reason
+
+
+def test_a_large_text_item_is_settled_without_re_encoding(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A channel item of 1 MiB of text: one count of the colons, no compact encoding.
+    def no_encoding(value: object) -> str:
+        raise AssertionError("re-encoded")
+
+    frame = b'{"method":"channel/send","params":{"channel":"port:a","item":"%s"}}' % (
+        b"x" * 1_048_576
+    )
+    monkeypatch.setattr(json1, "_COMPACT", no_encoding)
+    value = json1._loads_fast(frame)
+    assert isinstance(value, dict) and len(value["params"]["item"]) == 1_048_576
