@@ -85,14 +85,16 @@ _UTF16_ORDER_DIFFERS: Final = re.compile(rb"[\xee-\xf4]")
 _SMALL_TREE: Final = 32
 
 
-def _text_encoder(*, sort_keys: bool) -> Callable[[object], str]:
+def _text_encoder(
+    *, sort_keys: bool, escape: Callable[[str], str] = json.encoder.encode_basestring
+) -> Callable[[object], str]:
     """Compact text by the stdlib's C encoder (never orjson's: see above), called directly.
 
     ``JSONEncoder.encode`` builds this very encoder anew on every call (with the same
     arguments: no circularity markers, the C string escaper), which costs more than
     encoding a small frame; making it once gives the same text. Without markers the C
     encoder would recurse on a cycle, but every tree reaches it only after a survey,
-    which refuses cycles and depth beyond 128.
+    which refuses cycles and depth beyond 128. ``escape`` writes one string's JSON text.
     """
     encoder = json.JSONEncoder(
         ensure_ascii=False, separators=(",", ":"), check_circular=False, sort_keys=sort_keys
@@ -101,14 +103,34 @@ def _text_encoder(*, sort_keys: bool) -> Callable[[object], str]:
     if make is None:  # an interpreter without the C accelerator
         return encoder.encode
     c_encode = make(
-        None, encoder.default, json.encoder.encode_basestring, None, ":", ",", sort_keys,
-        False, True,
+        None, encoder.default, escape, None, ":", ",", sort_keys, False, True,
     )  # fmt: skip
     return lambda value: "".join(c_encode(value, 0))
 
 
+# The characters the stdlib's escaper rewrites (ensure_ascii=False), likeliest first.
+_ESCAPED: Final = tuple(dict.fromkeys(("\n", '"', "\\", "\t", "\r", *map(chr, range(32)))))
+# A string this long is checked for them before it is escaped (see _escape_long).
+_LONG_TEXT: Final = 16_384
+
+
+def _escape_long(text: str) -> str:
+    """A string's JSON text as the stdlib's escaper writes it, faster for long text.
+
+    That escaper reads a string character by character, about 2 ms a MiB; most long
+    text has no character it rewrites, which one ``in`` per character (a memchr) shows,
+    and then the text is the string between quotes.
+    """
+    if len(text) >= _LONG_TEXT and not any(char in text for char in _ESCAPED):
+        return '"' + text + '"'
+    return json.encoder.encode_basestring(text)  # type: ignore[no-any-return]
+
+
 # Compact UTF-8 text.
 _COMPACT: Final = _text_encoder(sort_keys=False)
+# The same, for a tree with a string of _LONG_TEXT characters or more (a Python call per
+# string costs a small tree more than the escaper saves).
+_COMPACT_LONG: Final = _text_encoder(sort_keys=False, escape=_escape_long)
 # The same with names sorted by code point: RFC 8785's text for a tree without floats.
 _SORTED: Final = _text_encoder(sort_keys=True)
 # Decoding a document this large runs with the cyclic collector paused (see loads).
@@ -191,7 +213,7 @@ def dumps(value: object) -> bytes:
         raise _violation(value) or JSON1Error("value outside JSON/1")
     tree = _without_negative_zero(value) if survey.negative_zero else value
     try:
-        return _COMPACT(tree).encode()
+        return (_COMPACT_LONG if survey.long_text else _COMPACT)(tree).encode()
     except UnicodeEncodeError:
         raise _violation(tree) or JSON1Error("lone surrogate") from None
 
@@ -315,9 +337,7 @@ def _tokens_kept(raw: bytes | bytearray, value: Any, survey: _Survey) -> bool:
         return True
     if survey.floats and raw.translate(_NUMBER_BYTES).find(_LONG_NUMBER) >= 0:
         return False
-    return colons == survey.members or (
-        b"\\u003" not in raw and encoded.count(b":") == colons
-    )
+    return colons == survey.members or (b"\\u003" not in raw and encoded.count(b":") == colons)
 
 
 def _colons_in_strings(root: object) -> int:
@@ -447,6 +467,7 @@ class _Survey(NamedTuple):
     members: int  # members in all objects
     negative_zero: bool  # any -0.0 in the tree
     floats: bool  # any float in the tree
+    long_text: bool  # a string of _LONG_TEXT characters or more
     small: bool = False  # at most _SMALL_TREE values (one plain walk took it)
 
 
@@ -470,7 +491,7 @@ def _survey(root: object, *, foreign: bool) -> _Survey | None:
         pass
     low, high, string_chars = -MAX_SAFE_INTEGER, MAX_SAFE_INTEGER, _STRING_CHARS
     nodes = depth = 0
-    negative_zero = floats = False
+    negative_zero = floats = long_text = False
     dicts: list[dict[Any, Any]] = []
     lists: list[list[Any]] = [[root]]  # a wrapper at depth 0 holds the root
     all_dicts: list[dict[Any, Any]] = []
@@ -489,8 +510,10 @@ def _survey(root: object, *, foreign: bool) -> _Survey | None:
         for value in values:
             kind = type(value)
             if kind is str:
-                if len(value) > string_chars and _utf8_len(value) > MAX_STRING_BYTES:
-                    return None
+                if len(value) >= _LONG_TEXT:
+                    long_text = True
+                    if len(value) > string_chars and _utf8_len(value) > MAX_STRING_BYTES:
+                        return None
             elif kind is float:
                 floats = True
                 if not (value and low <= value <= high):
@@ -508,7 +531,7 @@ def _survey(root: object, *, foreign: bool) -> _Survey | None:
                 return None
     members = sum(map(len, all_dicts))
     if _containers_fit(all_dicts, all_lists, members, nodes - members, foreign):
-        return _Survey(members, negative_zero, floats)  # the level-by-level survey
+        return _Survey(members, negative_zero, floats, long_text)
     return None
 
 
@@ -522,13 +545,15 @@ def _walk(root: object) -> _Survey | None:
     low, high = -MAX_SAFE_INTEGER, MAX_SAFE_INTEGER
     room = _SMALL_TREE - 1  # the root is one value
     members = 0
-    negative_zero = floats = False
+    negative_zero = floats = long_text = False
     pending: list[Any] = [root]
     for value in pending:  # the list grows as containers are met: breadth first
         kind = type(value)
         if kind is str:
-            if len(value) > _STRING_CHARS and _utf8_len(value) > MAX_STRING_BYTES:
-                return None
+            if len(value) >= _LONG_TEXT:
+                long_text = True
+                if len(value) > _STRING_CHARS and _utf8_len(value) > MAX_STRING_BYTES:
+                    return None
         elif kind is dict:
             size = len(value)
             room -= size
@@ -557,7 +582,7 @@ def _walk(root: object) -> _Survey | None:
                 negative_zero = negative_zero or _is_negative_zero(value)
         elif value is not None and kind is not bool:
             return None
-    return _Survey(members, negative_zero, floats, small=True)
+    return _Survey(members, negative_zero, floats, long_text, small=True)
 
 
 def _containers_fit(

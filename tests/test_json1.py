@@ -750,7 +750,7 @@ def test_orjson_dumps_is_never_called(monkeypatch: pytest.MonkeyPatch) -> None:
         (b'{"c":"port:events","p":{"c":"port:events","c":1}}', "duplicate member name 'c'"),
         # Long tokens come with floats; a colon elsewhere does not let them through.
         (b'{"c":"a:b","n":1.' + b"0" * 200 + b"}", "number token longer than 128 bytes"),
-        (b'[1e0' + b"0" * 200 + b"1]", "number token longer than 128 bytes"),
+        (b"[1e0" + b"0" * 200 + b"1]", "number token longer than 128 bytes"),
     ],
 )
 def test_the_fast_paths_colon_count_is_not_fooled(document: bytes, reason: str) -> None:
@@ -771,3 +771,27 @@ def test_a_large_text_item_is_settled_without_re_encoding(monkeypatch: pytest.Mo
     monkeypatch.setattr(json1, "_COMPACT", no_encoding)
     value = json1._loads_fast(frame)
     assert isinstance(value, dict) and len(value["params"]["item"]) == 1_048_576
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "x" * json1._LONG_TEXT,
+        "é" * json1._LONG_TEXT,
+        "\U0001f600\u2028\x7f" * json1._LONG_TEXT,
+        *("x" * json1._LONG_TEXT + char for char in json1._ESCAPED),
+    ],
+)
+def test_long_text_is_encoded_as_the_stdlib_writes_it(text: str) -> None:
+    # Long strings skip the stdlib's escaper when nothing in them needs escaping; every
+    # character it rewrites must still send them through it.
+    tree = {"item": [text, {"n": 1}], "name": text[-3:]}
+    expected = json.dumps(tree, ensure_ascii=False, separators=(",", ":")).encode()
+    assert dumps(tree) == expected
+    assert dumps(text) == json.dumps(text, ensure_ascii=False).encode()
+
+
+def test_a_lone_surrogate_in_long_text_is_refused() -> None:
+    with pytest.raises(JSON1Error) as caught:
+        dumps({"a": "x" * json1._LONG_TEXT + "\ud800"})
+    assert (caught.value.reason, caught.value.pointer) == ("lone surrogate in string", "/a")
