@@ -123,7 +123,7 @@ def _escape_long(text: str) -> str:
     """
     if len(text) >= _LONG_TEXT and not any(char in text for char in _ESCAPED):
         return '"' + text + '"'
-    return json.encoder.encode_basestring(text)  # type: ignore[no-any-return]
+    return json.encoder.encode_basestring(text)
 
 
 # Compact UTF-8 text.
