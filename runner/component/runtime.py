@@ -61,7 +61,7 @@ from runner.component.messages import (
     standard_error_frame,
 )
 from runner.component.model import JSONObject, RunResult
-from runner.component.wire import Delivery, FrameReader, take_stdio, write_frame
+from runner.component.wire import Delivery, start_reader, take_stdio, write_frame
 from runner.json1 import JSONValue
 
 Handler = Callable[[RunContext], Awaitable[RunResult | Mapping[str, JSONValue]]]
@@ -110,7 +110,7 @@ def run(handler: Handler, limits: Limits) -> int:
     loop = asyncio.new_event_loop()
     try:
         runtime = _Runtime(handler, limits, loop, output_fd)
-        FrameReader(input_fd, loop, runtime.receive).start()
+        start_reader(input_fd, loop, runtime.receive)
         return loop.run_until_complete(runtime.exit)
     finally:
         _shut_down(loop)

@@ -1,12 +1,15 @@
-"""Frames over the process's stdin and stdout: LF framing, a reader thread, a looping writer.
+"""Frames over the process's stdin and stdout: LF framing, a reader, a looping writer.
 
-Why a thread for stdin: the same component runs under a plain pipe, a socket pair,
-Docker's attach stream (pipes fed by the engine) and gVisor. Blocking ``os.read`` on
-fd 0 works for all of them (and for a regular file), where asyncio's pipe transports
-refuse files and some descriptor kinds. The thread only reads and splits lines; it
-hands the frames of each read to the event loop, and waits for the loop to finish with
-them before handing over more than a few batches (backpressure, so a flooding host
-cannot grow memory).
+How stdin is read: the same component runs under a plain pipe, a socket pair, Docker's
+attach stream (pipes fed by the engine), gVisor, and a regular file. A pipe or a socket
+(every host's case) is watched by the event loop itself (:class:`LoopReader`): each read
+is one ``os.read`` when the loop sees bytes, its frames handled before the loop reads
+again, so a flooding host cannot grow memory. Anything else (a file, a terminal) is read
+by a thread with blocking ``os.read`` (:class:`FrameReader`), which works for every
+descriptor kind; it only reads and splits lines, hands the frames of each read to the
+loop and waits for the loop to finish with them before handing over more than a few
+batches. The thread costs a hand-off per read (a wake-up of the loop and a switch of
+the interpreter lock), which was a large part of a call's round trip.
 
 Why blocking writes from the loop thread: a write is one frame, looped until every
 byte is out (gVisor returns short writes above 64 KiB), and writes can then never
@@ -23,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import os
 import select
+import stat
 import sys
 import threading
 from collections.abc import Callable
@@ -68,6 +72,60 @@ class Framer:
         if len(self._partial) + (end - start) > MAX_FRAME_BYTES:
             raise protocol_error("a frame exceeds 16,777,216 bytes")
         self._partial += data[start:end]
+
+
+def start_reader(
+    fd: int, loop: asyncio.AbstractEventLoop, deliver: Callable[[Delivery], None]
+) -> None:
+    """Read frames from ``fd`` into ``deliver`` on ``loop``: in the loop for a pipe or a
+    socket, else from a thread."""
+    mode = os.fstat(fd).st_mode
+    if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+        LoopReader(fd, loop, deliver).start()
+    else:
+        FrameReader(fd, loop, deliver).start()
+
+
+class LoopReader:
+    """Frames from a pipe or socket ``fd``, read when the event loop sees it readable.
+
+    The descriptor is left as it is (blocking or not): after the loop reports it readable
+    a read returns at once, and a spurious report of a non-blocking one reads nothing.
+    """
+
+    def __init__(
+        self, fd: int, loop: asyncio.AbstractEventLoop, deliver: Callable[[Delivery], None]
+    ) -> None:
+        self._fd = fd
+        self._loop = loop
+        self._deliver = deliver
+        self._framer = Framer()
+
+    def start(self) -> None:
+        self._loop.add_reader(self._fd, self._readable)
+
+    def _readable(self) -> None:
+        try:
+            chunk = os.read(self._fd, _READ_SIZE)
+        except BlockingIOError:
+            return
+        except OSError as error:
+            self._end(ChannelFault("CHANNEL_LOST", f"reading stdin failed: {error}"))
+            return
+        if not chunk:
+            self._end(self._framer.end())
+            return
+        try:
+            frames = self._framer.feed(chunk)
+        except ChannelFault as fault:
+            self._end(fault)
+            return
+        if frames:
+            self._deliver(frames)
+
+    def _end(self, delivery: Delivery) -> None:
+        self._loop.remove_reader(self._fd)
+        self._deliver(delivery)
 
 
 class FrameReader:
