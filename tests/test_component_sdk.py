@@ -690,3 +690,31 @@ def test_sdk_imports_with_the_standard_library_alone(tmp_path: Path) -> None:
     )
     assert completed.returncode == 0, completed.stderr
     assert "runner.component.runtime" in completed.stdout
+
+
+# --- what stdin is -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["pipe", "socket", "file"])
+def test_stdin_of_every_kind_is_read(kind: str, tmp_path: Path) -> None:
+    # A pipe or a socket is read in the component's event loop; a regular file (which
+    # the loop cannot watch) by the reader thread. Each must deliver the frame.
+    frame = json.dumps(request(ROOT_ID, "flow/run", {})).encode() + b"\n"
+    env = {**os.environ, "PYTHONPATH": str(CHECKOUT)}
+    command = [sys.executable, str(SCENARIOS)]
+    if kind == "file":
+        path = tmp_path / "stdin"
+        path.write_bytes(frame)
+        with path.open("rb") as stdin:
+            ran = subprocess.run(command, stdin=stdin, capture_output=True, env=env, timeout=30)
+    elif kind == "socket":
+        ours, theirs = socket.socketpair()
+        with ours, theirs:
+            ours.sendall(frame)
+            ran = subprocess.run(command, stdin=theirs, capture_output=True, env=env, timeout=30)
+    else:
+        ran = subprocess.run(command, input=frame, capture_output=True, env=env, timeout=30)
+    (line,) = ran.stdout.splitlines()
+    response = json.loads(line)
+    assert (response["id"], response["error"]["code"]) == (ROOT_ID, -32602), ran.stderr
+    assert ran.returncode == 0, ran.stderr
