@@ -342,18 +342,18 @@ def _tokens_kept(raw: bytes | bytearray, value: Any, survey: _Survey) -> bool:
 
 def _colons_in_strings(root: object) -> int:
     """The ``:`` characters in a small decoded tree's strings and member names."""
-    count = 0
+    texts: list[str] = []
     pending: list[Any] = [root]
     for value in pending:
         kind = type(value)
         if kind is str:
-            count += value.count(":")
+            texts.append(value)
         elif kind is dict:
-            count += sum(name.count(":") for name in value)
+            texts += value  # the names
             pending += value.values()
         elif kind is list:
             pending += value
-    return count
+    return "".join(texts).count(":")
 
 
 # --- decoding: pure path -------------------------------------------------------------
