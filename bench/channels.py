@@ -36,7 +36,10 @@ Throughput: items/s = N / seconds, MB/s = N × (bytes of the item's JSON text) /
 10^6 (66 and 1,048,578 bytes; the raw lines carry the same text and a newline). Reported:
 the medians over the rounds, the ratio host/raw (median of the per-round ratios), and CPU
 per item during the stream: of this process (sampled every 5 ms by a thread, interpolated
-at the components' timestamps) and of W and R (their ``time.process_time()``).
+at the components' timestamps), of the engine (``dockerd``'s user + system time from
+``/proc``, sampled alike: it copies every byte between a container's pipes and the attach
+socket, so a relayed item costs it twice what an echoed line does) and of W and R (their
+``time.process_time()``).
 
 ``--profile`` instead runs each host case once under cProfile (this process: the host)
 and prints where the host's time goes.
@@ -50,13 +53,14 @@ import argparse
 import bisect
 import cProfile
 import json
+import os
 import pstats
 import statistics
 import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,8 +90,34 @@ class Measured:
     seconds: float
     host_cpu: float
     """CPU seconds of this process during the stream."""
+    engine_cpu: float
+    """CPU seconds of the engine (``dockerd``, which copies every byte of a container's
+    stdio between its pipes and the attach socket) during the stream."""
     writer_cpu: float | None = None
     reader_cpu: float | None = None
+
+
+def engine_pid() -> int | None:
+    """The pid of the ``dockerd`` this machine runs, if one is visible here."""
+    for proc in Path("/proc").iterdir():
+        with suppress(OSError):
+            if proc.name.isdigit() and (proc / "comm").read_text().strip() == "dockerd":
+                return int(proc.name)
+    return None
+
+
+ENGINE_PID = engine_pid()
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def engine_cpu() -> float:
+    """CPU seconds ``dockerd`` has used (user + system); 0 if it is not visible."""
+    if ENGINE_PID is None:
+        return 0.0
+    with suppress(OSError):
+        fields = Path(f"/proc/{ENGINE_PID}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / TICK
+    return 0.0
 
 
 def item_of(chars: int) -> str:
@@ -138,19 +168,19 @@ def tree_plan(item: str, n: int) -> JSONValue:
 
 
 class CpuSampler:
-    """(monotonic, process CPU) pairs every ``period`` seconds, from a thread."""
+    """(monotonic, process CPU, engine CPU) every ``period`` seconds, from a thread."""
 
     def __init__(self, period: float = 0.005) -> None:
         self.period = period
-        self.samples: list[tuple[float, float]] = []
+        self.samples: list[tuple[float, float, float]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         while True:
-            self.samples.append((time.monotonic(), time.process_time()))
+            self.samples.append((time.monotonic(), time.process_time(), engine_cpu()))
             if self._stop.wait(self.period):
-                self.samples.append((time.monotonic(), time.process_time()))
+                self.samples.append((time.monotonic(), time.process_time(), engine_cpu()))
                 return
 
     @contextmanager
@@ -162,11 +192,13 @@ class CpuSampler:
             self._stop.set()
             self._thread.join()
 
-    def cpu_at(self, moment: float) -> float:
-        """Process CPU seconds at ``moment``, interpolated between the samples around it."""
-        times = [t for t, _ in self.samples]
+    def cpu_at(self, moment: float, which: int = 1) -> float:
+        """CPU seconds at ``moment`` of this process (``which`` 1) or of the engine (2),
+        interpolated between the samples around it."""
+        times = [sample[0] for sample in self.samples]
         i = min(max(bisect.bisect_left(times, moment), 1), len(times) - 1)
-        (t_a, c_a), (t_b, c_b) = self.samples[i - 1], self.samples[i]
+        t_a, c_a = self.samples[i - 1][0], self.samples[i - 1][which]
+        t_b, c_b = self.samples[i][0], self.samples[i][which]
         return c_a + (c_b - c_a) * (moment - t_a) / (t_b - t_a) if t_b > t_a else c_b
 
 
@@ -197,7 +229,8 @@ def through_host(config: Path, item: str, n: int) -> Measured:
     if not (before < start < end < after and start < w_end < after):
         raise RuntimeError(f"clocks out of order: {before} {start} {w_end} {end} {after}")
     host_cpu = sampler.cpu_at(end) - sampler.cpu_at(start)
-    return Measured(end - start, host_cpu, w_cpu1 - w_cpu0, r_cpu1 - r_cpu0)
+    engine = sampler.cpu_at(end, 2) - sampler.cpu_at(start, 2)
+    return Measured(end - start, host_cpu, engine, w_cpu1 - w_cpu0, r_cpu1 - r_cpu0)
 
 
 def through_raw(item: str, n: int, lockstep: bool) -> Measured:
@@ -210,7 +243,7 @@ def through_raw(item: str, n: int, lockstep: bool) -> Measured:
             stdin, stdout = running.stdin, running.stdout
             await stdin.send(b"ready\n")
             await read_lines(stdout, 1)
-            cpu0, started = time.process_time(), time.monotonic()
+            cpu0, engine0, started = time.process_time(), engine_cpu(), time.monotonic()
             if lockstep:
                 for _ in range(n):
                     await stdin.send(line)
@@ -224,7 +257,8 @@ def through_raw(item: str, n: int, lockstep: bool) -> Measured:
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(write)
                     await read_lines(stdout, n)
-            measured = Measured(time.monotonic() - started, time.process_time() - cpu0)
+            seconds, cpu = time.monotonic() - started, time.process_time() - cpu0
+            measured = Measured(seconds, cpu, engine_cpu() - engine0)
             await stdin.aclose()
             if await running.wait() != 0:
                 raise RuntimeError("the echo container failed")
@@ -296,8 +330,8 @@ def main() -> None:
 
     print(f"image {args.image}, default profile, {args.rounds} rounds (medians)\n")
     print("| items | side | N | items/s | MB/s | ÷ raw | ÷ raw lock-step | "
-          "host CPU µs/item | W CPU µs/item | R CPU µs/item |")  # fmt: skip
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "host CPU µs/item | engine CPU µs/item | W CPU µs/item | R CPU µs/item |")  # fmt: skip
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for case, (item, n) in cases.items():
         size = len(json.dumps(item))
         raw = [m.seconds for m in results[case, "raw"]]
@@ -311,11 +345,13 @@ def main() -> None:
             w = [m.writer_cpu for m in ms if m.writer_cpu is not None]
             r = [m.reader_cpu for m in ms if m.reader_cpu is not None]
             host_us = statistics.median(m.host_cpu for m in ms) / n * 1e6
+            engine_us = statistics.median(m.engine_cpu for m in ms) / n * 1e6
             w_us = f"{statistics.median(w) / n * 1e6:,.0f}" if w else ""
             r_us = f"{statistics.median(r) / n * 1e6:,.0f}" if r else ""
             rate, mbps = n / median, n * size / median / 1e6
             print(f"| {case} | {side} | {n:,} | {rate:,.0f} | {mbps:,.2f} | {vs_raw:.2f} | "
-                  f"{vs_step:.2f} | {host_us:,.0f} | {w_us} | {r_us} |")  # fmt: skip
+                  f"{vs_step:.2f} | {host_us:,.0f} | {engine_us:,.0f} | {w_us} | "
+                  f"{r_us} |")  # fmt: skip
     print("\nper round, items/s (host / raw / raw lock-step):")
     for case, (_, n) in cases.items():
         rows = zip(*(results[case, side] for side in sides), strict=True)
