@@ -25,6 +25,7 @@ import typer.main
 from runner.cli.app import COMMANDS, SUB_APPS, app
 
 ROOT = Path(__file__).resolve().parents[1]
+FAKE_IMAGE = "flow-runner/fake-component:latest"
 
 REPORT_MODULES = r"""
 import json, os, sys
@@ -44,7 +45,7 @@ OTHER_COMMANDS = frozenset(
     | {"runner.cli.policy"}
 )
 NOT_FOR_A_RUN = OTHER_COMMANDS | {
-    "pydantic",  # the configuration, a profile file, --report: none given here
+    "pydantic",  # the configuration, a profile file (--report writes its JSON without it)
     "pydantic_core",
     "runner.config",
     "runner.flows",
@@ -98,14 +99,17 @@ def test_exec_of_an_image_imports_only_the_run(tmp_path: Path) -> None:
 
 @pytest.mark.docker
 def test_a_run_of_an_image_without_a_package_imports_no_docker_py(tmp_path: Path) -> None:
-    """The whole run: sweep, inspect, create, attach, start, wait, remove. The first run
-    reads the image (it has no package directory) through docker-py's archive call, once
-    per image id; the second finds that in the package cache."""
-    args = ("exec", "--quiet", "--input", '{"name": "Ada"}', "flow-runner/fake-component:latest")
+    """The whole run: sweep, inspect, create, attach, start, wait, remove, and its report
+    written. The first run reads the image (it has no package directory) through
+    docker-py's archive call, once per image id; the second finds that in the package
+    cache."""
+    report = tmp_path / "report.json"
+    args = ("exec", "-q", "--report", str(report), "--input", '{"name": "Ada"}', FAKE_IMAGE)
     first, _ = imported(tmp_path, *args)
     assert first.returncode == 0, first.stderr
     done, modules = imported(tmp_path, *args)
     assert done.returncode == 0 and json.loads(done.stdout)["output"] == {"name": "Ada"}
+    assert json.loads(report.read_text())["status"] == "succeeded"
     assert {"runner.sandbox.docker.sandbox", "runner.sandbox.gc", "runner.host.driver"} <= modules
     assert modules & (NOT_FOR_A_RUN | DOCKER_PY) == set()
 
