@@ -70,8 +70,8 @@ class Execution:
 
     A run records its report's fields; the report, a pydantic model, is built from them
     the first time :attr:`report` is read. The CLI reads the verdict and :attr:`lost`,
-    and the report only for ``--report``: a run that writes none never imports pydantic
-    (bench/README.md, Start-up imports).
+    and for ``--report`` its JSON (:meth:`report_json`): a run never imports pydantic
+    for them (bench/README.md, Start-up imports).
     """
 
     __slots__ = ("_fields", "_report", "verdict")
@@ -93,6 +93,17 @@ class Execution:
             self._report = RunReport(**self._fields)
             self._fields = {}
         return self._report
+
+    def report_json(self) -> str:
+        """``report.model_dump_json(indent=2)``, written without building the report where
+        its fields allow (``runner.report_json``): ``--report`` then imports no pydantic."""
+        if self._report is None:
+            from runner.report_json import report_json
+
+            text = report_json(self._fields)
+            if text is not None:
+                return text
+        return self.report.model_dump_json(indent=2)
 
     @property
     def lost(self) -> str | None:

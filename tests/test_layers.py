@@ -16,8 +16,9 @@ Layers point one way. Read from the top::
 ``component/`` is the SDK that component images carry (stdlib only): it stands beside the
 map and imports json1 and itself. ``warm/`` (the warm runner's client, server and wire,
 stdlib only) stands beside it too: ``launch`` and ``cli`` use it, it imports only
-``runner``. ``runner`` itself (``__version__``), ``report`` (the RunReport model) and
-``durations`` (``30s``, ``2m``) are leaves any layer above them may read.
+``runner``. ``runner`` itself (``__version__``), ``report`` (the RunReport model),
+``report_json`` (its JSON without pydantic) and ``durations`` (``30s``, ``2m``) are leaves
+any layer above them may read.
 
 Every import counts: top level, inside functions (an import put in a function to dodge a
 cycle is still a dependency) and under ``TYPE_CHECKING``. An import of ``a.b.c`` also
@@ -38,7 +39,8 @@ _BELOW_API = frozenset(
     {"runner.host", "runner.package", "runner.contracts", "runner.sandbox"}
     | {"runner.protocol", "runner.json1", "runner"}
 )
-_API = _BELOW_API | {"runner.api", "runner.report", "runner.durations", "runner.exits"}
+_API = _BELOW_API | {"runner.api", "runner.report", "runner.report_json"}
+_API |= {"runner.durations", "runner.exits"}
 _FLOWS = _API | {"runner.flows", "runner.config"}
 
 ALLOWED: Mapping[str, frozenset[str]] = {
@@ -56,9 +58,10 @@ ALLOWED: Mapping[str, frozenset[str]] = {
         {"runner.contracts", "runner.sandbox", "runner.protocol", "runner.json1", "runner"}
     ),
     "runner.report": frozenset({"runner.json1"}),
+    "runner.report_json": frozenset(),
     "runner.durations": frozenset(),
     "runner.exits": frozenset(),
-    "runner.api": _BELOW_API | {"runner.report"},
+    "runner.api": _BELOW_API | {"runner.report", "runner.report_json"},
     "runner.config": frozenset(
         {"runner.host", "runner.protocol", "runner.json1", "runner", "runner.durations"}
     ),

@@ -13,24 +13,26 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import random
 import secrets
 import signal
+import socket
 import stat
 import subprocess
+import threading
 import time
+import urllib.parse
 import uuid
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import docker.errors
 import pytest
-import requests
 
 from execkit import (
     CLI,
@@ -47,10 +49,12 @@ from execkit import (
     start,
     wait_running,
 )
+from runner.sandbox.docker.http import EngineHttp
 from runner.sandbox.errors import DockerSandboxError
-from runner.sandbox.gc import Sweeper, sweep
+from runner.sandbox.gc import Sweeper, sweep_engine
 from runner.sandbox.labels import (
     KEY_FILE,
+    LABEL_INSPECT,
     LABEL_MAC,
     LABEL_OWNER,
     LABEL_PROCESS,
@@ -394,33 +398,50 @@ def test_the_label_key_is_made_once_and_only_its_owner_may_read_it(tmp_path: Pat
     label_key.cache_clear()
 
 
-class RacingApi:
-    """An engine API on which another sweep is already removing the first leftover."""
-
-    def __init__(self, labels: dict[str, str]) -> None:
-        self.labels = labels
-        self.removed: list[str] = []
-
-    def containers(self, **options: Any) -> list[dict[str, Any]]:
-        if options["filters"]["label"] != LABEL_RUN_ID:
-            return []  # the sweep also lists package-reading containers: none here
-        return [
-            {"Id": "a" * 64, "Labels": self.labels, "State": "exited"},
-            {"Id": "b" * 64, "Labels": self.labels, "State": "exited"},
-        ]
-
-    def remove_container(self, container_id: str, **options: Any) -> None:
-        if container_id.startswith("a"):
-            response = requests.Response()
-            response.status_code = 409
-            raise docker.errors.APIError(
-                "409 Client Error", response, explanation="removal is already in progress"
-            )
-        self.removed.append(container_id)
-
-
-def test_a_sweep_skips_a_leftover_that_another_sweep_is_removing() -> None:
+def test_a_sweep_skips_a_leftover_that_another_sweep_is_removing(tmp_path: Path) -> None:
+    """An engine on which another sweep is already removing the first leftover (409)."""
     labels = signed({LABEL_RUN_ID: "r", **owner_labels(finished_process())}, machine_key())
-    api = RacingApi(labels)
-    assert sweep(SimpleNamespace(api=api)) == ["b" * 64]  # type: ignore[arg-type]
-    assert api.removed == ["b" * 64]
+    leftovers = [{"Id": c * 64, "Labels": labels, "State": "exited"} for c in "ab"]
+    racing = (409, {"message": "removal is already in progress"})
+    replies = [(200, leftovers), (200, []), racing, (204, None)]
+    engine = FakeEngine(tmp_path / "engine.sock", replies)
+    try:
+        assert sweep_engine(EngineHttp(str(engine.path), "", 0, "1.41", 10.0)) == ["b" * 64]
+    finally:
+        engine.close()
+    lines = [request.split(" HTTP/")[0] for request in engine.requests]
+    assert lines[2:] == [f"DELETE /v1.41/containers/{c * 64}?v=1&force=1" for c in "ab"]
+    for line, label in zip(lines[:2], (LABEL_RUN_ID, LABEL_INSPECT), strict=True):
+        path, _, query = line.partition("?")
+        assert path == "GET /v1.41/containers/json"
+        assert urllib.parse.parse_qs(query)["filters"] == [json.dumps({"label": [label]})]
+
+
+class FakeEngine:
+    """A unix socket answering one request per connection with the next (status, JSON)."""
+
+    def __init__(self, path: Path, replies: list[tuple[int, object]]) -> None:
+        self.path = path
+        self.requests: list[str] = []
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(str(path))
+        self.listener.listen()
+        self.thread = threading.Thread(target=self._serve, args=(replies,), daemon=True)
+        self.thread.start()
+
+    def _serve(self, replies: list[tuple[int, object]]) -> None:
+        for status, document in replies:
+            conn, _ = self.listener.accept()
+            with conn:
+                head = b""
+                while b"\r\n\r\n" not in head:
+                    head += conn.recv(65536)
+                self.requests.append(head.decode())
+                body = b"" if document is None else json.dumps(document).encode()
+                conn.sendall(
+                    f"HTTP/1.1 {status} X\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body
+                )
+
+    def close(self) -> None:
+        self.listener.close()
+        self.thread.join(5)

@@ -3,8 +3,10 @@
 A fresh process pays for every module it imports (``bench/README.md``, Start-up imports),
 so these run the real CLI in a subprocess and read ``sys.modules`` as it exits: ``exec``
 of an image or a command imports no configuration, no pydantic, no batch, policy or k8s
-machinery and no rich; ``exec --help`` and ``--version`` no other command's module. The
-positive checks (what must be there) show that each run got as far as it should.
+machinery and no rich; ``exec`` of an image without a package no docker-py (the engine is
+spoken to directly, ``runner.sandbox.docker.http``) and no jsonschema; ``exec --help`` and
+``--version`` no other command's module. The positive checks (what must be there) show
+that each run got as far as it should.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import typer.main
 from runner.cli.app import COMMANDS, SUB_APPS, app
 
 ROOT = Path(__file__).resolve().parents[1]
+FAKE_IMAGE = "flow-runner/fake-component:latest"
 
 REPORT_MODULES = r"""
 import json, os, sys
@@ -42,7 +45,7 @@ OTHER_COMMANDS = frozenset(
     | {"runner.cli.policy"}
 )
 NOT_FOR_A_RUN = OTHER_COMMANDS | {
-    "pydantic",  # the configuration, a profile file, --report: none given here
+    "pydantic",  # the configuration, a profile file (--report writes its JSON without it)
     "pydantic_core",
     "runner.config",
     "runner.flows",
@@ -59,6 +62,8 @@ NOT_FOR_A_RUN = OTHER_COMMANDS | {
     "jsonschema",
     "runner.contracts.schema1",
 }
+DOCKER_PY = frozenset({"docker", "requests", "urllib3"})
+"""docker-py and what it brings: for the rare engine calls only (``engine.py``)."""
 
 
 def imported(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], set[str]]:
@@ -81,15 +86,32 @@ def test_exec_of_a_command_imports_only_the_run(tmp_path: Path) -> None:
     assert done.returncode == 2 and "cannot start '/nonexistent/cmd'" in done.stderr
     assert {"runner.cli.exec", "runner.api", "anyio", "runner.host.driver"} <= modules
     assert modules & NOT_FOR_A_RUN == set()
-    assert "docker" not in modules
+    assert modules & DOCKER_PY == set()
 
 
 @pytest.mark.docker
 def test_exec_of_an_image_imports_only_the_run(tmp_path: Path) -> None:
     done, modules = imported(tmp_path, "exec", "flow-runner/no-such-image:latest")
     assert done.returncode == 2 and "is not on this Docker engine" in done.stderr
-    assert {"docker", "runner.sandbox.docker.sandbox", "runner.sandbox.profiles"} <= modules
-    assert modules & NOT_FOR_A_RUN == set()
+    assert {"runner.sandbox.docker.sandbox", "runner.sandbox.profiles"} <= modules
+    assert modules & (NOT_FOR_A_RUN | DOCKER_PY) == set()
+
+
+@pytest.mark.docker
+def test_a_run_of_an_image_without_a_package_imports_no_docker_py(tmp_path: Path) -> None:
+    """The whole run: sweep, inspect, create, attach, start, wait, remove, and its report
+    written. The first run reads the image (it has no package directory) through
+    docker-py's archive call, once per image id; the second finds that in the package
+    cache."""
+    report = tmp_path / "report.json"
+    args = ("exec", "-q", "--report", str(report), "--input", '{"name": "Ada"}', FAKE_IMAGE)
+    first, _ = imported(tmp_path, *args)
+    assert first.returncode == 0, first.stderr
+    done, modules = imported(tmp_path, *args)
+    assert done.returncode == 0 and json.loads(done.stdout)["output"] == {"name": "Ada"}
+    assert json.loads(report.read_text())["status"] == "succeeded"
+    assert {"runner.sandbox.docker.sandbox", "runner.sandbox.gc", "runner.host.driver"} <= modules
+    assert modules & (NOT_FOR_A_RUN | DOCKER_PY) == set()
 
 
 def test_a_configuration_is_read_with_its_models(tmp_path: Path) -> None:

@@ -111,7 +111,7 @@ def exec_(
     except UsageError as exc:
         _fail_usage(str(exc))
     if report is not None:
-        report.write_text(execution.report.model_dump_json(indent=2) + "\n")
+        report.write_text(execution.report_json() + "\n")
     raise typer.Exit(_print_verdict(execution))
 
 

@@ -26,16 +26,14 @@ through); remove those by hand.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import docker
-import docker.errors
-import requests.exceptions
-
-from runner.sandbox.docker.engine import default_client, engine_unavailable
+from runner.sandbox.docker.engine import default_engine, engine_for, engine_unavailable
+from runner.sandbox.docker.http import EngineHttp, NoAnswer, Reply
 from runner.sandbox.errors import DockerSandboxError
 from runner.sandbox.labels import (
     LABEL_CREATED,
@@ -49,6 +47,9 @@ from runner.sandbox.labels import (
     own_container,
     process_stat,
 )
+
+if TYPE_CHECKING:
+    import docker
 
 _CONFLICT = 409
 _CLOCK_SLACK_MS = 2_000
@@ -69,20 +70,25 @@ class Sweeper:
     def current(cls) -> Sweeper:
         return cls(machine_key(), Process.current(), _boot_time_ms())
 
-    def abandoned(self, labels: Mapping[str, str], state: str | None, api: Any = None) -> bool:
+    def abandoned(
+        self,
+        labels: Mapping[str, str],
+        state: str | None,
+        gone: Callable[[str], bool] | None = None,
+    ) -> bool:
         """True only if these are our labels and their owner is provably dead.
 
         A container made by a runner in another container (``flow-runner.runner-container``)
         is judged by that container: abandoned once it no longer exists or runs (``docker
         kill``, ``docker rm -f``), since nothing is left in it to clean up; never while it
-        runs, since only its own runner can judge its pids. ``api`` (docker-py's
-        APIClient) is what asks the engine.
+        runs, since only its own runner can judge its pids. ``gone`` is what asks the
+        engine whether a container id no longer runs.
         """
         if not is_signed(labels, self.key):
             return False
         runner = labels.get(LABEL_RUNNER_CONTAINER)
-        if runner and api is not None and runner != own_container():
-            return _container_gone(api, runner)
+        if runner and gone is not None and runner != own_container():
+            return gone(runner)
         owner = Process.parse(labels.get(LABEL_PROCESS, ""))
         if owner is None:
             return False
@@ -103,35 +109,68 @@ class Sweeper:
 
 
 def sweep(client: docker.DockerClient | None = None) -> list[str]:
-    """Force-remove (with anonymous volumes) the provably abandoned containers; return ids."""
-    api = (client or default_client()).api
+    """Force-remove (with anonymous volumes) the provably abandoned containers; return ids.
+
+    The engine is asked directly (blocking calls, ``http.py``): no docker-py on the way to
+    an ``exec``. An engine reached only through docker-py (TLS, ssh) is refused, as a run
+    on it is.
+    """
+    engine = default_engine() if client is None else engine_for(client)
+    if engine.http is None:
+        raise DockerSandboxError(
+            f"the connection to {engine.base_url} is not a plain socket; use the local "
+            "engine socket (unset DOCKER_HOST) or a plain tcp:// DOCKER_HOST"
+        )
+    return sweep_engine(engine.http)
+
+
+def sweep_engine(http: EngineHttp) -> list[str]:
+    """:func:`sweep` of the engine at ``http``."""
     sweeper = Sweeper.current()
+    summaries: list[dict[str, Any]] = []
+    for label in (LABEL_RUN_ID, LABEL_INSPECT):
+        query = {"limit": "-1", "all": "1", "size": "0", "trunc_cmd": "0"}
+        query["filters"] = json.dumps({"label": [label]})
+        found = _json(_call(http, "GET", "/containers/json", query))
+        if not isinstance(found, list):
+            raise engine_unavailable(RuntimeError("the engine's container list is not a list"))
+        summaries += [summary for summary in found if isinstance(summary, dict)]
     removed: list[str] = []
-    try:
-        summaries = [
-            summary
-            for label in (LABEL_RUN_ID, LABEL_INSPECT)
-            for summary in api.containers(all=True, filters={"label": label})
-        ]
-    except (docker.errors.DockerException, requests.exceptions.ConnectionError) as exc:
-        raise engine_unavailable(exc) from exc
     for summary in summaries:
         labels = summary.get("Labels") or {}
-        if not sweeper.abandoned(labels, summary.get("State"), api):
+        if not sweeper.abandoned(labels, summary.get("State"), lambda id: _gone(http, id)):
             continue
-        try:
-            api.remove_container(summary["Id"], v=True, force=True)
-        except docker.errors.NotFound:
-            continue  # removed meanwhile, by its owner's cleanup or another sweep
-        except docker.errors.APIError as exc:
-            if exc.status_code == _CONFLICT:
-                continue  # "removal already in progress": another sweep got there first
+        container_id = str(summary["Id"])
+        reply = _call(http, "DELETE", f"/containers/{container_id}", {"v": "1", "force": "1"})
+        if reply.status in (404, _CONFLICT):
+            # 404: removed meanwhile, by its owner's cleanup or another sweep; 409:
+            # "removal already in progress", another sweep got there first
+            continue
+        if reply.status != 204:
             raise DockerSandboxError(
-                f"could not remove abandoned container {summary['Id'][:12]}: "
-                f"{exc.explanation}; remove it with `docker rm -f {summary['Id'][:12]}`"
-            ) from exc
-        removed.append(summary["Id"])
+                f"could not remove abandoned container {container_id[:12]}: "
+                f"{reply.message}; remove it with `docker rm -f {container_id[:12]}`"
+            )
+        removed.append(container_id)
     return removed
+
+
+def _call(http: EngineHttp, method: str, path: str, query: Mapping[str, str]) -> Reply:
+    try:
+        return http.call_blocking(method, path, query=query)
+    except NoAnswer as exc:
+        raise engine_unavailable(exc) from exc
+
+
+def _json(reply: Reply) -> Any:
+    """The JSON of a 200 reply; any other is an engine that failed (as docker-py's
+    ``APIError`` was)."""
+    try:
+        if reply.status == 200:
+            return reply.json()
+    except NoAnswer as exc:
+        raise engine_unavailable(exc) from exc
+    raise engine_unavailable(RuntimeError(f"{reply.status} {reply.message}"))
 
 
 def _boot_time_ms() -> int:
@@ -141,10 +180,13 @@ def _boot_time_ms() -> int:
     return btime * 1000
 
 
-def _container_gone(api: Any, container_id: str) -> bool:
+def _gone(http: EngineHttp, container_id: str) -> bool:
     """True if the engine has no running (or restarting) container ``container_id``."""
-    try:
-        state = api.inspect_container(container_id)["State"]
-    except docker.errors.NotFound:
+    reply = _call(http, "GET", f"/containers/{container_id}/json", {})
+    if reply.status == 404:
         return True
+    info = _json(reply)
+    state = info.get("State") if isinstance(info, dict) else None
+    if not isinstance(state, dict):
+        raise engine_unavailable(RuntimeError("the engine's inspect document has no State"))
     return not (state.get("Running") or state.get("Restarting"))

@@ -18,11 +18,15 @@ docker-py and requests raise, is mapped here and nowhere else:
 
 The backend above (``sandbox.py``, ``container.py``) holds the objects; this layer holds
 none but the client and what the engine told it once (its runtimes, the path map).
+
+The process-wide engine (:func:`default_engine`) is found without docker-py when its
+address is plain (``http.plain_address``), and then makes its docker-py client only for a
+rare call: a run of an image whose package is cached, with no attachment and the default
+runtime, never imports docker-py. The create request's body is built in ``body.py``.
 """
 
 from __future__ import annotations
 
-import functools
 import os
 import socket
 import threading
@@ -30,14 +34,11 @@ import time
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import anyio
-import docker
-import docker.errors
-import requests.exceptions
-from docker.constants import DEFAULT_MAX_POOL_SIZE
 
+from runner.sandbox.docker.body import create_body
 from runner.sandbox.docker.http import EngineHttp, NoAnswer, Reply
 from runner.sandbox.errors import (
     ContainerGone,
@@ -51,12 +52,18 @@ from runner.sandbox.errors import (
 from runner.sandbox.labels import inspect_labels
 from runner.sandbox.pathmap import PathMap
 
+if TYPE_CHECKING:
+    import docker
+
 T = TypeVar("T")
 
 BUILD_HINT = "build it with `make images` (runs images/build.sh)"
+POOL_SIZE: Final = 10
+"""docker-py's ``DEFAULT_MAX_POOL_SIZE``: the worker threads of the default engine."""
 
 _default_client: docker.DockerClient | None = None
 _default_client_lock = threading.Lock()
+_default_engine: Engine | None = None
 
 
 def default_client() -> docker.DockerClient:
@@ -73,10 +80,32 @@ def default_client() -> docker.DockerClient:
 
 def connect() -> docker.DockerClient:
     """A new client from the environment, or :class:`EngineUnavailable` saying what to do."""
+    import docker
+
     try:
         return docker.from_env()
     except docker.errors.DockerException as exc:
         raise engine_unavailable(exc) from exc
+
+
+def default_engine() -> Engine:
+    """The process-wide engine of the environment; blocking (the API version is asked
+    once, on first use). Direct where the address is plain, else that of
+    :func:`default_client`."""
+    global _default_engine
+    with _default_client_lock:
+        engine = _default_engine
+    if engine is not None:
+        return engine
+    try:
+        http = EngineHttp.from_env()
+    except NoAnswer as exc:
+        raise engine_unavailable(exc) from exc
+    engine = engine_for(default_client()) if http is None else Engine(None, _limiter(), http)
+    with _default_client_lock:
+        if _default_engine is None:
+            _default_engine = engine
+        return _default_engine
 
 
 def engine_unavailable(exc: BaseException) -> EngineUnavailable:
@@ -136,23 +165,28 @@ class Lease:
 @dataclass
 class Engine:
     """One client with its single limiter for worker threads and what it told us once;
-    ``http``: its address for the direct calls (``None``: not a plain socket)."""
+    ``http``: its address for the direct calls (``None``: not a plain socket).
+    ``client`` ``None``: the process-wide client, made on the first call that needs it."""
 
-    client: docker.DockerClient
+    client: docker.DockerClient | None
     limiter: anyio.CapacityLimiter
     http: EngineHttp | None = None
     runtimes: frozenset[str] | None = None
     path_map: PathMap | None = None
     """Where the engine's host has the paths this process sees (asked once, on need)."""
 
-    async def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run a blocking docker-py call (no container's) in a worker thread behind the
-        limiter; an engine that does not answer is :class:`EngineUnavailable` (nothing
-        was run) and docker-py's errors are the caller's to read."""
+    async def _call(self, fn: Callable[[docker.DockerClient], T]) -> T:
+        """Run a blocking docker-py call (no container's) on the client in a worker thread
+        behind the limiter; an engine that does not answer is :class:`EngineUnavailable`
+        (nothing was run) and docker-py's errors are the caller's to read."""
+        import docker.errors
+        import requests.exceptions
+
+        def call() -> T:
+            return fn(self.client or default_client())
+
         try:
-            return await anyio.to_thread.run_sync(
-                functools.partial(fn, *args, **kwargs), limiter=self.limiter
-            )
+            return await anyio.to_thread.run_sync(call, limiter=self.limiter)
         except docker.errors.DockerException:  # first: an APIError is an HTTPError too
             raise
         except requests.exceptions.RequestException as exc:
@@ -189,19 +223,19 @@ class Engine:
 
     @property
     def base_url(self) -> str:
-        return str(self.client.api.base_url)
+        return engine_address() if self.client is None else str(self.client.api.base_url)
 
     async def offered_runtimes(self) -> frozenset[str]:
         """The container runtimes the engine has registered (asked once)."""
         if self.runtimes is None:
-            info = await self._call(self.client.info)
+            info = await self._call(lambda client: client.info())
             self.runtimes = frozenset(info.get("Runtimes", {}))
         return self.runtimes
 
     async def host_paths(self) -> PathMap:
         """How the engine's host names the paths this process sees (asked once)."""
         if self.path_map is None:
-            self.path_map = await self._call(PathMap.from_self, self.client.api)
+            self.path_map = await self._call(lambda client: PathMap.from_self(client.api))
         return self.path_map
 
     async def create(
@@ -213,18 +247,10 @@ class Engine:
         labels: Mapping[str, str],
         host_config: Mapping[str, Any],
     ) -> str:
-        """Create (never pull) a container with stdin open for one attach; its id."""
-        api = self.client.api
-        config = api.create_container_config(
-            image,
-            command,  # type: ignore[arg-type]  # None: the image's command (docker-py's stub says str | list)
-            stdin_open=True,  # with attach (not detach) this also sets StdinOnce
-            tty=False,
-            user=user,
-            labels=dict(labels),
-            host_config=api.create_host_config(**host_config),
-        )
-        body = {name: value for name, value in config.items() if value is not None}  # as docker-py
+        """Create (never pull) a container with stdin open for one attach; its id.
+
+        ``host_config`` is the engine's ``HostConfig`` (``body.host_config``)."""
+        body = create_body(image, command, user=user, labels=labels, host_config=host_config)
         reply = await self._unleased("POST", "/containers/create", body=body)
         if reply.status == 404:
             raise image_missing(image)
@@ -310,9 +336,10 @@ class Engine:
         run's container, so ``flow-runner gc`` sweeps it if this process dies meanwhile.
         More than ``max_bytes`` is :class:`FilesTooLarge`.
         """
-        api = self.client.api
+        import docker.errors
 
-        def read() -> bytes | None:
+        def read(client: docker.DockerClient) -> bytes | None:
+            api = client.api
             created = api.create_container(
                 image_id,
                 ["true"],
@@ -353,14 +380,17 @@ def engine_for(client: docker.DockerClient) -> Engine:
     engine = _engines.get(client)
     if engine is None:
         adapter = client.api.get_adapter(client.api.base_url)
-        pool = int(getattr(adapter, "max_pool_size", DEFAULT_MAX_POOL_SIZE))
-        limiter = anyio.CapacityLimiter(pool)
+        limiter = _limiter(int(getattr(adapter, "max_pool_size", POOL_SIZE)))
         engine = _engines[client] = Engine(client, limiter, EngineHttp.of(client.api))
     return engine
 
 
+def _limiter(size: int = POOL_SIZE) -> anyio.CapacityLimiter:
+    return anyio.CapacityLimiter(size)
+
+
 async def open_engine(client: docker.DockerClient | None) -> Engine:
-    """The engine of ``client``, or of the process-wide default client."""
+    """The engine of ``client``, or the process-wide :func:`default_engine`."""
     if client is None:
-        client = await anyio.to_thread.run_sync(default_client)
+        return await anyio.to_thread.run_sync(default_engine)
     return engine_for(client)

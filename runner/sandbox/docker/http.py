@@ -12,8 +12,11 @@ thread, as docker-py made it.
 
 Only the transports the Docker backend supports are spoken: the engine's unix socket and
 a plain ``tcp://`` address (the attach connection must be a plain socket, read with async
-I/O). docker-py still makes every other call (version negotiation, ``info``, listing,
-archives) and builds the request bodies; this module knows only HTTP.
+I/O). docker-py still makes the rare calls (``info``, an image's archive, the runner's own
+container) and is the client of an address this module does not read as docker-py would
+(see :func:`plain_address`); this module knows only HTTP. A process that needs no rare
+call never imports docker-py (about 60 ms of a cold start): :meth:`EngineHttp.from_env`
+finds the engine and negotiates the API version as ``docker.from_env()`` does.
 
 A call runs to its end, shielded from cancellation and bounded by the client's timeout,
 as a call in a worker thread did: a create whose answer is lost to a cancellation would
@@ -25,11 +28,13 @@ closed early, too slow, garbled) is :class:`NoAnswer`.
 from __future__ import annotations
 
 import json
+import os
+import re
 import socket
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import anyio
 
@@ -39,6 +44,13 @@ MAX_HEAD_BYTES = 64 << 10
 """Bytes of a reply's status line and headers read at most."""
 _USER_AGENT = "flow-runner"
 _HEX = b"0123456789abcdefABCDEF"
+DEFAULT_SOCKET: Final = "/var/run/docker.sock"
+DEFAULT_TIMEOUT: Final = 60.0
+"""docker-py's ``DEFAULT_TIMEOUT_SECONDS``, the timeout of ``docker.from_env()``."""
+MINIMUM_API_VERSION: Final = (1, 24)
+"""docker-py's ``MINIMUM_DOCKER_API_VERSION``: an engine below it is refused."""
+_TCP = re.compile(r"tcp://([A-Za-z0-9.-]+):([0-9]{1,5})")
+_UNIX = re.compile(r"unix://(/[^?#;]*[^/?#;])")
 
 
 class NoAnswer(Exception):
@@ -83,6 +95,27 @@ class EngineHttp:
     timeout: float
 
     @classmethod
+    def from_env(cls, environ: Mapping[str, str] = os.environ) -> EngineHttp | None:
+        """The engine ``docker.from_env()`` would talk to, with the API version it would
+        negotiate (``GET /version``, blocking); ``None`` where :func:`plain_address`
+        cannot say (let docker-py read the environment). No answer is :class:`NoAnswer`;
+        an engine older than docker-py accepts is too."""
+        address = plain_address(environ)
+        if address is None:
+            return None
+        unix_path, host, port = address
+        probe = cls(unix_path, host, port, "", DEFAULT_TIMEOUT)
+        reply = probe.call_blocking("GET", "/version", versioned=False)
+        info = reply.json() if reply.status == 200 else None
+        version = info.get("ApiVersion") if isinstance(info, dict) else None
+        if not isinstance(version, str):
+            raise NoAnswer(f"GET /version: {reply.status} {reply.message}")
+        numbers = tuple(int(part) for part in version.split(".") if part.isdigit())
+        if numbers < MINIMUM_API_VERSION:
+            raise NoAnswer(f"the engine's API version {version} is older than 1.24")
+        return cls(unix_path, host, port, version, DEFAULT_TIMEOUT)
+
+    @classmethod
     def of(cls, api: Any) -> EngineHttp | None:
         """The address of docker-py's ``APIClient``; ``None`` if it talks TLS, ssh or
         anything else than a plain socket."""
@@ -115,6 +148,31 @@ class EngineHttp:
                 return await self._exchange(request)
         except TimeoutError as exc:
             raise NoAnswer(f"no answer in {self.timeout:g} s") from exc
+
+    def call_blocking(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, str] | None = None,
+        versioned: bool = True,
+    ) -> Reply:
+        """:meth:`call`, blocking, for a caller outside the event loop (the sweep)."""
+        sock = self._connect_blocking()
+        try:
+            sock.sendall(self._request(method, path, query, None, versioned=versioned))
+            reader = ReplyReader()
+            while True:
+                chunk = sock.recv(1 << 16)
+                reply = reader.feed(chunk) if chunk else reader.end()
+                if reply is not None:
+                    return reply
+        except TimeoutError as exc:
+            raise NoAnswer(f"no answer in {self.timeout:g} s") from exc
+        except OSError as exc:
+            raise NoAnswer(str(exc) or type(exc).__name__) from exc
+        finally:
+            sock.close()
 
     def hijack(self, path: str, query: Mapping[str, str]) -> tuple[socket.socket | None, Reply]:
         """POST ``path`` asking to take the connection over (attach); blocking.
@@ -155,8 +213,11 @@ class EngineHttp:
         body: object,
         *,
         upgrade: bool = False,
+        versioned: bool = True,
     ) -> bytes:
-        target = f"/v{self.version}{urllib.parse.quote(path, safe='/:')}"
+        target = urllib.parse.quote(path, safe="/:")
+        if versioned:
+            target = f"/v{self.version}{target}"
         if query:
             target += "?" + urllib.parse.urlencode(query)
         lines = [f"{method} {target} HTTP/1.1", "Host: docker", f"User-Agent: {_USER_AGENT}"]
@@ -350,3 +411,50 @@ class ReplyReader:
             del self._data[: end + 2 + size + 2]
             self._chunks_done = size == 0
         return True
+
+
+def plain_address(environ: Mapping[str, str]) -> tuple[str | None, str, int] | None:
+    """Where ``docker.from_env(environment=environ)`` connects, if that is certain without
+    docker-py: a unix socket path, or a TCP host and port, with no TLS. ``None`` for
+    anything else (a TLS setting, another form of ``DOCKER_HOST``, a Docker CLI context
+    other than ``default``), which is docker-py's to read.
+
+    As docker-py: a non-empty ``DOCKER_HOST`` is the address; else the context named by
+    ``DOCKER_CONTEXT``, else by ``currentContext`` in the first Docker CLI configuration
+    file that exists, whose ``default`` is the local socket. A test holds this to
+    docker-py's reading of the same environments.
+    """
+    if environ.get("DOCKER_CERT_PATH") or environ.get("DOCKER_TLS_VERIFY", "") != "":
+        return None
+    host = (environ.get("DOCKER_HOST") or "").strip()
+    if not host:
+        return (DEFAULT_SOCKET, "", 0) if _context_name(environ) == "default" else None
+    if host == "unix://":
+        return DEFAULT_SOCKET, "", 0
+    unix = _UNIX.fullmatch(host)
+    if unix is not None:
+        return unix[1], "", 0
+    tcp = _TCP.fullmatch(host)
+    if tcp is not None and 0 < int(tcp[2]) < 65536:
+        return None, tcp[1].lower(), int(tcp[2])
+    return None
+
+
+def _context_name(environ: Mapping[str, str]) -> str | None:
+    """The Docker CLI context docker-py would use; ``None`` if it cannot be told."""
+    name = environ.get("DOCKER_CONTEXT")
+    if name:
+        return name
+    home = os.path.expanduser("~")
+    config_dir = os.environ.get("DOCKER_CONFIG")  # docker-py's own environment, as it reads it
+    candidates = [os.path.join(config_dir, "config.json")] if config_dir else []
+    candidates += [os.path.join(home, ".docker", "config.json"), os.path.join(home, ".dockercfg")]
+    for path in candidates:
+        if os.path.exists(path):
+            try:
+                with open(path) as file:
+                    current = json.load(file).get("currentContext", "default")
+            except Exception:  # docker-py's reading: an unreadable file means "default"
+                return "default"
+            return current if isinstance(current, str) else None
+    return "default"

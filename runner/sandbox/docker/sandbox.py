@@ -28,12 +28,10 @@ from collections.abc import AsyncIterator, Awaitable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import anyio.lowlevel
-import docker
-from docker.types import LogConfig, Mount, Ulimit
 
 from runner.sandbox.attachments import HeldPath, check_unique, check_usable, hold
 from runner.sandbox.base import (
@@ -45,6 +43,7 @@ from runner.sandbox.base import (
     SandboxFacts,
 )
 from runner.sandbox.disk import DiskBound, DiskWatch, launch_bounds
+from runner.sandbox.docker import body
 from runner.sandbox.docker.attach import AttachConnection, open_connection
 from runner.sandbox.docker.container import ATTACHMENTS_DIR, SCRATCH_PATH, Container
 from runner.sandbox.docker.engine import Engine, Lease, open_engine
@@ -53,6 +52,9 @@ from runner.sandbox.labels import run_labels
 from runner.sandbox.pathmap import HostSource
 from runner.sandbox.profiles import SandboxProfile
 from runner.sandbox.registry import SandboxSpec, StopGraces, load_spec_profile
+
+if TYPE_CHECKING:
+    import docker
 
 T = TypeVar("T")
 
@@ -303,15 +305,15 @@ async def _host_sources(engine: Engine, held: Mapping[str, HeldPath]) -> dict[st
 def _host_config(
     profile: SandboxProfile, held: Mapping[str, HeldPath], sources: Mapping[str, HostSource]
 ) -> dict[str, Any]:
-    """The profile and the held mounts (target -> path, and its source on the engine's
-    host) as ``create_host_config`` arguments; without a held scratch directory the
-    scratch is a tmpfs."""
+    """The engine's ``HostConfig`` for the profile and the held mounts (target -> path, and
+    its source on the engine's host); without a held scratch directory the scratch is a
+    tmpfs. No log driver: the output goes to the host, not to disk too."""
     tmpfs = {"/tmp": _tmpfs(profile.tmp_size, profile)}
     mounts = [
-        Mount(
+        body.bind_mount(
             target,
             sources[target].source,
-            type=sources[target].type,
+            sources[target].type,
             read_only=path.attachment.access == "read",
         )
         for target, path in held.items()
@@ -323,23 +325,21 @@ def _host_config(
         security_opt.append(f"seccomp={profile.seccomp_json}")
     elif profile.seccomp == "unconfined":
         security_opt.append("seccomp=unconfined")
-    return {
-        "network_mode": profile.network,
-        "read_only": profile.read_only_root,
-        "mem_limit": profile.memory,
-        "memswap_limit": profile.memory,
-        "nano_cpus": round(profile.cpus * 1e9),
-        "pids_limit": profile.pids,
-        "ulimits": [Ulimit(name="nofile", soft=profile.nofile, hard=profile.nofile)],
-        "cap_drop": list(profile.cap_drop),
-        "cap_add": list(profile.cap_add),
-        "security_opt": security_opt,
-        "init": profile.init,
-        "runtime": profile.runtime,
-        "tmpfs": tmpfs,
-        "mounts": mounts,
-        "log_config": LogConfig(type="none"),  # output goes to the host, not to disk too
-    }
+    return body.host_config(
+        network_mode=profile.network,
+        read_only=profile.read_only_root,
+        memory=profile.memory,
+        nano_cpus=round(profile.cpus * 1e9),
+        pids_limit=profile.pids,
+        nofile=profile.nofile,
+        cap_drop=profile.cap_drop,
+        cap_add=profile.cap_add,
+        security_opt=security_opt,
+        init=profile.init,
+        runtime=profile.runtime,
+        tmpfs=tmpfs,
+        mounts=mounts,
+    )
 
 
 async def _verify_mounts(
