@@ -19,6 +19,7 @@ import pytest
 
 from execkit import FAKE_IMAGE, FAKE_SCRIPT, ROOT, containers, exec_run, flow_runner
 from runner.config import ConfigError, load_config
+from runner.sandbox import registry
 from runner.sandbox.errors import SandboxError
 from runner.sandbox.process import ProcessSandbox
 from runner.sandbox.profiles import load_profile
@@ -246,3 +247,22 @@ def test_options_may_come_after_the_target() -> None:
     ran = exec_run("--process", sys.executable, str(FAKE), "echo", "--input", '{"after": true}')
     assert ran.returncode == 0, ran.stderr
     assert ran.printed["output"] == {"after": True}
+
+
+def test_an_installed_package_adds_backends_but_cannot_take_over_a_shipped_name(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A plugin registering "docker" would otherwise swap the sandbox of every run.
+    import importlib.metadata
+
+    group = ENTRY_POINT_GROUP
+    claimed = [
+        importlib.metadata.EntryPoint("docker", "runner.sandbox.process:open_process", group),
+        importlib.metadata.EntryPoint("plain", "runner.sandbox.process:open_process", group),
+    ]
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda *, group: claimed)
+    docker, _ = open_sandbox(SandboxSpec("docker", image="x"))
+    assert docker.name == "docker"
+    plain, _ = open_sandbox(SandboxSpec("plain", command=("true",)))
+    assert plain.name == "process"
+    assert registry.backends() == ["docker", "plain", "process"]

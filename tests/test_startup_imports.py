@@ -61,6 +61,7 @@ NOT_FOR_A_RUN = OTHER_COMMANDS | {
     "yaml",
     "jsonschema",
     "runner.contracts.schema1",
+    "importlib.metadata",  # entry points: read only for a backend that is not shipped
 }
 DOCKER_PY = frozenset({"docker", "requests", "urllib3"})
 """docker-py and what it brings: for the rare engine calls only (``engine.py``)."""
