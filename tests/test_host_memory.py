@@ -163,7 +163,7 @@ def test_attach_stdout_faster_than_the_host_decodes_waits_in_the_container() -> 
     what the host has not taken yet stays within the stdout bound (20 MiB,
     runner/sandbox/docker/attach.py), the component waits on its writes, and the
     oversize line ends the run as usual (PROTOCOL_ERROR, killed). Bound: 250 MiB
-    (measured about 185; about 320 before the bound, as much of the 440 MiB as the
+    (measured 180 to 186; 320 to 412 before the bound, as much of the 440 MiB as the
     engine delivered during the decodes)."""
     ran = slow_frames("docker", 40, "oversize", "60s")
     assert_ended_by_the_oversize_line(ran)
@@ -184,7 +184,8 @@ def test_a_paused_attach_socket_holds_back_neither_the_deadline_nor_the_kill() -
     """Large slow frames without end (4.4 GB, ~80 s of decoding): the attach socket is
     paused whenever the host is 20 MiB behind, and the deadline (3 s) still cancels, the
     grace still kills, and the end of the stream is still seen. Bound: 250 MiB (measured
-    about NNN)."""
+    160 to 180; 160 to 250 before the bound: while a decode holds the GIL the loop reads
+    little, so this guards the ending more than the memory)."""
     ran = slow_frames("docker", 400, "none", "3s")
     error = json.loads(ran.stdout)["error"]
     assert (ran.returncode, error["code"]) == (124, "DEADLINE_EXCEEDED"), ran.stdout
