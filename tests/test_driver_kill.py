@@ -8,20 +8,30 @@ and the signal, was not killed, whatever the kill call returned. CI once read
 
 from __future__ import annotations
 
+import asyncio
 import json
+import socket
+import threading
+from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from hostkit import ScriptedBroker
 from memkit import MemoryComponent
-from runner.host.driver import drive
+from runner.host import driver
+from runner.host.driver import DECODE_IN_THREAD, Graces, RunControl, drive
 from runner.json1 import JSONValue
+from runner.protocol.session import decode
+from runner.sandbox.base import SandboxFacts
+from runner.sandbox.docker.attach import STDOUT_LIMIT, AttachConnection, open_connection
 
 PARAMS: dict[str, JSONValue] = {
     "protocol": "run/1", "input": None, "settings": {}, "attachments": {},
     "scratch": "/tmp", "deadlineUnixMs": 2**52,
 }  # fmt: skip
+GRACES = Graces(cancel=0.2)  # the decode below outlasts it
 
 
 @pytest.fixture
@@ -54,3 +64,79 @@ async def test_a_kill_that_ended_the_component_is_reported() -> None:
 @pytest.mark.anyio
 async def test_a_kill_accepted_after_the_component_exited_by_itself_is_not_reported() -> None:
     assert await _trailing_bytes_then_exit(0) == (None, 0, "PROTOCOL_ERROR")
+
+
+class _AttachedComponent:
+    """A component over a real attach connection, with no engine: the test writes the
+    engine's side of the socket; exit is the end of the stream, as on Docker."""
+
+    def __init__(self, connection: AttachConnection) -> None:
+        self.connection = connection
+        self.stdin = connection.stdin
+        self.stdout = connection.stdout
+        self.stderr = connection.stderr
+        self.attachment_paths: dict[str, str] = {}
+        self.scratch_path = "/tmp"
+        self.facts = SandboxFacts()
+        self.killed = anyio.Event()
+
+    async def wait(self) -> int:
+        with anyio.fail_after(10):  # the host waits for exit shielded: fail, do not hang
+            await self.connection.drain()
+        return 137 if self.facts.killed_by_host else 0
+
+    async def kill(self) -> None:
+        self.facts.killed_by_host = True
+        self.killed.set()
+
+
+@pytest.mark.anyio
+async def test_a_run_stopped_while_its_stdout_is_full_is_killed_and_ends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The driving task is cancelled while the pump decodes a large frame and stdout is
+    full (the attach socket paused): after the grace the host kills, and the end of the
+    stream is still seen, though nothing reads stdout any more (it is discarded)."""
+    release = threading.Event()
+
+    def stuck(payload: bytes) -> Any:
+        release.wait()  # a decode that outlasts the grace
+        return decode(payload)
+
+    monkeypatch.setattr(driver, "decode", stuck)
+    ours, engine = socket.socketpair()
+    engine.setblocking(False)
+    loop = asyncio.get_running_loop()
+    big = b"[" + b"0," * (DECODE_IN_THREAD // 2) + b"0]\n"
+    stream = b"".join(
+        bytes([1, 0, 0, 0]) + len(piece).to_bytes(4, "big") + piece
+        for data in (big, big, b"y" * (STDOUT_LIMIT + (4 << 20)))
+        for piece in (data[i : i + 32768] for i in range(0, len(data), 32768))
+    )
+    control = RunControl()
+    stopping = anyio.CancelScope()
+    try:
+        component = _AttachedComponent(await open_connection(ours))
+        transport: Any = component.connection._transport
+
+        async def play() -> None:
+            await loop.sock_sendall(engine, stream)  # all of it taken, or dropped
+            await component.killed.wait()
+            engine.shutdown(socket.SHUT_WR)  # the container is gone: the stream ends
+
+        async def run() -> None:
+            with stopping:
+                await drive(component, PARAMS, ScriptedBroker(), control=control, graces=GRACES)  # type: ignore[arg-type]
+
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(play)
+                tg.start_soon(run)
+                while transport.is_reading():  # stdout full: the socket is paused
+                    await anyio.lowlevel.checkpoint()
+                stopping.cancel()
+    finally:
+        release.set()
+        engine.close()
+    assert control.stopped is not None
+    assert (control.stopped.ending.exit_code, control.stopped.ending.host_kill) == (137, "cancel")

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+import pytest
+
 from rsskit import measured, peak_kib
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -114,3 +116,77 @@ def test_a_stderr_pipe_nobody_reads_blocks_neither_the_deadline_nor_the_exit() -
     assert "bytes of the component's stderr dropped here" in stderr, stderr[-2000:]
     assert "run failed: DEADLINE_EXCEEDED" in stderr, "the runner's own last line fits"
     assert ran.peak_mib < 150, f"peak RSS {ran.peak_mib:.0f} MiB"
+
+
+# --- stdout the host cannot take as fast as it comes ----------------------------------
+
+SLOW_FRAMES = """
+import sys
+# 11 MiB, valid, 240,000 values: objects with floats and blanks take the decoder's pure
+# path, about 0.2 s each in the host's worker thread (the pump reads nothing meanwhile).
+one = b'{          "%s"          :          1.5          }' % (b"k" * 40)
+inner = b",          ".join([one] * 60000)
+params = b'{"binding":"kv","operation":"get","input":[[%s],[%s]]}' % (inner, inner)
+call = b'{"jsonrpc":"2.0","id":"c%d","method":"capability/call","params":%s}\\n'
+out = sys.stdout.buffer
+for i in range(int(sys.argv[1])):
+    out.write(call % (i, params))
+if sys.argv[2] == "oversize":
+    out.write(b"x" * (17 << 20))  # no LF: the frame bound ends the run
+out.flush()
+sys.stdin.buffer.read()  # until the host kills it
+"""
+PLAN_IMAGE = "flow-runner/channel-plan:latest"
+"""An image with python3, whose command the tests replace."""
+
+
+def slow_frames(backend: str, frames: int, ending: str, deadline: str) -> Measured:
+    """A component that writes ``frames`` large frames, each slow to decode, as fast as
+    its stdout takes them, then (``oversize``) a line over the frame bound, and waits."""
+    command = ["python3", "-c", SLOW_FRAMES, str(frames), ending]
+    target = ["--process", "--", *command] if backend == "process" else ["--", PLAN_IMAGE, *command]
+    ran, _ = measure(["--quiet", "--deadline", deadline, *target], subprocess.DEVNULL, 120)
+    return ran
+
+
+def assert_ended_by_the_oversize_line(ran: Measured) -> None:
+    error = json.loads(ran.stdout)["error"]
+    assert (ran.returncode, error["code"]) == (4, "PROTOCOL_ERROR"), ran.stdout
+    assert "exceeds 16,777,216 bytes without an LF" in error["message"]
+    assert error["details"]["exitCode"] == 137  # the host killed it for the violation
+
+
+@pytest.mark.docker
+@pytest.mark.usefixtures("engine")  # and no container left behind
+def test_attach_stdout_faster_than_the_host_decodes_waits_in_the_container() -> None:
+    """40 frames of 11 MiB (440 MiB), each ~0.2 s to decode, then a line over the bound:
+    what the host has not taken yet stays within the stdout bound (20 MiB,
+    runner/sandbox/docker/attach.py), the component waits on its writes, and the
+    oversize line ends the run as usual (PROTOCOL_ERROR, killed). Bound: 250 MiB
+    (measured 180 to 186; 320 to 412 before the bound, as much of the 440 MiB as the
+    engine delivered during the decodes)."""
+    ran = slow_frames("docker", 40, "oversize", "60s")
+    assert_ended_by_the_oversize_line(ran)
+    assert ran.peak_mib < 250, f"peak RSS {ran.peak_mib:.0f} MiB"
+
+
+def test_pipe_stdout_faster_than_the_host_decodes_waits_in_the_process() -> None:
+    """The same over the process backend's pipes (256 KiB each, runner/sandbox/pipes.py).
+    Bound: 250 MiB (measured about 140)."""
+    ran = slow_frames("process", 40, "oversize", "60s")
+    assert_ended_by_the_oversize_line(ran)
+    assert ran.peak_mib < 250, f"peak RSS {ran.peak_mib:.0f} MiB"
+
+
+@pytest.mark.docker
+@pytest.mark.usefixtures("engine")
+def test_a_paused_attach_socket_holds_back_neither_the_deadline_nor_the_kill() -> None:
+    """Large slow frames without end (4.4 GB, ~80 s of decoding): the attach socket is
+    paused whenever the host is 20 MiB behind, and the deadline (3 s) still cancels, the
+    grace still kills, and the end of the stream is still seen. Bound: 250 MiB (measured
+    160 to 180; 160 to 250 before the bound: while a decode holds the GIL the loop reads
+    little, so this guards the ending more than the memory)."""
+    ran = slow_frames("docker", 400, "none", "3s")
+    error = json.loads(ran.stdout)["error"]
+    assert (ran.returncode, error["code"]) == (124, "DEADLINE_EXCEEDED"), ran.stdout
+    assert ran.peak_mib < 250, f"peak RSS {ran.peak_mib:.0f} MiB"

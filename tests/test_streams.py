@@ -14,12 +14,13 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from runner.sandbox.base import LaunchRequest
-from runner.sandbox.docker.attach import AttachConnection, open_connection
+from runner.sandbox.docker.attach import STDOUT_LIMIT, AttachConnection, open_connection
 from runner.sandbox.process import ProcessSandbox
-from runner.sandbox.streams import WRITE_LIMIT, Inbox
+from runner.sandbox.streams import WRITE_LIMIT, Inbox, SharedReading
 
 CHUNK = 1 << 15
 
@@ -169,6 +170,9 @@ class _Transport:
     def is_closing(self) -> bool:
         return False
 
+    def close(self) -> None:
+        pass
+
 
 @pytest.mark.anyio
 async def test_a_pipe_is_not_read_while_its_reader_is_behind() -> None:
@@ -277,3 +281,118 @@ async def test_closing_a_stream_ends_the_wait_of_its_reader() -> None:
             await anyio.wait_all_tasks_blocked()
             await connection.stderr.aclose()
         assert len(ended) == 1
+
+
+class _SharedTransport(_Transport):
+    """A read transport that records pause, resume and close."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@pytest.mark.anyio
+async def test_inboxes_of_one_transport_pause_it_while_either_is_full() -> None:
+    """The attach socket's two streams: reading stops while either holds more than its
+    bound and resumes only once neither does; a stream discarded while full lets the
+    transport be read again (for the other, and for the end) and does not close it."""
+    reading, transport = SharedReading(), _SharedTransport()
+    reading.attach(transport)  # type: ignore[arg-type]
+    out, err = Inbox(limit=100), Inbox(limit=10)
+    out.attach(reading.hold())
+    err.attach(reading.hold())
+    out.put(b"o" * 101)
+    assert not transport.reading
+    err.put(b"e" * 11)
+    assert await out.receive() == b"o" * 101
+    assert not transport.reading, "stderr is still over its bound"
+    assert await err.receive(5) == b"e" * 5
+    assert transport.reading
+    out.put(b"o" * 200)
+    assert not transport.reading
+    await out.aclose()  # full, and nobody will read it
+    assert (transport.reading, transport.closed) == (True, False)
+    out.put(b"dropped")
+    err.put(b"more")
+    assert await err.receive() == b"e" * 6 + b"more"
+    err.end()
+    with pytest.raises(anyio.EndOfStream):
+        await err.receive()
+    with pytest.raises(anyio.ClosedResourceError):
+        await out.receive()
+
+
+@pytest.mark.anyio
+async def test_a_stream_out_of_step_stops_the_reading_for_good() -> None:
+    reading, transport = SharedReading(), _SharedTransport()
+    reading.attach(transport)  # type: ignore[arg-type]
+    out = Inbox(limit=10)
+    out.attach(reading.hold())
+    out.put(b"o" * 11)
+    reading.stop()
+    assert await out.receive() == b"o" * 11
+    assert not transport.reading
+
+
+def stdout_frames(total: int) -> bytes:
+    """``total`` bytes of stdout without an LF, as the engine multiplexes it."""
+    return b"".join(frame(1, b"y" * CHUNK) for _ in range(total // CHUNK))
+
+
+async def paused(connection: AttachConnection) -> None:
+    """Return once the host has stopped reading the socket (it is an event of the
+    transport with no callback: each turn of the loop may be the one that read)."""
+    transport: Any = connection._transport
+    while transport.is_reading():
+        await anyio.lowlevel.checkpoint()
+
+
+@pytest.mark.anyio
+async def test_stdout_nobody_reads_stops_the_attach_socket_at_its_bound() -> None:
+    """A component writes stdout faster than anyone takes it: the host holds at most the
+    bound and one read of it (the engine's writes then wait), gives all of it back in
+    order when the reader comes, and still sees the end; stderr written meanwhile waits
+    behind it (one socket) and then arrives too."""
+    total = STDOUT_LIMIT + (8 << 20)  # more than the host and the kernel hold
+    loop = asyncio.get_running_loop()
+    async with attached() as (connection, engine):
+        async with anyio.create_task_group() as tg:
+
+            async def write() -> None:
+                await loop.sock_sendall(engine, stdout_frames(total) + frame(2, b"late\n"))
+                engine.shutdown(socket.SHUT_WR)
+
+            tg.start_soon(write)
+            await paused(connection)
+            assert STDOUT_LIMIT < connection.stdout._filed <= STDOUT_LIMIT + (1 << 18)
+            got = 0
+            while chunk := await _receive_or_end(connection.stdout):
+                got += len(chunk)
+        assert got == total // CHUNK * CHUNK
+        assert await connection.stderr.receive() == b"late\n"
+        await connection.drain()
+
+
+@pytest.mark.anyio
+async def test_discarding_a_full_stdout_lets_the_attach_socket_be_read_to_its_end() -> None:
+    """After the verdict nobody reads stdout: discarding it drops what it holds and what
+    comes, the socket is read on (not closed, not left paused), and its end is seen."""
+    loop = asyncio.get_running_loop()
+    async with attached() as (connection, engine):
+        async with anyio.create_task_group() as tg:
+
+            async def write() -> None:
+                await loop.sock_sendall(engine, stdout_frames(STDOUT_LIMIT + (8 << 20)))
+                await loop.sock_sendall(engine, frame(2, b"last words\n"))
+                engine.shutdown(socket.SHUT_WR)
+
+            tg.start_soon(write)
+            await paused(connection)
+            await connection.stdout.aclose()
+            await connection.drain()
+        assert await connection.stderr.receive() == b"last words\n"
+        with pytest.raises(anyio.ClosedResourceError):
+            await connection.stdout.receive()

@@ -300,6 +300,7 @@ class _Run:
             async with anyio.create_task_group() as tg:
                 self.task_group = tg
                 tg.start_soon(self._write_stdin)
+                tg.start_soon(self._read_stderr)
                 if not self.stdout_done.is_set():
                     tg.start_soon(self._work)
                 self.exit_code = await self.component.wait()
@@ -308,6 +309,10 @@ class _Run:
                 tg.cancel_scope.cancel()
             return
         await self._kill("cancel")
+        # Nothing reads the output any more: a stream left full would hold back the end
+        # of the attach socket, which is what waiting for the exit reads to (Docker).
+        for stream in (self.component.stdout, self.component.stderr):
+            await stream.aclose()
         self.exit_code = await self.component.wait()
 
     async def _kill(self, why: HostKill) -> None:

@@ -140,7 +140,11 @@ class RunningComponent(Protocol):
     facts: SandboxFacts
 
     async def wait(self) -> int:
-        """Wait for the process to exit and return its exit status (128+N for signal N)."""
+        """Wait for the process to exit and return its exit status (128+N for signal N).
+
+        A backend may see the exit at the end of the output (Docker's attach socket), and
+        keeps only a bounded amount of output nobody has taken: past that this waits
+        until ``stdout`` or ``stderr`` is read or closed (``aclose``)."""
         ...
 
     async def kill(self) -> None:

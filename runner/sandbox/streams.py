@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from contextlib import suppress
+from typing import Protocol
 
 import anyio
 from anyio.abc import ByteReceiveStream, ByteSendStream
@@ -141,38 +142,104 @@ class StdinWriter(ByteSendStream):
                 head.set_result(None)
 
 
+class ReadValve(Protocol):
+    """What an :class:`Inbox` turns to stop and restart the reading that fills it: a read
+    transport of its own (a pipe), or a :class:`SharedReading` of one shared with others."""
+
+    def pause_reading(self) -> None: ...
+
+    def resume_reading(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class SharedReading:
+    """One read transport filling several inboxes (the attach socket: stdout and stderr).
+
+    It is read while none of them is full: each inbox's pause is a hold, and reading
+    resumes when the last hold is released. Closing one inbox only drops its hold (the
+    others still need the transport, and the connection closes it); :meth:`stop` stops
+    reading for good, whatever the inboxes hold.
+    """
+
+    def __init__(self) -> None:
+        self._transport: asyncio.ReadTransport | None = None
+        self._holds = 0
+        self._stopped = False
+
+    def attach(self, transport: asyncio.ReadTransport) -> None:
+        self._transport = transport
+
+    def stop(self) -> None:
+        """Nothing more is to be read (the stream went out of step)."""
+        self._stopped = True
+        if self._transport is not None:
+            self._transport.pause_reading()
+
+    def hold(self) -> ReadValve:
+        """A valve for one more inbox of this transport."""
+        return _Hold(self)
+
+    def _pause(self) -> None:
+        self._holds += 1
+        if self._holds == 1 and self._transport is not None:
+            self._transport.pause_reading()
+
+    def _resume(self) -> None:
+        self._holds -= 1
+        if self._holds == 0 and not self._stopped and self._transport is not None:
+            self._transport.resume_reading()  # a no-op once it is closing
+
+
+class _Hold:
+    """One inbox's share of a :class:`SharedReading`."""
+
+    def __init__(self, reading: SharedReading) -> None:
+        self._reading = reading
+
+    def pause_reading(self) -> None:
+        self._reading._pause()
+
+    def resume_reading(self) -> None:
+        self._reading._resume()
+
+    def close(self) -> None:
+        """The inbox was discarded: the transport stays, for the others and for the end."""
+
+
 class Inbox(ByteReceiveStream):
     """A component's stdout or stderr: what a transport read for it, filed in order; one
     task at a time waits. ``aclose`` drops it from then on (and closes a pipe).
 
-    With a ``limit``, reading is paused while more than ``limit`` bytes are filed and
-    resumed once the reader took them (a pipe); without one, everything read is kept for
-    the reader (the attach socket, whose end must be seen whoever reads).
+    Reading is paused while more than ``limit`` bytes are filed and resumed once the
+    reader took them back to the limit, so an inbox never holds more than ``limit`` and
+    one read of its transport (asyncio reads at most 256 KiB at once): a component that
+    writes faster than the host reads waits on its own write.
     """
 
-    def __init__(self, limit: int | None = None) -> None:
+    def __init__(self, limit: int) -> None:
         self._chunks: deque[bytes] = deque()
         self._filed = 0
         self._limit = limit
-        self._transport: asyncio.ReadTransport | None = None  # to pause, with a limit
+        self._valve: ReadValve | None = None
         self._paused = False
         self._waiter: asyncio.Future[None] | None = None
         self._ended = False
         self._failure: str | None = None
         self._discard = False
 
-    def attach(self, transport: asyncio.ReadTransport) -> None:
-        self._transport = transport
+    def attach(self, valve: ReadValve) -> None:
+        self._valve = valve
 
     def put(self, data: bytes) -> None:
         if self._discard or self._ended or not data:
             return
         self._chunks.append(data)
         self._filed += len(data)
-        limit, transport = self._limit, self._transport
-        if limit is not None and self._filed > limit and transport and not self._paused:
+        valve = self._valve
+        if self._filed > self._limit and valve is not None and not self._paused:
             self._paused = True
-            transport.pause_reading()
+            valve.pause_reading()
         self._wake()
 
     def end(self, failure: str | None = None) -> None:
@@ -187,12 +254,14 @@ class Inbox(ByteReceiveStream):
         self.discard()
 
     def discard(self) -> None:
-        """Drop what is filed and whatever comes: nobody will read it (a pipe is closed)."""
+        """Drop what is filed and whatever comes: nobody will read it. Reading goes on
+        for the others (a pipe is closed; a shared transport is read on to its end)."""
         self._discard = True
         self._chunks.clear()
         self._filed = 0
-        if self._transport is not None:
-            self._transport.close()
+        if self._valve is not None:
+            self._unpause()
+            self._valve.close()
         self._wake()  # a reader waiting now finds the stream closed
 
     async def receive(self, max_bytes: int = 65536) -> bytes:
@@ -228,8 +297,8 @@ class Inbox(ByteReceiveStream):
                 parts.append(chunks.popleft())
             chunk = b"".join(parts)
         self._filed -= size
-        if self._paused:
-            self._resume()
+        if self._paused and self._filed <= self._limit:
+            self._unpause()
         return chunk
 
     def _wake(self) -> None:
@@ -237,8 +306,8 @@ class Inbox(ByteReceiveStream):
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    def _resume(self) -> None:
-        if self._paused and (self._limit is None or self._filed <= self._limit):
+    def _unpause(self) -> None:
+        if self._paused:
             self._paused = False
-            if self._transport is not None and not self._transport.is_closing():
-                self._transport.resume_reading()
+            assert self._valve is not None
+            self._valve.resume_reading()

@@ -4,10 +4,14 @@ The connection is the engine's attach request, taken over (``Engine.attach_socke
 runner/sandbox/docker/http.py), and served by an asyncio protocol of our own: every read
 the event loop makes is demultiplexed at once (the stream arrives as 8-byte headers and
 frames of up to 32 KiB, split by :class:`AttachDemuxer`, sans-I/O), filed by stream, and
-wakes the one task waiting for that stream, if any. The socket is read as long as it is
-open, whoever reads what, so a reader never waits on another and waiting for the end
-never waits on a reader (bytes nobody has taken are kept, as they were when the reader
-read the socket itself). A receive with bytes already filed returns them without a loop
+wakes the one task waiting for that stream, if any. The socket is read whoever reads
+what, so a reader never waits on another and waiting for the end never waits on a reader,
+as long as no stream holds more than its bound for its reader (:data:`STDOUT_LIMIT`,
+:data:`STDERR_LIMIT`). Past that the socket is not read until the reader takes bytes
+(both streams wait: they are one socket), so the engine stops taking the component's
+output and the component waits on its write, not the host's memory; a stream nobody will
+read is discarded (``aclose``), which drops its bytes and lets the socket be read to its
+end. A receive with bytes already filed returns them without a loop
 turn; stdin is a :class:`StdinWriter` (no lock, no checkpoint while the buffer has
 room). Half-closing stdin is a ``shutdown(SHUT_WR)`` on the socket, which the engine
 turns into EOF for the component (``StdinOnce``).
@@ -26,9 +30,22 @@ import struct
 
 import anyio
 
-from runner.sandbox.streams import Inbox, StdinWriter
+from runner.json1 import MAX_DOCUMENT_BYTES
+from runner.sandbox.streams import Inbox, SharedReading, StdinWriter
 
 STDOUT, STDERR = 1, 2
+STDOUT_LIMIT = MAX_DOCUMENT_BYTES + (4 << 20)
+"""Bytes of stdout kept for its reader before the socket is no longer read (20 MiB).
+
+A whole maximal frame (16 MiB and its LF) can wait here while the host decodes the one
+before it in a worker thread, so a component that streams large frames is not made to
+wait for each decode to end before it can send the next; the 4 MiB over that cover what
+is left of the frame before and a reader's take (the driver takes 256 KiB at a time).
+The socket is paused within one read of the bound (asyncio reads 256 KiB at most): the
+host holds under 20.25 MiB of a component's stdout here, however fast it writes."""
+STDERR_LIMIT = 1 << 20
+"""Bytes of stderr kept for its reader (it takes all there is as it comes, and keeps a
+tail of it): past this the socket is not read either."""
 _HEADER = struct.Struct(">BxxxL")
 
 
@@ -85,13 +102,18 @@ class AttachConnection:
         self._demuxer = AttachDemuxer()
         self.stdin = StdinWriter()
         """Half-closing it is a ``shutdown(SHUT_WR)``: stdout and stderr keep flowing."""
-        self.stdout = Inbox()
-        self.stderr = Inbox()
+        self._reading = SharedReading()
+        self.stdout = Inbox(STDOUT_LIMIT)
+        self.stderr = Inbox(STDERR_LIMIT)
+        self.stdout.attach(self._reading.hold())
+        self.stderr.attach(self._reading.hold())
         self._inboxes = {STDOUT: self.stdout, STDERR: self.stderr}
         self._ended = anyio.Event()
 
     async def drain(self) -> None:
-        """Wait for the end of the stream, keeping what the readers have not taken yet.
+        """Wait for the end of the stream, keeping what the readers have not taken yet
+        (up to its bound: past that the end waits for a reader to take bytes, or for the
+        stream to be discarded).
 
         A broken stream ends too: whether the container exited, was removed or lost its
         engine is for the inspection that follows to tell.
@@ -107,6 +129,7 @@ class AttachConnection:
     def _made(self, transport: asyncio.Transport) -> None:
         self._transport = transport
         self.stdin.attach(transport)
+        self._reading.attach(transport)
 
     def _received(self, data: bytes) -> None:
         if self._ended.is_set():
@@ -114,8 +137,7 @@ class AttachConnection:
         try:
             pieces = self._demuxer.feed(data)
         except ValueError as exc:
-            if self._transport is not None:
-                self._transport.pause_reading()  # nothing after this can be trusted
+            self._reading.stop()  # nothing after this can be trusted
             self._end(str(exc))
             return
         inboxes = self._inboxes

@@ -50,7 +50,8 @@ class Container:
         self.facts = facts
 
     async def wait(self) -> int:
-        """Read the attach stream to its end (keeping unread output), then confirm exit."""
+        """Read the attach stream to its end (keeping unread output, within its bounds:
+        see :mod:`runner.sandbox.docker.attach`), then confirm exit."""
         if self.facts.exit_code is not None:
             return self.facts.exit_code
         await self._connection.drain()
