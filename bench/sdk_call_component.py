@@ -3,7 +3,7 @@
 Input ``{"calls": N, "window": W}``: N calls through ``ctx.call_capability``, W of them
 awaited at once (W tasks, each calling one after another). Output ``{"calls": N,
 "seconds": S}``. Unlike ``call_component.py`` (raw frames), this is what a real component
-pays: the SDK's checks, its call table, its frames and its stdin thread.
+pays: the SDK's checks, its call table, its frames and its stdin reader.
 """
 
 from __future__ import annotations
