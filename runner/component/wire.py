@@ -80,18 +80,12 @@ def start_reader(
     """Read frames from ``fd`` into ``deliver`` on ``loop``: in the loop for a pipe or a
     socket, else from a thread."""
     mode = os.fstat(fd).st_mode
-    if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
-        LoopReader(fd, loop, deliver).start()
-    else:
-        FrameReader(fd, loop, deliver).start()
+    reader = LoopReader if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) else FrameReader
+    reader(fd, loop, deliver).start()
 
 
-class LoopReader:
-    """Frames from a pipe or socket ``fd``, read when the event loop sees it readable.
-
-    The descriptor is left as it is (blocking or not): after the loop reports it readable
-    a read returns at once, and a spurious report of a non-blocking one reads nothing.
-    """
+class _Reader:
+    """Reads ``fd`` one chunk at a time and hands ``deliver`` what each read brings."""
 
     def __init__(
         self, fd: int, loop: asyncio.AbstractEventLoop, deliver: Callable[[Delivery], None]
@@ -101,42 +95,51 @@ class LoopReader:
         self._deliver = deliver
         self._framer = Framer()
 
+    def _take(self, read: Callable[[int, int], bytes]) -> tuple[Delivery | None, bool]:
+        """One ``read``: the frames it completed (``None`` for none) or how the input
+        ended, and whether it ended. ``BlockingIOError`` passes through."""
+        try:
+            chunk = read(self._fd, _READ_SIZE)
+        except BlockingIOError:
+            raise
+        except OSError as error:
+            return ChannelFault("CHANNEL_LOST", f"reading stdin failed: {error}"), True
+        if not chunk:
+            return self._framer.end(), True
+        try:
+            return self._framer.feed(chunk) or None, False
+        except ChannelFault as fault:
+            return fault, True
+
+
+class LoopReader(_Reader):
+    """Frames from a pipe or socket ``fd``, read when the event loop sees it readable.
+
+    The descriptor is left as it is (blocking or not): after the loop reports it readable
+    a read returns at once, and a spurious report of a non-blocking one reads nothing.
+    """
+
     def start(self) -> None:
         self._loop.add_reader(self._fd, self._readable)
 
     def _readable(self) -> None:
         try:
-            chunk = os.read(self._fd, _READ_SIZE)
+            delivery, ended = self._take(os.read)
         except BlockingIOError:
             return
-        except OSError as error:
-            self._end(ChannelFault("CHANNEL_LOST", f"reading stdin failed: {error}"))
-            return
-        if not chunk:
-            self._end(self._framer.end())
-            return
-        try:
-            frames = self._framer.feed(chunk)
-        except ChannelFault as fault:
-            self._end(fault)
-            return
-        if frames:
-            self._deliver(frames)
-
-    def _end(self, delivery: Delivery) -> None:
-        self._loop.remove_reader(self._fd)
-        self._deliver(delivery)
+        if ended:
+            self._loop.remove_reader(self._fd)
+        if delivery is not None:
+            self._deliver(delivery)
 
 
-class FrameReader:
+class FrameReader(_Reader):
     """A daemon thread reading frames from ``fd`` into ``deliver`` on the event loop."""
 
     def __init__(
         self, fd: int, loop: asyncio.AbstractEventLoop, deliver: Callable[[Delivery], None]
     ) -> None:
-        self._fd = fd
-        self._loop = loop
-        self._deliver = deliver
+        super().__init__(fd, loop, deliver)
         self._credit = threading.Semaphore(_BATCHES_IN_FLIGHT)
         self._thread = threading.Thread(target=self._run, name="flow-stdin", daemon=True)
 
@@ -144,22 +147,11 @@ class FrameReader:
         self._thread.start()
 
     def _run(self) -> None:
-        framer = Framer()
         while True:
-            try:
-                chunk = _read(self._fd)
-            except OSError as error:
-                self._post(ChannelFault("CHANNEL_LOST", f"reading stdin failed: {error}"))
+            delivery, ended = self._take(_read)
+            if delivery is not None and not self._post(delivery):
                 return
-            if not chunk:
-                self._post(framer.end())
-                return
-            try:
-                frames = framer.feed(chunk)
-            except ChannelFault as fault:
-                self._post(fault)
-                return
-            if frames and not self._post(frames):
+            if ended:
                 return
 
     def _post(self, item: Delivery) -> bool:
@@ -177,10 +169,10 @@ class FrameReader:
             self._credit.release()
 
 
-def _read(fd: int) -> bytes:
+def _read(fd: int, size: int) -> bytes:
     while True:
         try:
-            return os.read(fd, _READ_SIZE)
+            return os.read(fd, size)
         except BlockingIOError:  # someone handed us a non-blocking descriptor
             select.select([fd], [], [])
 
