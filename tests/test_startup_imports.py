@@ -11,6 +11,7 @@ that each run got as far as it should.
 
 from __future__ import annotations
 
+import ast
 import importlib
 import json
 import os
@@ -156,3 +157,56 @@ def test_the_lazy_table_names_every_command_its_modules_register() -> None:
     for name in COMMANDS:
         command = group.get_command(context, name)
         assert command is not None and command.name == name
+
+
+# ----- the cyclic collector over start-up ------------------------------------------------
+
+SPY_ON_THE_LOOP = """
+import gc, sys
+import anyio
+real = anyio.run
+def spy(*args, **kwargs):
+    print("collector", gc.isenabled(), gc.get_freeze_count(), file=sys.stderr, flush=True)
+    return real(*args, **kwargs)
+anyio.run = spy
+sys.argv = ["flow-runner", *sys.argv[1:]]
+from runner.launch import main
+main()
+"""
+
+
+def test_the_console_script_pauses_the_collector_until_its_event_loop_starts() -> None:
+    # Start-up runs with the collector paused (its imports live as long as the process);
+    # the run must be collected as ever, with what start-up made frozen out of its passes.
+    fake = ROOT / "tests" / "fake_component.py"
+    command = [sys.executable, "-c", SPY_ON_THE_LOOP, "exec", "-q", "--process", "--"]
+    ran = subprocess.run(
+        [*command, sys.executable, str(fake), "echo"],
+        cwd=ROOT, env={**os.environ, "FLOW_RUNNER_WARM": "0"}, capture_output=True, text=True,
+        timeout=60, check=False,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    (line,) = [line for line in ran.stderr.splitlines() if line.startswith("collector")]
+    _, enabled, frozen = line.split()
+    assert enabled == "True"
+    assert int(frozen) > 10_000  # the imports, frozen: the collector was off until here
+
+
+def test_every_event_loop_of_a_command_starts_with_the_collector_on() -> None:
+    # A command that ran its loop with the collector still paused would never collect a
+    # cycle: each anyio.run in runner/cli/ follows collect_from_here() in its function.
+    missing = []
+    for path in sorted((ROOT / "runner" / "cli").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        for function in ast.walk(tree):
+            if not isinstance(function, ast.FunctionDef):
+                continue
+            calls = [
+                node
+                for node in ast.walk(function)
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute | ast.Name)
+            ]
+            names = [ast.unparse(call.func) for call in calls]
+            if "anyio.run" in names and "collect_from_here" not in names:
+                missing.append(f"{path.name}:{function.name}")
+    assert missing == []

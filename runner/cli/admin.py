@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from runner.cli.app import _fail_usage, app, profiles_app
+from runner.cli.app import _fail_usage, app, collect_from_here, profiles_app
 
 
 @app.command("inspect")
@@ -26,6 +26,7 @@ def inspect_(
 
     try:
         sandbox, _ = open_sandbox(SandboxSpec("docker", image=image))
+        collect_from_here()
         package = anyio.run(sandbox_package, sandbox)
     except (PackageError, SandboxError) as exc:
         _fail_usage(str(exc))

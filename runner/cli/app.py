@@ -17,6 +17,7 @@ some run infra-failed, 130 interrupted, 2 bad usage (nothing ran).
 
 from __future__ import annotations
 
+import gc
 import importlib
 import os
 import sys
@@ -176,3 +177,14 @@ def main() -> NoReturn:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code if isinstance(code, int) else int(code is not None))
+
+
+def collect_from_here() -> None:
+    """Turn on the cyclic garbage collector that the console script paused for start-up
+    (runner/launch.py), with everything made so far (the imports: module objects for the
+    life of the process) frozen out of its passes. Called by every command just before
+    its event loop starts; a no-op when the collector is on already (the CLI run another
+    way, or a second call)."""
+    if not gc.isenabled():
+        gc.freeze()
+        gc.enable()

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
-from runner.cli.app import UsageError, _fail_usage, batch_app
+from runner.cli.app import UsageError, _fail_usage, batch_app, collect_from_here
 from runner.cli.inputs import _load_config, _read_json
 
 if TYPE_CHECKING:
@@ -178,6 +178,7 @@ def _run_batch(options: object, junit: Path | None, jsonl: Path | None) -> int:
             tg.cancel_scope.cancel()
         return outcome
 
+    collect_from_here()
     status = anyio.run(main)
     if isinstance(status, Exception):
         _fail_usage(str(status))

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from runner.cli.app import _fail_usage, policy_app
+from runner.cli.app import _fail_usage, collect_from_here, policy_app
 
 AttachOption = Annotated[
     list[str] | None,
@@ -154,6 +154,7 @@ def _verify_all(names: list[str], attach: list[str], stress: bool) -> list[Any]:
                 tg.start_soon(one, index)
         return results
 
+    collect_from_here()
     try:
         return anyio.run(main)
     except* SandboxError as group:  # engine down, probe image missing: nothing ran

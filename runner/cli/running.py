@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from runner.cli.app import UsageError
+from runner.cli.app import UsageError, collect_from_here
 from runner.exits import (
     EXIT_CANCELLED,
     EXIT_CUSTOM_OUTCOME,
@@ -64,6 +64,7 @@ def _run(start: Starter, quiet: bool) -> Execution:
             tg.cancel_scope.cancel()
         return outcome
 
+    collect_from_here()
     try:
         outcome = anyio.run(main)
     finally:
