@@ -199,3 +199,12 @@ def test_the_engine_found_directly_is_docker_pys_with_its_negotiated_version() -
     direct = EngineHttp.from_env(environ)
     assert direct is not None
     assert direct == EngineHttp.of(docker.from_env(environment=environ).api)
+
+
+def test_the_default_engines_worker_threads_are_docker_pys_pool() -> None:
+    # engine.POOL_SIZE stands in for docker-py's constant so that the run need not import it.
+    from docker.constants import DEFAULT_MAX_POOL_SIZE
+
+    from runner.sandbox.docker.engine import POOL_SIZE
+
+    assert POOL_SIZE == DEFAULT_MAX_POOL_SIZE
