@@ -116,12 +116,7 @@ def sweep(client: docker.DockerClient | None = None) -> list[str]:
     on it is.
     """
     engine = default_engine() if client is None else engine_for(client)
-    if engine.http is None:
-        raise DockerSandboxError(
-            f"the connection to {engine.base_url} is not a plain socket; use the local "
-            "engine socket (unset DOCKER_HOST) or a plain tcp:// DOCKER_HOST"
-        )
-    return sweep_engine(engine.http)
+    return sweep_engine(engine.direct())
 
 
 def sweep_engine(http: EngineHttp) -> list[str]:

@@ -192,7 +192,9 @@ class Engine:
         except requests.exceptions.RequestException as exc:
             raise engine_unavailable(exc) from exc
 
-    def _direct(self) -> EngineHttp:
+    def direct(self) -> EngineHttp:
+        """The engine's HTTP API, spoken directly; :class:`DockerSandboxError` saying what
+        to change for an engine reached only through docker-py (TLS, ssh)."""
         if self.http is None:
             raise DockerSandboxError(
                 f"the connection to {self.base_url} is not a plain socket; use the local "
@@ -203,7 +205,7 @@ class Engine:
     async def _unleased(self, method: str, path: str, **kwargs: Any) -> Reply:
         """A direct call before a container exists: no answer is :class:`EngineUnavailable`."""
         try:
-            return await self._direct().call(method, path, **kwargs)
+            return await self.direct().call(method, path, **kwargs)
         except NoAnswer as exc:
             raise engine_unavailable(exc) from exc
 
@@ -214,7 +216,7 @@ class Engine:
         ``expected``, else a loss of the container (404: gone; anything else: the
         engine's failure), raised."""
         try:
-            reply = await self._direct().call(method, path, **kwargs)
+            reply = await self.direct().call(method, path, **kwargs)
         except NoAnswer as exc:
             raise lease.loss(exc) from exc
         if reply.status not in expected:
@@ -267,7 +269,7 @@ class Engine:
         The request is made on a blocking socket in a worker thread; the socket is then
         read with real async I/O by the caller.
         """
-        http = self._direct()
+        http = self.direct()
         query = {"stdin": "1", "stdout": "1", "stderr": "1", "stream": "1"}
         path = f"/containers/{lease.container_id}/attach"
         try:
