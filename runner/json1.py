@@ -326,9 +326,9 @@ def _tokens_kept(raw: bytes | bytearray, value: Any, survey: _Survey) -> bool:
     if not survey.floats and (
         colons == survey.members
         or (
-            survey.small
+            survey.texts is not None
             and b"\\u003" not in raw
-            and colons == survey.members + _colons_in_strings(value)
+            and colons == survey.members + "".join(survey.texts).count(":")
         )
     ):
         return True
@@ -338,22 +338,6 @@ def _tokens_kept(raw: bytes | bytearray, value: Any, survey: _Survey) -> bool:
     if survey.floats and raw.translate(_NUMBER_BYTES).find(_LONG_NUMBER) >= 0:
         return False
     return colons == survey.members or (b"\\u003" not in raw and encoded.count(b":") == colons)
-
-
-def _colons_in_strings(root: object) -> int:
-    """The ``:`` characters in a small decoded tree's strings and member names."""
-    texts: list[str] = []
-    pending: list[Any] = [root]
-    for value in pending:
-        kind = type(value)
-        if kind is str:
-            texts.append(value)
-        elif kind is dict:
-            texts += value  # the names
-            pending += value.values()
-        elif kind is list:
-            pending += value
-    return "".join(texts).count(":")
 
 
 # --- decoding: pure path -------------------------------------------------------------
@@ -468,7 +452,9 @@ class _Survey(NamedTuple):
     negative_zero: bool  # any -0.0 in the tree
     floats: bool  # any float in the tree
     long_text: bool  # a string of _LONG_TEXT characters or more
-    small: bool = False  # at most _SMALL_TREE values (one plain walk took it)
+    texts: list[str] | None = None
+    """For a tree of at most _SMALL_TREE values (one plain walk took it): its strings and
+    member names, whose ``:`` characters settle duplicates (see _tokens_kept)."""
 
 
 class _TooLarge(Exception):
@@ -547,9 +533,11 @@ def _walk(root: object) -> _Survey | None:
     members = 0
     negative_zero = floats = long_text = False
     pending: list[Any] = [root]
+    texts: list[str] = []
     for value in pending:  # the list grows as containers are met: breadth first
         kind = type(value)
         if kind is str:
+            texts.append(value)
             if len(value) >= _LONG_TEXT:
                 long_text = True
                 if len(value) > _STRING_CHARS and _utf8_len(value) > MAX_STRING_BYTES:
@@ -565,6 +553,7 @@ def _walk(root: object) -> _Survey | None:
                     len(name) > _NAME_CHARS and _utf8_len(name) > MAX_NAME_BYTES
                 ):
                     return None
+            texts += value
             pending += value.values()
         elif kind is list:
             room -= len(value)
@@ -582,7 +571,7 @@ def _walk(root: object) -> _Survey | None:
                 negative_zero = negative_zero or _is_negative_zero(value)
         elif value is not None and kind is not bool:
             return None
-    return _Survey(members, negative_zero, floats, long_text, small=True)
+    return _Survey(members, negative_zero, floats, long_text, texts)
 
 
 def _containers_fit(
