@@ -19,6 +19,10 @@ from runner.sandbox.streams import Inbox, StdinWriter
 
 READ_LIMIT = 1 << 18
 """Bytes of a pipe kept for its reader before the pipe is no longer read."""
+READ_BYTES = 1 << 16
+"""The most a pipe is read at once. asyncio's read-pipe transport reads 256 KiB at a time,
+and a bytes object that large is mapped in and out by glibc on every read (~20 µs of
+system time, against ~1 µs for 64 KiB: bench/floors.py, runner/sandbox/docker/attach.py)."""
 
 
 class Pipes:
@@ -91,7 +95,11 @@ async def _serve(connect: Any, protocol: asyncio.BaseProtocol, pipe: Any) -> Any
 
 async def _output(loop: asyncio.AbstractEventLoop, pipe: Any) -> Inbox:
     inbox = Inbox(READ_LIMIT)
-    await _serve(loop.connect_read_pipe, _ReadProtocol(inbox), pipe)
+    try:
+        _PipeReader(loop, pipe, inbox)
+    except BaseException:
+        pipe.close()
+        raise
     return inbox
 
 
@@ -113,19 +121,46 @@ class _WriteProtocol(asyncio.BaseProtocol):
         self._writer.resume()
 
 
-class _ReadProtocol(asyncio.Protocol):
-    def __init__(self, inbox: Inbox) -> None:
+class _PipeReader:
+    """Our end of a child's stdout or stderr, read into its :class:`Inbox` as bytes come
+    (at most :data:`READ_BYTES` at once), and the inbox's valve: paused while it is full,
+    closed when it is discarded or the pipe ends."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, pipe: Any, inbox: Inbox) -> None:
+        self._loop = loop
+        self._pipe = pipe
+        self._fd: int = pipe.fileno()
         self._inbox = inbox
+        self._reading = self._closed = False
+        os.set_blocking(self._fd, False)
+        inbox.attach(self)
+        self.resume_reading()
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.ReadTransport)
-        self._inbox.attach(transport)
+    def pause_reading(self) -> None:
+        if self._reading:
+            self._reading = False
+            self._loop.remove_reader(self._fd)
 
-    def data_received(self, data: bytes) -> None:
-        self._inbox.put(data)
+    def resume_reading(self) -> None:
+        if not (self._reading or self._closed):
+            self._reading = True
+            self._loop.add_reader(self._fd, self._read)
 
-    def eof_received(self) -> None:
-        self._inbox.end()
+    def close(self) -> None:
+        if not self._closed:
+            self.pause_reading()
+            self._closed = True
+            self._pipe.close()
 
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._inbox.end()
+    def _read(self) -> None:
+        try:
+            data = os.read(self._fd, READ_BYTES)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:  # the pipe broke: an end like any other, for the reader
+            data = b""
+        if data:
+            self._inbox.put(data)
+        else:
+            self.close()
+            self._inbox.end()
