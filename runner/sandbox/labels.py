@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runner.sandbox.errors import DockerSandboxError
-from runner.sandbox.pathmap import own_container_id
+from runner.sandbox.own_container import own_container_id
 
 LABEL_RUN_ID = "flow-runner.run-id"
 LABEL_PARENT_RUN_ID = "flow-runner.parent-run-id"
