@@ -4,8 +4,10 @@ A fresh process pays for every module it imports (``bench/README.md``, Start-up 
 so these run the real CLI in a subprocess and read ``sys.modules`` as it exits: ``exec``
 of an image or a command imports no configuration, no pydantic, no batch, policy or k8s
 machinery and no rich; ``exec`` of an image without a package no docker-py (the engine is
-spoken to directly, ``runner.sandbox.docker.http``) and no jsonschema; ``exec --help`` and
-``--version`` no other command's module. The positive checks (what must be there) show
+spoken to directly, ``runner.sandbox.docker.http``), no jsonschema and nothing that
+validates or checks a package; a run without an attachment or a scratch directory nothing
+that holds host paths (``HOST_PATHS``); ``exec --help`` and ``--version`` no other
+command's module. The positive checks (what must be there) show
 that each run got as far as it should.
 """
 
@@ -63,6 +65,9 @@ NOT_FOR_A_RUN = OTHER_COMMANDS | {
     "jsonschema",
     "runner.contracts.schema1",
     "importlib.metadata",  # entry points: read only for a backend that is not shipped
+    "runner.package.parse",  # a package's files validated: only an image that has one
+    "runner.package.checks",
+    "secrets",  # a channel's tokens, the label key: made when first needed
 }
 HOST_PATHS = frozenset(
     {"runner.sandbox.attachments", "runner.sandbox.disk", "runner.sandbox.pathmap"}

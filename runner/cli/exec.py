@@ -116,9 +116,11 @@ def exec_(
     raise typer.Exit(_print_verdict(execution))
 
 
-@dataclass(frozen=True)
+@dataclass
 class ExecRequest:
-    """What ``exec`` was asked to run, checked before anything starts."""
+    """What ``exec`` was asked to run, checked before anything starts (the command's own
+    record, made once: not frozen, which would cost its start-up three more generated
+    methods for nothing it shares)."""
 
     target: list[str]
     process: bool

@@ -31,7 +31,6 @@ import hashlib
 import hmac
 import json
 import os
-import secrets
 import socket
 import stat
 import time
@@ -194,7 +193,11 @@ def label_key(directory: Path) -> bytes:
 
 
 def _create_key(path: Path) -> None:
-    """Write a new key so that no reader ever sees a partial one, and only one key wins."""
+    """Write a new key so that no reader ever sees a partial one, and only one key wins.
+
+    Once per state directory: ``secrets`` is imported here, not by every run's labels."""
+    import secrets
+
     partial = path.with_name(f".{KEY_FILE}.{os.getpid()}.{secrets.token_hex(4)}")
     fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     try:
