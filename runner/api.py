@@ -20,14 +20,6 @@ from runner.host.channels import ChannelHub, ChannelOffer, ChannelParty
 from runner.host.driver import Graces, RunControl, RunOutcome, drive
 from runner.host.operations import RETAINED_BYTES
 from runner.json1 import JSONValue
-from runner.package.checks import (
-    channel_contract_resolver,
-    channel_ports,
-    check_attachments,
-    check_settings,
-    input_failure,
-    result_failure,
-)
 from runner.package.errors import InvocationRefused
 from runner.package.reader import sandbox_package
 from runner.protocol.codes import OperationError
@@ -39,7 +31,7 @@ from runner.sandbox.errors import SandboxLost
 from runner.sandbox.registry import StopGraces
 
 if TYPE_CHECKING:
-    from runner.package.reader import Package
+    from runner.package.parse import Package
     from runner.report import RunReport
 
 
@@ -166,6 +158,15 @@ async def execute(
     offer = invocation.channels or ChannelOffer(ChannelHub().party(request.run_id))
     ports = None
     if package is not None:
+        # Imported by a run held to a package only, as the package itself is parsed.
+        from runner.package.checks import (
+            channel_contract_resolver,
+            channel_ports,
+            check_attachments,
+            check_settings,
+            input_failure,
+        )
+
         check_settings(package, invocation.settings)
         check_attachments(package, request.attachments)
         ports = channel_ports(package)
@@ -249,6 +250,8 @@ async def _launch_and_drive(
     facts = component.facts
     verdict = outcome.verdict
     if package is not None and verdict.result is not None:
+        from runner.package.checks import result_failure
+
         failure = result_failure(package, verdict.result)
         if failure is not None:
             verdict = Verdict(None, failure, (*verdict.reasons, "result refused by the package"))

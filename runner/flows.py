@@ -32,7 +32,7 @@ from runner.sandbox.registry import SandboxSpec, open_sandbox
 
 if TYPE_CHECKING:
     from runner.host.capabilities import CapabilityBinding, ContractIdentity
-    from runner.package.reader import Package
+    from runner.package.parse import Package
 
 PATH_OPTIONS = frozenset({"root", "path"})
 """Provider options that name host paths; relative ones start at the config file."""

@@ -26,7 +26,8 @@ from runner.api import Execution, Invocation, execute
 from runner.config import ConfigError, load_config
 from runner.flows import FlowHost
 from runner.package.errors import InvocationRefused
-from runner.package.reader import Package, forget_packages, sandbox_package
+from runner.package.parse import Package
+from runner.package.reader import forget_packages, sandbox_package
 from runner.sandbox.docker.sandbox import DockerSandbox
 from runner.sandbox.profiles import load_profile
 

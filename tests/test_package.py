@@ -20,7 +20,7 @@ from runner.package.checks import (
 )
 from runner.package.errors import InvocationRefused, PackageError
 from runner.package.frontmatter import MAX_FRONTMATTER_BYTES, parse_flow_md
-from runner.package.reader import package_digest, package_from_files
+from runner.package.parse import package_digest, package_from_files
 from runner.protocol.codes import OperationError
 from runner.sandbox.base import Attachment
 

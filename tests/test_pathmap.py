@@ -9,7 +9,8 @@ from pathlib import Path, PurePosixPath
 import pytest
 
 from runner.sandbox.attachments import AttachmentError
-from runner.sandbox.pathmap import HostSource, PathMap, RunnerMount, own_container_id
+from runner.sandbox.own_container import own_container_id
+from runner.sandbox.pathmap import HostSource, PathMap, RunnerMount
 
 CID = "f30c22bf7cdf" + "0" * 52
 MOUNTINFO = (

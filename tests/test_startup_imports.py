@@ -4,8 +4,10 @@ A fresh process pays for every module it imports (``bench/README.md``, Start-up 
 so these run the real CLI in a subprocess and read ``sys.modules`` as it exits: ``exec``
 of an image or a command imports no configuration, no pydantic, no batch, policy or k8s
 machinery and no rich; ``exec`` of an image without a package no docker-py (the engine is
-spoken to directly, ``runner.sandbox.docker.http``) and no jsonschema; ``exec --help`` and
-``--version`` no other command's module. The positive checks (what must be there) show
+spoken to directly, ``runner.sandbox.docker.http``), no jsonschema and nothing that
+validates or checks a package; a run without an attachment or a scratch directory nothing
+that holds host paths (``HOST_PATHS``); ``exec --help`` and ``--version`` no other
+command's module. The positive checks (what must be there) show
 that each run got as far as it should.
 """
 
@@ -63,7 +65,15 @@ NOT_FOR_A_RUN = OTHER_COMMANDS | {
     "jsonschema",
     "runner.contracts.schema1",
     "importlib.metadata",  # entry points: read only for a backend that is not shipped
+    "runner.package.parse",  # a package's files validated: only an image that has one
+    "runner.package.checks",
+    "secrets",  # a channel's tokens, the label key: made when first needed
 }
+HOST_PATHS = frozenset(
+    {"runner.sandbox.attachments", "runner.sandbox.disk", "runner.sandbox.pathmap"}
+)
+"""What only a run with an attachment or a scratch directory needs: holding and judging
+host paths, their disk bounds, their names on the engine's host."""
 DOCKER_PY = frozenset({"docker", "requests", "urllib3"})
 """docker-py and what it brings: for the rare engine calls only (``engine.py``)."""
 
@@ -88,7 +98,7 @@ def test_exec_of_a_command_imports_only_the_run(tmp_path: Path) -> None:
     assert done.returncode == 2 and "cannot start '/nonexistent/cmd'" in done.stderr
     assert {"runner.cli.exec", "runner.api", "anyio", "runner.host.driver"} <= modules
     assert modules & NOT_FOR_A_RUN == set()
-    assert modules & DOCKER_PY == set()
+    assert modules & (DOCKER_PY | HOST_PATHS) == set()
 
 
 @pytest.mark.docker
@@ -96,7 +106,7 @@ def test_exec_of_an_image_imports_only_the_run(tmp_path: Path) -> None:
     done, modules = imported(tmp_path, "exec", "flow-runner/no-such-image:latest")
     assert done.returncode == 2 and "is not on this Docker engine" in done.stderr
     assert {"runner.sandbox.docker.sandbox", "runner.sandbox.profiles"} <= modules
-    assert modules & (NOT_FOR_A_RUN | DOCKER_PY) == set()
+    assert modules & (NOT_FOR_A_RUN | DOCKER_PY | HOST_PATHS) == set()
 
 
 @pytest.mark.docker
@@ -113,7 +123,22 @@ def test_a_run_of_an_image_without_a_package_imports_no_docker_py(tmp_path: Path
     assert done.returncode == 0 and json.loads(done.stdout)["output"] == {"name": "Ada"}
     assert json.loads(report.read_text())["status"] == "succeeded"
     assert {"runner.sandbox.docker.sandbox", "runner.sandbox.gc", "runner.host.driver"} <= modules
-    assert modules & (NOT_FOR_A_RUN | DOCKER_PY) == set()
+    assert {"runner.sandbox.own_container"} <= modules  # the labels name the runner's container
+    assert modules & (NOT_FOR_A_RUN | DOCKER_PY | HOST_PATHS | {"tarfile"}) == set()
+
+
+@pytest.mark.docker
+def test_a_run_with_an_attachment_imports_the_host_path_machinery(tmp_path: Path) -> None:
+    """The other side of HOST_PATHS: an attachment is held and judged, after the sweep and
+    the sandbox are ready, by the modules a plain run leaves out."""
+    shared = tmp_path / "in"
+    shared.mkdir()
+    shared.chmod(0o755)  # the component's user may read and search it
+    tmp_path.chmod(0o755)
+    args = ("exec", "-q", "--attach", f"in={shared}:ro", "--input", "{}", FAKE_IMAGE)
+    done, modules = imported(tmp_path, *args)
+    assert done.returncode == 0, done.stderr
+    assert modules >= HOST_PATHS
 
 
 def test_a_configuration_is_read_with_its_models(tmp_path: Path) -> None:

@@ -20,7 +20,8 @@ def inspect_(
 
     from runner import json1
     from runner.package.errors import PackageError
-    from runner.package.reader import sandbox_package, summary
+    from runner.package.parse import summary
+    from runner.package.reader import sandbox_package
     from runner.sandbox.errors import SandboxError
     from runner.sandbox.registry import SandboxSpec, open_sandbox
 

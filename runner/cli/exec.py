@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from runner.config import HostConfig
     from runner.host.driver import RunControl
     from runner.json1 import JSONValue
+    from runner.sandbox.base import Attachment
     from runner.sandbox.registry import SandboxSpec
 
 
@@ -115,9 +116,11 @@ def exec_(
     raise typer.Exit(_print_verdict(execution))
 
 
-@dataclass(frozen=True)
+@dataclass
 class ExecRequest:
-    """What ``exec`` was asked to run, checked before anything starts."""
+    """What ``exec`` was asked to run, checked before anything starts (the command's own
+    record, made once: not frozen, which would cost its start-up three more generated
+    methods for nothing it shares)."""
 
     target: list[str]
     process: bool
@@ -258,7 +261,6 @@ class ExecRequest:
         from runner.api import Invocation, execute
         from runner.package.errors import PackageError
         from runner.package.reader import directory_package
-        from runner.sandbox.attachments import parse_attachments
         from runner.sandbox.base import LaunchRequest
         from runner.sandbox.errors import SandboxError
         from runner.sandbox.registry import open_sandbox
@@ -268,7 +270,7 @@ class ExecRequest:
             raise UsageError("--settings must be a JSON object, for example '{}'")
         spec = self._spec()
         try:
-            attachments = parse_attachments(self.attach)
+            attachments = _attachments(self.attach)
             sandbox, graces = open_sandbox(spec)
             package = directory_package(self.package) if self.package is not None else None
         except (SandboxError, PackageError) as exc:
@@ -304,6 +306,16 @@ class ExecRequest:
 
     def _scratch_dir(self) -> Path | None:
         return self.scratch.resolve() if self.scratch else None
+
+
+def _attachments(specs: list[str]) -> tuple[Attachment, ...]:
+    """The ``--attach`` options parsed; their parser is imported only when there are any
+    (with what a launch with host paths needs, see ``runner.sandbox.docker.sandbox``)."""
+    if not specs:
+        return ()
+    from runner.sandbox.attachments import parse_attachments
+
+    return parse_attachments(specs)
 
 
 def _warn_unsandboxed(flow: str, command: list[str]) -> None:

@@ -22,7 +22,7 @@ from runner.sandbox.base import Attachment
 
 if TYPE_CHECKING:
     from runner.contracts.channel import ChannelContract
-    from runner.package.reader import Package
+    from runner.package.parse import Package
 
 
 def check_settings(package: Package, settings: dict[str, JSONValue]) -> None:

@@ -1,4 +1,4 @@
-"""Reading a FLOW package out of an image, or out of a directory, without running it.
+"""Reading a FLOW package's files out of an image, or out of a directory, without running it.
 
 The package directory is named by the image label ``flow.package`` (``/flow/package``
 when the label is absent). Its files come from the sandbox backend, which knows images
@@ -9,7 +9,8 @@ schema (PROTOCOL.md §14, §15.3 "inert inspection"). A package directory on the
 --process --package DIR``) goes through the same checks and the same parse.
 
 An image whose package directory is missing, or holds no ``FLOW.md``, carries no
-package: it runs as before, unchecked (the test images, and a bare command image).
+package: it runs as before, unchecked (the test images, and a bare command image). The
+files of one that does are validated by ``runner.package.parse``, imported only then.
 
 Results are cached per image id in this process, so a run tree that starts the same image
 a hundred times reads its package once; a retag that changes the image changes the id.
@@ -22,65 +23,30 @@ import hashlib
 import json
 import os
 import stat
-import struct
 import threading
 import unicodedata
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, Literal
 
 import anyio
 
-from runner import json1
-from runner.json1 import JSONValue
 from runner.package import FLOW_MD
 from runner.package.errors import PackageError
 from runner.sandbox.base import ImageEntry, ImageSource, Sandbox
 from runner.sandbox.errors import FilesTooLarge
 
 if TYPE_CHECKING:
-    from runner.contracts.capability import CapabilityContract
-    from runner.contracts.channel import ChannelContract
-    from runner.contracts.schema1 import Schema1Validator
-    from runner.package.frontmatter import Access, Port
+    from runner.package.parse import Package
 
 
 PACKAGE_LABEL: Final = "flow.package"
 DEFAULT_PACKAGE_DIR: Final = "/flow/package"
-SCHEMA_FILES: Final = ("input", "settings", "result")
 MAX_ARCHIVE_BYTES: Final = 256 * 1024 * 1024
 """flow-runner's bound on a package read into memory (Package/1 allows 4 GiB)."""
 MAX_FILES: Final = 65_536
 MAX_PATH_BYTES: Final = 1_024
 MAX_SEGMENTS: Final = 64
-DIGEST_DOMAIN: Final = b"FLOW-Package/1\0"
-
-
-@dataclass(frozen=True)
-class Package:
-    """A validated package: its metadata, compiled schemas, contracts and digest."""
-
-    image_id: str
-    root: str
-    """The package directory inside the image."""
-    name: str
-    description: str
-    outcomes: dict[str, str]
-    uses: dict[str, CapabilityContract | None]
-    """Capability slot → its contract, or ``None`` for a ``{local: true}`` slot."""
-    attachments: dict[str, Access]
-    channels: dict[str, Port]
-    schemas: dict[str, Schema1Validator] = field(repr=False)
-    """``input`` / ``settings`` / ``result`` → validator, for the files present."""
-    schema_documents: dict[str, JSONValue] = field(repr=False)
-    digest: str
-    file_count: int
-    channel_contracts: dict[str, ChannelContract] = field(default_factory=dict, repr=False)
-    """``./`` reference → Channel Contract/1 descriptor, for every port that names one."""
-    json_files: dict[str, bytes] = field(default_factory=dict, repr=False)
-    """Package path → bytes of each small ``.json`` file: what ``channel/create``'s
-    ``contract`` may name at run time (it resolves only inside the invoking package)."""
 
 
 _cache: dict[str, Package | None] = {}
@@ -113,6 +79,8 @@ async def image_package(source: ImageSource) -> Package | None:
     files = await _stored_files(source, root)
     package = None
     if files is not None and FLOW_MD in files:
+        from runner.package.parse import package_from_files
+
         package = await anyio.to_thread.run_sync(package_from_files, files, image_id, root)
     with _cache_lock:
         _cache[image_id] = package
@@ -126,6 +94,8 @@ def directory_package(directory: Path) -> Package:
     Package/1 paths, the same bounds; a directory without ``FLOW.md`` is an error here,
     since the user named it as a package.
     """
+    from runner.package.parse import package_from_files
+
     root = str(directory)
     files = files_from_entries(_walk(directory), root)
     if FLOW_MD not in files:
@@ -256,159 +226,3 @@ def _check_path(path: str) -> None:
         raise PackageError(
             path, "", "not a valid Package/1 path (NFC, `/`, ≤64 segments, ≤1,024 bytes)"
         )
-
-
-def package_digest(files: dict[str, bytes]) -> str:
-    """``sha256:<hex>`` of the file tree by the Package/1 digest rule (§14)."""
-    digest = hashlib.sha256(DIGEST_DOMAIN + struct.pack(">Q", len(files)))
-    for path in sorted(files, key=lambda p: p.encode()):
-        name, content = path.encode(), files[path]
-        digest.update(b"\x01" + struct.pack(">I", len(name)) + name)
-        digest.update(struct.pack(">Q", len(content)) + content)
-    return "sha256:" + digest.hexdigest()
-
-
-def package_from_files(files: dict[str, bytes], image_id: str = "", root: str = "") -> Package:
-    """Validate a package's files: FLOW.md, its references and the root schemas.
-
-    The YAML, contract and Schema/1 machinery is imported here, not with the module: a
-    run of an image without a package (or with a cached absence) never pays for it.
-    """
-    from runner.contracts.capability import (
-        MAX_CONTRACT_BYTES,
-        ContractError,
-        parse_contract,
-    )
-    from runner.contracts.channel import parse_channel_contract
-    from runner.contracts.schema1 import SchemaError, compile_schema1_file
-    from runner.package.frontmatter import parse_flow_md
-
-    if FLOW_MD not in files:
-        raise PackageError(FLOW_MD, "", "missing: every package has a root FLOW.md")
-    meta = parse_flow_md(files[FLOW_MD])
-    uses: dict[str, CapabilityContract | None] = {}
-    for slot, ref in meta.uses.items():
-        if ref is None:
-            uses[slot] = None
-            continue
-        data = _referenced(files, ref, f"uses.{slot}.contract")
-        try:
-            uses[slot] = parse_contract(data, source=ref[2:])
-        except ContractError as exc:
-            raise PackageError(ref[2:], exc.pointer, f"{exc.code}: {exc.message}") from None
-    channel_contracts: dict[str, ChannelContract] = {}
-    for port, decl in meta.channels.items():
-        if decl.contract is not None:
-            data = _referenced(files, decl.contract, f"channels.{port}.contract")
-            try:
-                channel_contracts[decl.contract] = parse_channel_contract(
-                    data, source=decl.contract[2:]
-                )
-            except ContractError as exc:
-                raise PackageError(
-                    decl.contract[2:], exc.pointer, f"{exc.code}: {exc.message}"
-                ) from None
-    schemas: dict[str, Schema1Validator] = {}
-    documents: dict[str, JSONValue] = {}
-    for kind in SCHEMA_FILES:
-        name = f"{kind}.schema.json"
-        if name in files:
-            try:
-                schemas[kind] = compile_schema1_file(files[name])
-            except SchemaError as exc:
-                raise PackageError(name, exc.pointer or "/", f"{exc.code}: {exc.message}") from None
-            documents[kind] = json1.loads(files[name])
-    return Package(
-        image_id=image_id,
-        root=root,
-        name=meta.name,
-        description=meta.description,
-        outcomes=meta.outcomes,
-        uses=uses,
-        attachments=meta.attachments,
-        channels=meta.channels,
-        schemas=schemas,
-        schema_documents=documents,
-        digest=package_digest(files),
-        file_count=len(files),
-        channel_contracts=channel_contracts,
-        json_files={
-            path: data
-            for path, data in files.items()
-            if path.endswith(".json") and len(data) <= MAX_CONTRACT_BYTES
-        },
-    )
-
-
-def _referenced(files: dict[str, bytes], ref: str, key: str) -> bytes:
-    data = files.get(ref[2:])
-    if data is None:
-        raise PackageError(
-            FLOW_MD, key, f"{ref!r} names no regular file in the package (exact case)"
-        )
-    return data
-
-
-def summary(package: Package) -> dict[str, JSONValue]:
-    """What ``flow-runner inspect`` shows: declarations, contract identities, schemas."""
-    uses: dict[str, JSONValue] = {}
-    for slot, contract in package.uses.items():
-        uses[slot] = (
-            {"local": True}
-            if contract is None
-            else {
-                "contract": contract.identity.id,
-                "version": contract.identity.version,
-                "digest": contract.identity.digest,
-            }
-        )
-    channels: dict[str, JSONValue] = {
-        name: {
-            key: value
-            for key, value in {
-                "direction": port.direction,
-                "required": port.required,
-                "contract": _channel_contract(package, port.contract),
-                "delivery": port.delivery,
-                "start": port.start,
-                "schema": _schema_summary(port.schema) if port.schema is not None else None,
-            }.items()
-            if value is not None
-        }
-        for name, port in package.channels.items()
-    }
-    return {
-        "image": package.image_id,
-        "name": package.name,
-        "description": package.description,
-        "outcomes": dict(package.outcomes),
-        "uses": uses,
-        "attachments": dict(package.attachments),
-        "channels": channels,
-        "schemas": {
-            kind: _schema_summary(document) for kind, document in package.schema_documents.items()
-        },
-        "digest": package.digest,
-        "files": package.file_count,
-    }
-
-
-def _channel_contract(package: Package, ref: str | None) -> JSONValue:
-    """A port's contract as inspect shows it: where it is and its identity."""
-    if ref is None:
-        return None
-    identity = package.channel_contracts[ref].identity
-    return {"path": ref, "id": identity.id, "version": identity.version, "digest": identity.digest}
-
-
-def _schema_summary(document: JSONValue) -> JSONValue:
-    """A schema's top level: type, required and property names."""
-    if not isinstance(document, dict):
-        return document
-    out: dict[str, JSONValue] = {}
-    for key in ("type", "required", "properties", "additionalProperties"):
-        if key in document:
-            value = document[key]
-            names: list[JSONValue] = list(sorted(value)) if isinstance(value, dict) else []
-            out[key] = names if key == "properties" else value
-    return out

@@ -36,15 +36,17 @@ from runner.protocol.names import (
 )
 from runner.protocol.shapes import JSONObject, is_integer_in, members, show
 
-_CONTRACT_PATH = re.compile(r"\A\./[^\\]+\Z")
-_CONTRACT_ID = re.compile(
+# Patterns of a channel contract's identity and path, matched through ``re``'s own cache:
+# compiled the first time a channel names a contract, not by every run's imports.
+_CONTRACT_PATH: Final = r"\A\./[^\\]+\Z"
+_CONTRACT_ID: Final = (
     r"\Ahttps://(?!(?:(?:25[0-5]|2[0-4][0-9]|[01]?[0-9]?[0-9])\.){3}"
     r"(?:25[0-5]|2[0-4][0-9]|[01]?[0-9]?[0-9])(?:/|\Z))"
     r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)+"
     r"/(?!\.{1,2}(?:/|\Z))[a-z0-9._~-]+(?:/(?!\.{1,2}(?:/|\Z))[a-z0-9._~-]+)*\Z"
 )
-_CONTRACT_VERSION = re.compile(r"\A(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\Z")
-_CONTRACT_DIGEST = re.compile(r"\Asha256:[0-9a-f]{64}\Z")
+_CONTRACT_VERSION: Final = r"\A(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\Z"
+_CONTRACT_DIGEST: Final = r"\Asha256:[0-9a-f]{64}\Z"
 
 _DELIVERIES: Final = ("direct", "broadcast")
 _ACCESS_MODES: Final = ("read", "read-write")
@@ -102,13 +104,13 @@ def _check_contract_identity(contract: JSONValue) -> str | None:
     if reason is not None:
         return f"contract: {reason}"
     contract_id = contract["id"]
-    if not isinstance(contract_id, str) or _CONTRACT_ID.match(contract_id) is None:
+    if not isinstance(contract_id, str) or re.match(_CONTRACT_ID, contract_id) is None:
         return "contract.id is not a canonical https contract id"
     version = contract["version"]
-    if not isinstance(version, str) or _CONTRACT_VERSION.match(version) is None:
+    if not isinstance(version, str) or re.match(_CONTRACT_VERSION, version) is None:
         return "contract.version must be X.Y.Z"
     digest = contract["digest"]
-    if not isinstance(digest, str) or _CONTRACT_DIGEST.match(digest) is None:
+    if not isinstance(digest, str) or re.match(_CONTRACT_DIGEST, digest) is None:
         return "contract.digest must be sha256:<64 lowercase hex>"
     return None
 
@@ -257,7 +259,7 @@ def _check_channel_create(params: JSONObject) -> str | None:
         if (
             not isinstance(contract, str)
             or len(contract) > MAX_CONTRACT_PATH_CHARS
-            or _CONTRACT_PATH.match(contract) is None
+            or re.match(_CONTRACT_PATH, contract) is None
         ):
             return "contract must be a package-local path ./… of at most 4,096 characters"
     return None

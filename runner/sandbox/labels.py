@@ -31,7 +31,6 @@ import hashlib
 import hmac
 import json
 import os
-import secrets
 import socket
 import stat
 import time
@@ -40,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runner.sandbox.errors import DockerSandboxError
-from runner.sandbox.pathmap import own_container_id
+from runner.sandbox.own_container import own_container_id
 
 LABEL_RUN_ID = "flow-runner.run-id"
 LABEL_PARENT_RUN_ID = "flow-runner.parent-run-id"
@@ -194,7 +193,11 @@ def label_key(directory: Path) -> bytes:
 
 
 def _create_key(path: Path) -> None:
-    """Write a new key so that no reader ever sees a partial one, and only one key wins."""
+    """Write a new key so that no reader ever sees a partial one, and only one key wins.
+
+    Once per state directory: ``secrets`` is imported here, not by every run's labels."""
+    import secrets
+
     partial = path.with_name(f".{KEY_FILE}.{os.getpid()}.{secrets.token_hex(4)}")
     fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     try:

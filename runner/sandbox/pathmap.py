@@ -17,23 +17,19 @@ a container that is none of this engine's: the engine then runs beside the runne
 the same container, as in CI sandboxes) or elsewhere, and ``flow-runner doctor`` proves
 which.
 
-The runner's container is found through ``/proc/self/mountinfo``: the engine bind-mounts
-its ``/etc/hostname``, ``/etc/hosts`` and ``/etc/resolv.conf`` from
-``<data-root>/containers/<id>/``, which names the id whatever the hostname was set to.
+The runner's container is found through ``/proc/self/mountinfo``
+(``runner.sandbox.own_container``, which every run's labels read too: this module is
+imported only by a run with host paths).
 """
 
 from __future__ import annotations
 
-import os
-import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
 from runner.sandbox.attachments import AttachmentError
-
-MOUNTINFO = Path("/proc/self/mountinfo")
-_CONTAINER_ROOT = re.compile(r"/containers/([0-9a-f]{64})/(?:hostname|hosts|resolv\.conf)$")
+from runner.sandbox.own_container import in_container, own_container_id
 
 
 class PathNotCovered(AttachmentError):
@@ -146,28 +142,3 @@ class PathMap:
 
 def _within(path: PurePosixPath, tree: PurePosixPath) -> bool:
     return path == tree or tree in path.parents
-
-
-def in_container() -> bool:
-    """Whether this process looks containerised: podman's and systemd's ``container``
-    variable, Docker's ``/.dockerenv``, or (:func:`own_container_id`) its mountinfo."""
-    marked = os.environ.get("container")  # noqa: SIM112 (podman's name for it)
-    return bool(marked) or Path("/.dockerenv").exists() or own_container_id() is not None
-
-
-def own_container_id(mountinfo: Path = MOUNTINFO) -> str | None:
-    """The id of the engine's container this process runs in, from mountinfo, or ``None``.
-
-    The hostname is not used: ``--hostname`` sets it to anything. This is also what the
-    owner label records (``runner_container_labels``) so that gc can tell the containers
-    of a runner container that is gone.
-    """
-    try:
-        text = mountinfo.read_text()
-    except OSError:
-        return None
-    for line in text.splitlines():
-        fields = line.split()
-        if len(fields) > 4 and (match := _CONTAINER_ROOT.search(fields[3])):
-            return match.group(1)
-    return None

@@ -7,7 +7,6 @@ end are the moves a source makes (sealed, failed) and the failures readers then 
 
 from __future__ import annotations
 
-import secrets
 from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, ClassVar, cast
@@ -225,5 +224,10 @@ def again(error: OperationError) -> OperationError:
 
 
 def new_token(kind: str) -> str:
-    """An unguessable reference in the wire-id grammar (128 random bits)."""
+    """An unguessable reference in the wire-id grammar (128 random bits).
+
+    ``secrets`` (with ``random``, ``base64``) is imported by the first channel a run
+    makes, not with the hub that every run imports."""
+    import secrets
+
     return f"{kind}-{secrets.token_hex(16)}"

@@ -50,10 +50,11 @@ from runner.sandbox.errors import (
     SandboxLost,
 )
 from runner.sandbox.labels import inspect_labels
-from runner.sandbox.pathmap import PathMap
 
 if TYPE_CHECKING:
     import docker
+
+    from runner.sandbox.pathmap import PathMap
 
 T = TypeVar("T")
 
@@ -235,8 +236,11 @@ class Engine:
         return self.runtimes
 
     async def host_paths(self) -> PathMap:
-        """How the engine's host names the paths this process sees (asked once)."""
+        """How the engine's host names the paths this process sees (asked once; only a
+        run with host paths asks, so the map is imported here)."""
         if self.path_map is None:
+            from runner.sandbox.pathmap import PathMap
+
             self.path_map = await self._call(lambda client: PathMap.from_self(client.api))
         return self.path_map
 

@@ -49,8 +49,10 @@ DEFAULT_TIMEOUT: Final = 60.0
 """docker-py's ``DEFAULT_TIMEOUT_SECONDS``, the timeout of ``docker.from_env()``."""
 MINIMUM_API_VERSION: Final = (1, 24)
 """docker-py's ``MINIMUM_DOCKER_API_VERSION``: an engine below it is refused."""
-_TCP = re.compile(r"tcp://([A-Za-z0-9.-]+):([0-9]{1,5})")
-_UNIX = re.compile(r"unix://(/[^?#;]*[^/?#;])")
+# The forms of DOCKER_HOST read here, matched through ``re``'s own cache: compiled only
+# when DOCKER_HOST is set, not by every run's imports.
+_TCP: Final = r"tcp://([A-Za-z0-9.-]+):([0-9]{1,5})"
+_UNIX: Final = r"unix://(/[^?#;]*[^/?#;])"
 
 
 class NoAnswer(Exception):
@@ -431,10 +433,10 @@ def plain_address(environ: Mapping[str, str]) -> tuple[str | None, str, int] | N
         return (DEFAULT_SOCKET, "", 0) if _context_name(environ) == "default" else None
     if host == "unix://":
         return DEFAULT_SOCKET, "", 0
-    unix = _UNIX.fullmatch(host)
+    unix = re.fullmatch(_UNIX, host)
     if unix is not None:
         return unix[1], "", 0
-    tcp = _TCP.fullmatch(host)
+    tcp = re.fullmatch(_TCP, host)
     if tcp is not None and 0 < int(tcp[2]) < 65536:
         return None, tcp[1].lower(), int(tcp[2])
     return None

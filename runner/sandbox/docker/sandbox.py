@@ -14,6 +14,10 @@ run and the owning process (``runner.sandbox.labels``), so ``runner.sandbox.gc``
 up after a killed host. A loss of the container or the engine after creation is kept in
 the container's lease; cleanup still runs, and the launch then ends with the first loss,
 which the API reports as the run's failure rather than a traceback.
+
+What only a launch with host paths uses (holding them, the disk watch, the path map) and
+the tar reader of an image's files are imported where they are used: a plain run of an
+image, the common case, does not pay for their modules and record classes at start-up.
 """
 
 from __future__ import annotations
@@ -21,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-import tarfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Mapping
@@ -33,7 +36,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import anyio
 import anyio.lowlevel
 
-from runner.sandbox.attachments import HeldPath, check_unique, check_usable, hold
 from runner.sandbox.base import (
     Attachment,
     DiskBreach,
@@ -42,19 +44,21 @@ from runner.sandbox.base import (
     RunningComponent,
     SandboxFacts,
 )
-from runner.sandbox.disk import DiskBound, DiskWatch, launch_bounds
 from runner.sandbox.docker import body
 from runner.sandbox.docker.attach import AttachConnection, open_connection
 from runner.sandbox.docker.container import ATTACHMENTS_DIR, SCRATCH_PATH, Container
 from runner.sandbox.docker.engine import Engine, Lease, open_engine
 from runner.sandbox.errors import DockerSandboxError, RuntimeMissing, SandboxLost
 from runner.sandbox.labels import run_labels
-from runner.sandbox.pathmap import HostSource
 from runner.sandbox.profiles import SandboxProfile
 from runner.sandbox.registry import SandboxSpec, StopGraces, load_spec_profile
 
 if TYPE_CHECKING:
     import docker
+
+    from runner.sandbox.attachments import HeldPath
+    from runner.sandbox.disk import DiskBound
+    from runner.sandbox.pathmap import HostSource
 
 T = TypeVar("T")
 
@@ -91,6 +95,8 @@ class DockerImage:
 
 def entries_from_tar(data: bytes) -> list[ImageEntry]:
     """The entries of a ``get_archive`` tar, named below its top directory."""
+    import tarfile
+
     entries: list[ImageEntry] = []
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
         for member in tar:
@@ -155,6 +161,8 @@ class DockerSandbox:
             engine = await open_engine(self._client)
             await self._check_runtime(engine)
             if mounts:
+                from runner.sandbox.disk import launch_bounds
+
                 bounds = await anyio.to_thread.run_sync(
                     launch_bounds, self.profile, request.attachments, _scratch_attachment(request)
                 )
@@ -188,6 +196,8 @@ class DockerSandbox:
 
     def _hold(self, request: LaunchRequest, stack: contextlib.ExitStack) -> dict[str, HeldPath]:
         """Judge and hold every bind source: mount target -> held path (closed by ``stack``)."""
+        from runner.sandbox.attachments import check_unique, check_usable, hold
+
         check_unique(request.attachments)
         allowed = self.profile.allowed_mounts
         mounts: dict[str, HeldPath] = {}
@@ -266,6 +276,8 @@ async def _disk_watch(
     if not bounds:
         yield
         return
+    from runner.sandbox.disk import DiskWatch
+
     token = anyio.lowlevel.current_token()
 
     def breached(breach: DiskBreach) -> None:
