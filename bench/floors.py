@@ -34,14 +34,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from channels import ECHO, IMAGE, engine_cpu  # noqa: E402  (the same image and echo)
+from channels import ECHO, IMAGE, engine_cpu
 
-from runner import json1  # noqa: E402
-from runner.host.eager import CallScope  # noqa: E402
-from runner.host.operations import OperationLedger  # noqa: E402
-from runner.protocol.results import validate_capability_result  # noqa: E402
-from runner.protocol.session import CallRequested, HostSession, decode  # noqa: E402
-from runner.sandbox.labels import run_labels  # noqa: E402
+from runner import json1
+from runner.host.eager import CallScope
+from runner.host.operations import OperationLedger
+from runner.protocol.results import validate_capability_result
+from runner.protocol.session import CallRequested, HostSession, decode
+from runner.sandbox.labels import run_labels
 
 FRAME = (
     b'{"jsonrpc":"2.0","id":"c:%d","method":"capability/call","params":'
