@@ -18,7 +18,12 @@ import anyio.lowlevel
 import pytest
 
 from runner.sandbox.base import LaunchRequest
-from runner.sandbox.docker.attach import STDOUT_LIMIT, AttachConnection, open_connection
+from runner.sandbox.docker.attach import (
+    READ_BYTES,
+    STDOUT_LIMIT,
+    AttachConnection,
+    open_connection,
+)
 from runner.sandbox.process import ProcessSandbox
 from runner.sandbox.streams import WRITE_LIMIT, Inbox, SharedReading
 
@@ -367,7 +372,7 @@ async def test_stdout_nobody_reads_stops_the_attach_socket_at_its_bound() -> Non
 
             tg.start_soon(write)
             await paused(connection)
-            assert STDOUT_LIMIT < connection.stdout._filed <= STDOUT_LIMIT + (1 << 18)
+            assert STDOUT_LIMIT < connection.stdout._filed <= STDOUT_LIMIT + READ_BYTES
             got = 0
             while chunk := await _receive_or_end(connection.stdout):
                 got += len(chunk)

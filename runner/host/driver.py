@@ -78,8 +78,10 @@ SIGKILL_EXIT = 128 + 9  # how both backends report a process ended by SIGKILL
 """Seconds to wait for stdout EOF once the process has exited."""
 DECODE_IN_THREAD = 1 << 18
 """Frames of at least this many bytes are decoded in a worker thread (see _pump)."""
-READ_BYTES = 1 << 18
-"""The most stdout the pump takes at once (all that is there, up to this)."""
+READ_BYTES = 1 << 16
+"""The most stdout the pump takes at once (all that is there, up to this): one read of
+the transport (runner/sandbox/pipes.py, docker/attach.py), so a take is never a join of
+several reads into one object large enough for glibc to map in and out for it."""
 
 
 @dataclass(frozen=True)

@@ -213,7 +213,7 @@ class Inbox(ByteReceiveStream):
 
     Reading is paused while more than ``limit`` bytes are filed and resumed once the
     reader took them back to the limit, so an inbox never holds more than ``limit`` and
-    one read of its transport (asyncio reads at most 256 KiB at once): a component that
+    one read of its transport (64 KiB: see runner/sandbox/pipes.py): a component that
     writes faster than the host reads waits on its own write.
     """
 

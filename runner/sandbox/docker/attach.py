@@ -40,9 +40,9 @@ STDOUT_LIMIT = MAX_DOCUMENT_BYTES + (4 << 20)
 A whole maximal frame (16 MiB and its LF) can wait here while the host decodes the one
 before it in a worker thread, so a component that streams large frames is not made to
 wait for each decode to end before it can send the next; the 4 MiB over that cover what
-is left of the frame before and a reader's take (the driver takes 256 KiB at a time).
-The socket is paused within one read of the bound (asyncio reads 256 KiB at most): the
-host holds under 20.25 MiB of a component's stdout here, however fast it writes."""
+is left of the frame before and a reader's take (the driver takes 64 KiB at a time).
+The socket is paused within one read of the bound (:data:`READ_BYTES`): the host holds
+under 20.1 MiB of a component's stdout here, however fast it writes."""
 STDERR_LIMIT = 1 << 20
 """Bytes of stderr kept for its reader (it takes all there is as it comes, and keeps a
 tail of it): past this the socket is not read either."""
