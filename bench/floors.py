@@ -1,6 +1,6 @@
 """Benchmark: the floors under issue 17's call and channel targets, on this machine.
 
-Two costs no host of this design pays less than, each printed beside the target it bounds:
+Costs no host of this design pays less than, each printed beside the target it bounds:
 
 - *protocol work per call*: what the host's sans-I/O core does for one ``capability/call``
   that a broker answers at once, in a plain loop, with no event loop, task, cancel scope
@@ -9,6 +9,9 @@ Two costs no host of this design pays less than, each printed beside the target 
   SHA-256), encode and check the result and frame the answer. This is the Python work
   every call costs before it is read or written; ``bench/calls.py`` measures the whole.
   Issue 17 asks for 50,000 calls/s with 64 in flight: 20 µs of host CPU per call.
+- *protocol work per relayed item*: the same for one 64-byte channel item as the root of
+  bench/channels.py's tree relays it: a ``channel/send`` and a ``channel/next`` frame,
+  each framed, decoded, checked and answered by the channel hub with nothing waiting.
 - *the attach socket per line*: one container of the channel benchmark's image, under the
   same protections (no network, read-only root, no capabilities, an unprivileged user),
   echoes stdin lines; this process writes a 64-character JSON string and reads its echo
@@ -16,7 +19,8 @@ Two costs no host of this design pays less than, each printed beside the target 
   per line (the system calls, and whatever the kernel charges for waking ``dockerd``),
   and ``dockerd``'s. A relayed channel item is two such round trips for the host (the
   writer's ``channel/send`` and the reader's ``channel/next``, each a request in and an
-  answer out); issue 17 asks for 100 µs of host CPU per item.
+  answer out); issue 17 asks for 100 µs of host CPU per item, which the last row sets
+  beside two such lines and one item's protocol work.
 
     .venv/bin/python bench/floors.py [--calls 50000] [--lines 5000] [--rounds 3]
 """
@@ -31,14 +35,18 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
 from channels import ECHO, IMAGE, engine_cpu
 
 from runner import json1
+from runner.host.channels import ChannelHub
 from runner.host.eager import CallScope
 from runner.host.operations import OperationLedger
+from runner.json1 import JSONValue
+from runner.protocol import builders
 from runner.protocol.results import validate_capability_result
 from runner.protocol.session import CallRequested, HostSession, decode
 from runner.sandbox.labels import run_labels
@@ -49,6 +57,16 @@ FRAME = (
 )  # the frame bench/call_component.py writes
 
 
+PARAMS: dict[str, JSONValue] = {
+    "protocol": "run/1",
+    "input": None,
+    "settings": {},
+    "attachments": {},
+    "scratch": "/flow/scratch",
+    "deadlineUnixMs": int(time.time() * 1000) + 3_600_000,
+}  # a root's flow/run params: the session answers as it would for a real run
+
+
 def cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
@@ -56,11 +74,7 @@ def cpu() -> float:
 
 def protocol_work(calls: int) -> float:
     """Host CPU seconds per call of the sans-I/O core's work for ``calls`` calls."""
-    deadline = int(time.time() * 1000) + 3_600_000
-    session = HostSession(
-        {"protocol": "run/1", "input": None, "settings": {}, "attachments": {},
-         "scratch": "/flow/scratch", "deadlineUnixMs": deadline}
-    )  # fmt: skip
+    session = HostSession(PARAMS)
     session.start()
     session.data_to_send()
     ledger = OperationLedger()
@@ -80,6 +94,39 @@ def protocol_work(calls: int) -> float:
             session.respond_encoded(event.request_id, ticket.encoded_result())
         session.data_to_send()
     return (cpu() - started) / calls
+
+
+def channel_work(items: int) -> float:
+    """Host CPU seconds per item of the sans-I/O core's work for a relayed 64 B item.
+
+    One party holds both ends of a direct channel (as the root of bench/channels.py's tree
+    hands them to W and R): per item, a ``channel/send`` frame and a ``channel/next`` frame
+    are framed, decoded, checked and answered by the hub, as the driver answers them when
+    nothing waits (the item is there when the read comes)."""
+    session = HostSession(PARAMS)
+    session.start()
+    session.data_to_send()
+    party = ChannelHub().party("run:floor")
+    grants: Any = party.create({})
+    writer, reader = grants["send"]["endpoint"], grants["receive"]["endpoint"]
+    value = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_"
+    frames = []
+    for i in range(items):
+        send = builders.request(f"s:{i}", "channel/send", {"endpoint": writer, "value": value})
+        read = builders.request(f"n:{i}", "channel/next", {"endpoint": reader})
+        frames += [json1.dumps(send) + b"\n", json1.dumps(read) + b"\n"]
+    started = cpu()
+    for frame in frames:
+        payloads, events = session.receive_bytes(frame)
+        for payload in payloads:
+            events += session.receive_decoded(decode(payload))
+        for event in events:
+            assert isinstance(event, CallRequested), event
+            answer = party.answer(event.method, event.params)
+            assert isinstance(answer, bytes), "the item was not there"
+            session.respond_encoded(event.request_id, answer)
+        session.data_to_send()
+    return (cpu() - started) / items
 
 
 def attach_line(lines: int) -> tuple[float, float, float]:
@@ -133,20 +180,29 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     work = [protocol_work(args.calls) for _ in range(args.rounds)]
+    relay = [channel_work(args.calls // 2) for _ in range(args.rounds)]
     lines = [attach_line(args.lines) for _ in range(args.rounds)]
     call = statistics.median(work) * 1e6
     host = statistics.median(line[0] for line in lines) * 1e6
     engine = statistics.median(line[1] for line in lines) * 1e6
     rate = statistics.median(line[2] for line in lines)
+    item = statistics.median(relay) * 1e6
     print(f"{args.rounds} rounds (medians)\n")
     print("| floor | per unit | target it bounds |")
     print("|---|---:|---|")
-    print(f"| protocol work per call (no I/O, no loop) | {call:.1f} µs | 20 µs/call (50,000/s) |")
-    print(f"| attach socket, blocking lock-step line, host CPU | {host:.0f} µs | |")
-    print(f"| the same, two lines (one relayed item), host CPU | {2 * host:.0f} µs | 100 µs/item |")
-    print(f"| the same, engine CPU per line | {engine:.0f} µs | |")
-    print(f"| the same, lines/s | {rate:,.0f} | |")
+    rows = [
+        ("protocol work per call (no I/O, no loop)", f"{call:.1f} µs", "20 µs/call (50,000/s)"),
+        ("protocol work per relayed 64 B item (no I/O, no loop)", f"{item:.1f} µs", ""),
+        ("attach socket, blocking lock-step line: host CPU", f"{host:.0f} µs", ""),
+        ("the same: engine CPU", f"{engine:.0f} µs", ""),
+        ("the same: lines/s", f"{rate:,.0f}", ""),
+        ("a relayed item: two such lines and its protocol work", f"{2 * host + item:.0f} µs",
+         "100 µs/item"),
+    ]  # fmt: skip
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
     print("\nper round: protocol µs/call " + ", ".join(f"{w * 1e6:.1f}" for w in work))
+    print("per round: protocol µs/item " + ", ".join(f"{w * 1e6:.1f}" for w in relay))
     print("per round: attach host µs/line " + ", ".join(f"{x[0] * 1e6:.0f}" for x in lines))
 
 
