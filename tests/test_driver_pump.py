@@ -7,7 +7,10 @@ in-memory component, which notes in which tasks the driver reads stdout and writ
 from __future__ import annotations
 
 import json
-from typing import Any
+import threading
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import Any, TypeVar
 
 import anyio
 import pytest
@@ -25,6 +28,7 @@ PARAMS: dict[str, JSONValue] = {
     "protocol": "run/1", "input": None, "settings": {}, "attachments": {},
     "scratch": "/tmp", "deadlineUnixMs": 2**52,
 }  # fmt: skip
+_T = TypeVar("_T")
 
 
 @pytest.fixture
@@ -176,6 +180,93 @@ async def test_a_send_the_component_cancelled_while_it_was_queued_is_not_accepte
     assert answers["s:1"]["data"]["code"] == "CANCELLED"
     assert answers["s:2"] is None
     assert await party.next(reader) == {"item": {"sequence": 1, "value": "sent"}}
+
+
+class _ScopedBroker(_Broker):
+    """A provider that opens anyio scopes of its own (a timeout, a lock) before its first
+    wait, as providers built on anyio do: the call's own cancel scope must already be the
+    outer one then, or leaving theirs breaks the task's scopes (a crash, or a pump stuck
+    under a stale shielded scope that no deadline reaches)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lock = anyio.Lock()
+        self.waiting = anyio.Event()
+
+    async def handle(
+        self, method: str, params: dict[str, JSONValue], call: CallContext
+    ) -> JSONValue:
+        with anyio.move_on_after(60):
+            async with self.lock:
+                if params["input"] == "forever":
+                    self.waiting.set()
+                    await anyio.sleep_forever()
+                await anyio.sleep(0)
+        return {"value": params["input"]}
+
+
+def _within(seconds: float, main: Callable[[], Awaitable[_T]]) -> _T:
+    """``anyio.run(main)`` in a thread of its own, failing if it has not ended in
+    ``seconds``: a pump stuck under a stale shielded scope ignores every deadline and
+    ``fail_after`` inside its loop, so only a watch from outside the loop can tell."""
+    outcome: list[_T] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            outcome.append(anyio.run(main))
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        pytest.fail(f"the run had not ended after {seconds} s")
+    if errors:
+        raise errors[0]
+    return outcome[0]
+
+
+def test_a_provider_that_opens_scopes_before_it_waits_is_answered() -> None:
+    broker = _ScopedBroker()
+    exchange = partial(_exchange, [_call(0, "a") + _call(1, "b")], 2, broker)
+    (outcome, _), seen = _within(20, exchange)
+    assert outcome.verdict.result is not None, outcome.verdict
+    assert {frame["id"]: frame["result"] for frame in seen} == {
+        "c:0": {"value": "a"},
+        "c:1": {"value": "b"},
+    }
+    assert not broker.lock.locked()
+
+
+def test_a_call_cancelled_inside_a_providers_own_scopes_unwinds() -> None:
+    broker = _ScopedBroker()
+    component = MemoryComponent()
+    seen: list[Any] = []
+
+    async def play() -> None:
+        frames = component.frames()
+        root = await frames.__anext__()
+        await component.to_host.send(_call(0, "forever"))
+        await broker.waiting.wait()
+        cancel = {"jsonrpc": "2.0", "method": "request/cancel", "params": {"requestId": "c:0"}}
+        await component.to_host.send(json.dumps(cancel).encode() + b"\n" + _call(1, "after"))
+        while len(seen) < 2:
+            seen.append(await frames.__anext__())
+        await component.finish(root)
+
+    async def main() -> Any:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(play)
+            return await drive(component, PARAMS, broker)  # type: ignore[arg-type]
+
+    outcome = _within(20, main)
+    assert outcome.verdict.result is not None, outcome.verdict
+    answers = {frame["id"]: frame for frame in seen}
+    assert answers["c:0"]["error"]["data"]["code"] == "CANCELLED"
+    assert answers["c:1"]["result"] == {"value": "after"}  # the lock came free
+    assert not broker.lock.locked()
 
 
 def _frame(rid: str, method: str, params: dict[str, JSONValue]) -> bytes:

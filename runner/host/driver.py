@@ -12,12 +12,11 @@ Calls and channel items are the hot path (``bench/calls.py``, ``bench/channels.p
 hand-offs between tasks are what they cost: a task switch costs more than a small call's
 protocol work. So one task at a time holds the *pump* role (:meth:`_Run._pump`): it reads
 stdout, handles every complete frame of a read in one pass, then runs the calls those
-frames admitted itself, one after another. A call that completes without suspending (a
-broker that answers at once, a channel item already there, room in a queue) costs no
-hand-off and no cancel scope at all. A call that suspends hands the pump role, at that
-moment, to an idle task of the pool (or a new one) and finishes in the task it started in,
-inside its own cancel scope from there on (runner/host/eager.py), so reading never waits on
-a call.
+frames admitted itself, one after another, each inside the call's own cancel scope. A call
+that completes without suspending (a broker that answers at once, a channel item already
+there, room in a queue) costs no hand-off at all. A call that suspends hands the pump
+role, at that moment, to an idle task of the pool (or a new one) and finishes in the task
+it started in (:class:`_Eager`), so reading never waits on a call.
 
 Answers leave the same way, without a task: everything the session queued by the end of a
 loop step goes out in one write, made by the pump before it waits to read again or, for
@@ -32,11 +31,11 @@ import asyncio
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Generator
 from contextlib import suppress
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import anyio
 import anyio.lowlevel
@@ -45,7 +44,6 @@ from anyio.abc import TaskGroup
 from runner import json1
 from runner.host.broker import Broker, CallContext
 from runner.host.channels import ChannelParty
-from runner.host.eager import CallScope, EagerCall
 from runner.host.operations import RETAINED_BYTES, OperationLedger, Ticket
 from runner.json1 import JSONValue
 from runner.protocol.codes import (
@@ -82,6 +80,7 @@ READ_BYTES = 1 << 16
 """The most stdout the pump takes at once (all that is there, up to this): one read of
 the transport (runner/sandbox/pipes.py, docker/attach.py), so a take is never a join of
 several reads into one object large enough for glibc to map in and out for it."""
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -208,7 +207,7 @@ class _Run:
         self.stdout_done = anyio.Event()
         self.exit_code: int | None = None
         self.host_kill: HostKill | None = None
-        self.calls: dict[str, CallScope] = {}
+        self.calls: dict[str, anyio.CancelScope] = {}
         """The cancel scope of every admitted call, from admission (queued) to its answer."""
         self.queued: deque[tuple[CallRequested, Ticket | None]] = deque()
         """Admitted calls not yet started; the pump runs them before it reads again."""
@@ -465,11 +464,8 @@ class _Run:
                     waiting = self._answer_now(event)
                     if waiting is None:
                         continue
-                rid = event.request_id
-                scope = self.calls[rid]
-                call = EagerCall(self._serve(rid, event, ticket, waiting), scope, self._hand_off)
+                call = _Eager(self._call(event, ticket, waiting), self._hand_off)
                 await call
-                self._answered(rid, scope)
                 if call.suspended:
                     return False
             else:
@@ -547,7 +543,7 @@ class _Run:
                 rid, OperationError("OWNER_CLOSED", "the run is being stopped")
             )
             return
-        scope = CallScope()
+        scope = anyio.CancelScope()
         ticket = None
         if event.method in OPERATION_METHODS:
             try:
@@ -560,7 +556,7 @@ class _Run:
 
     def _answer_now(self, event: CallRequested) -> Coroutine[Any, Any, bytes] | None:
         """Answer a channel call here when it needs no wait (no task, no cancel scope
-        entered); else return the coroutine that waits for its answer, for :meth:`_serve`.
+        entered); else return the coroutine that waits for its answer, for :meth:`_call`.
 
         A call the component cancelled while it was queued is answered already and does
         nothing: a send it withdrew is not accepted, a read it gave up takes no item.
@@ -583,25 +579,22 @@ class _Run:
         self._flush()
         return None
 
-    async def _serve(
+    async def _call(
         self,
-        rid: str,
         event: CallRequested,
         ticket: Ticket | None,
         waiting: Coroutine[Any, Any, bytes] | None = None,
     ) -> None:
-        """Run one call and answer it (in its :class:`CallScope`, entered by
-        :class:`EagerCall` if the call waits); ``waiting`` is a channel call's wait, begun
-        by :meth:`_answer_now`."""
-        try:
-            result = await (self._dispatch(event, ticket) if waiting is None else waiting)
-        except Exception as exc:  # EN-06: a host-side failure is never a -32603
-            self._respond_failure(rid, exc)
-        else:
-            self._respond(rid, result)
-
-    def _answered(self, rid: str, scope: CallScope) -> None:
-        """The call is over: answered, or stopped by its scope (then answered here)."""
+        """Run one call in its cancel scope and answer it; ``waiting`` is a channel
+        call's wait, begun by :meth:`_answer_now`."""
+        rid = event.request_id
+        with self.calls[rid] as scope:
+            try:
+                result = await (self._dispatch(event, ticket) if waiting is None else waiting)
+            except Exception as exc:  # EN-06: a host-side failure is never a -32603
+                self._respond_failure(rid, exc)
+            else:
+                self._respond(rid, result)
         self.calls.pop(rid, None)
         if scope.cancelled_caught:
             code = self.condition or "CANCELLED"
@@ -638,6 +631,50 @@ class _Run:
             message = bounded_message(f"the {method} result is invalid: {reason}")
             raise OperationError("INVALID_RESULT", message)
         return ticket.encoded_result()
+
+
+class _Eager(Generic[_T]):
+    """``await _Eager(coro, on_suspend)`` awaits ``coro`` exactly as ``await coro`` would,
+    in the awaiting task, and calls ``on_suspend`` once, at its first suspension.
+
+    This is how the pump learns, at the moment it happens, that a call it runs will not
+    complete at once, so it can hand its role over without a task per call: the call goes
+    on in the task it started in (its cancel scope, any task group it opened, its
+    cancellation all stay with that task), every suspension and every exception or
+    cancellation passing through unchanged, as with ``yield from``.
+    """
+
+    __slots__ = ("_coro", "_on_suspend", "suspended")
+
+    def __init__(self, coro: Coroutine[Any, Any, _T], on_suspend: Callable[[], None]) -> None:
+        self._coro = coro
+        self._on_suspend = on_suspend
+        self.suspended = False
+
+    def __await__(self) -> Generator[Any, Any, _T]:
+        coro = self._coro
+        try:
+            signal = coro.send(None)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        self.suspended = True
+        self._on_suspend()
+        while True:
+            try:
+                sent = yield signal
+            except GeneratorExit:
+                coro.close()
+                raise
+            except BaseException as exc:  # cancellation, thrown in by the task
+                try:
+                    signal = coro.throw(exc)
+                except StopIteration as stop:
+                    return stop.value  # type: ignore[no-any-return]
+            else:
+                try:
+                    signal = coro.send(sent)
+                except StopIteration as stop:
+                    return stop.value  # type: ignore[no-any-return]
 
 
 def _wire(error: OperationError) -> OperationError:

@@ -26,7 +26,7 @@ import hashlib
 from collections.abc import Awaitable, Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Final, Protocol
+from typing import Final
 
 import anyio
 
@@ -35,15 +35,6 @@ from runner.json1 import JSONValue
 from runner.protocol.codes import OperationError
 
 Work = Callable[[], Awaitable[JSONValue]]
-
-
-class Cancellable(Protocol):
-    """What the ledger cancels abandoned work through: a cancel scope, or the driver's
-    per-call stand-in for one (runner/host/eager.py)."""
-
-    def cancel(self) -> None: ...
-
-
 _UNSCOPED: Final = nullcontext()  # the caller runs the work in the operation's scope
 RETAINED_BYTES: Final = 64 << 20
 """Default budget of one Run's ledger: 65,535 small operations (the lifetime request
@@ -58,7 +49,7 @@ class _Operation:
     digest: bytes
     """SHA-256 of the canonical identity: enough to tell a conflict, 32 bytes to keep."""
     runner: str
-    scope: Cancellable | None
+    scope: anyio.CancelScope | None
     """The work runs in it and is cancelled through it when abandoned. Dropped once done:
     a Run keeps every operation it saw, and a settled one is only replayed."""
     own_scope: bool  # the ledger enters `scope` (else the caller settles inside it)
@@ -138,7 +129,7 @@ class OperationLedger:
         request_id: str,
         method: str,
         params: dict[str, JSONValue],
-        scope: Cancellable | None = None,
+        scope: anyio.CancelScope | None = None,
     ) -> Ticket:
         """Decide at once, in arrival order, whether ``request_id`` dispatches or joins.
 
@@ -216,7 +207,6 @@ class OperationLedger:
 
     async def _execute(self, operation: _Operation, work: Work) -> JSONValue:
         scope = operation.scope if operation.own_scope else None
-        assert scope is None or isinstance(scope, anyio.CancelScope)
         try:
             with scope or _UNSCOPED:
                 result = await work()
