@@ -21,8 +21,9 @@ READ_LIMIT = 1 << 18
 """Bytes of a pipe kept for its reader before the pipe is no longer read."""
 READ_BYTES = 1 << 16
 """The most a pipe is read at once. asyncio's read-pipe transport reads 256 KiB at a time,
-and a bytes object that large is mapped in and out by glibc on every read (~20 µs of
-system time, against ~1 µs for 64 KiB: bench/floors.py, runner/sandbox/docker/attach.py)."""
+and until glibc raises its mapping threshold a bytes object that large is mapped in and
+out on every read (~20 µs of system time, against ~1 µs for 64 KiB: see
+runner/sandbox/docker/attach.py's READ_BYTES)."""
 
 
 class Pipes:

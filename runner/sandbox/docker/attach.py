@@ -49,12 +49,13 @@ tail of it): past this the socket is not read either."""
 READ_BYTES = 1 << 16
 """The most the socket is read at once, into a buffer kept for the connection.
 
-asyncio's own socket reads allocate a fresh 256 KiB bytes object for every read; at that
-size glibc maps the memory in and out each time, which cost ~20 µs of system time per
-read in a quiet process and ~50 µs in the host (bench/floors.py: a blocking read of 64 KiB
-costs ~1 µs), about half of what the host spent reading a small frame. Reading into one
-buffer of 64 KiB, and copying out only what arrived (under glibc's 128 KiB mapping
-threshold), costs neither; a large frame takes more reads, each far cheaper."""
+asyncio's own socket reads allocate a fresh 256 KiB bytes object for every read; until
+glibc raises its mapping threshold (once the process has freed a mapped block that
+large), it maps that memory in and out each time: ~20 µs of system time per read, against
+~1 µs for 64 KiB, and 61–76 µs against 22–25 per line of a blocking echo over an attach
+socket (bench/README.md, "sixth session"). Reading into one buffer of 64 KiB, and copying
+out only what arrived (under glibc's 128 KiB threshold), never costs it; a large frame
+takes more reads, each far cheaper."""
 _HEADER = struct.Struct(">BxxxL")
 
 
