@@ -43,7 +43,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 
 import anyio
-from channels import ECHO, IMAGE, engine_cpu
+from channels import ECHO, IMAGE, engine_cpu, item_of
 
 from runner import json1
 from runner.host.channels import ChannelHub
@@ -51,7 +51,7 @@ from runner.host.operations import OperationLedger
 from runner.json1 import JSONValue
 from runner.protocol import builders
 from runner.protocol.results import validate_capability_result
-from runner.protocol.session import CallRequested, HostSession, decode
+from runner.protocol.session import CallRequested, HostSession
 from runner.sandbox.labels import run_labels
 
 FRAME = (
@@ -70,6 +70,14 @@ PARAMS: dict[str, JSONValue] = {
 }  # a root's flow/run params: the session answers as it would for a real run
 
 
+def _started_session() -> HostSession:
+    """A root's session past its ``flow/run`` request, as the driver holds it."""
+    session = HostSession(PARAMS)
+    session.start()
+    session.data_to_send()
+    return session
+
+
 def cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
@@ -83,9 +91,7 @@ def protocol_work(calls: int, window: int = 64) -> float:
 
 
 async def _protocol_work(calls: int, window: int) -> float:
-    session = HostSession(PARAMS)
-    session.start()
-    session.data_to_send()
+    session = _started_session()
     ledger = OperationLedger()
     reads = [
         b"".join(FRAME % (i, i) for i in range(start, min(start + window, calls)))
@@ -93,10 +99,7 @@ async def _protocol_work(calls: int, window: int) -> float:
     ]
     started = cpu()
     for chunk in reads:
-        payloads, events = session.receive_bytes(chunk)
-        for payload in payloads:
-            events += session.receive_decoded(decode(payload))
-        for event in events:
+        for event in session.receive_data(chunk):
             assert isinstance(event, CallRequested), event
             scope = anyio.CancelScope()
             ticket = ledger.admit(event.request_id, event.method, event.params, scope)
@@ -116,13 +119,11 @@ def channel_work(items: int) -> float:
     hands them to W and R): per item, a ``channel/send`` frame and a ``channel/next`` frame
     are framed, decoded, checked and answered by the hub, as the driver answers them when
     nothing waits (the item is there when the read comes)."""
-    session = HostSession(PARAMS)
-    session.start()
-    session.data_to_send()
+    session = _started_session()
     party = ChannelHub().party("run:floor")
     grants: Any = party.create({})
     writer, reader = grants["send"]["endpoint"], grants["receive"]["endpoint"]
-    value = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_"
+    value = item_of(64)
     frames = []
     for i in range(items):
         send = builders.request(f"s:{i}", "channel/send", {"endpoint": writer, "value": value})
@@ -130,10 +131,7 @@ def channel_work(items: int) -> float:
         frames += [json1.dumps(send) + b"\n", json1.dumps(read) + b"\n"]
     started = cpu()
     for frame in frames:
-        payloads, events = session.receive_bytes(frame)
-        for payload in payloads:
-            events += session.receive_decoded(decode(payload))
-        for event in events:
+        for event in session.receive_data(frame):
             assert isinstance(event, CallRequested), event
             answer = party.answer(event.method, event.params)
             assert isinstance(answer, bytes), "the item was not there"
@@ -162,7 +160,7 @@ def attach_line(lines: int) -> tuple[float, float, float]:
         params = {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
         sock: socket.socket = client.api.attach_socket(container.id, params=params)._sock
         container.start()
-        line = json1.dumps("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_")
+        line = json1.dumps(item_of(64))
         line += b"\n"
         expected = 8 + len(line)  # one attach frame: an 8-byte header and the line
 
