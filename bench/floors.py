@@ -11,6 +11,13 @@ Costs no host of this design pays less than, each printed beside the target it b
   Python work every call costs before it is read or written; ``bench/calls.py`` measures
   the whole.
   Issue 17 asks for 50,000 calls/s with 64 in flight: 20 µs of host CPU per call.
+- *the same after the core idled*: one frame at a time, the thread sleeping ``--idle``
+  seconds (150 µs: what a sequential round trip through a minimal host leaves the host
+  waiting) between frames, and only the work timed (``time.thread_time``). On this
+  machine (a virtual one, two vCPUs) a core that idled resumes with its caches cold: the
+  same work then costs two to three times as much, which bounds the sequential rows
+  (``bench/calls.py`` with one call in flight, every channel item) where the hot loop
+  does not.
 - *protocol work per relayed item*: the same for one 64-byte channel item as the root of
   bench/channels.py's tree relays it: a ``channel/send`` and a ``channel/next`` frame,
   each framed, decoded, checked and answered by the channel hub with nothing waiting.
@@ -25,13 +32,14 @@ Costs no host of this design pays less than, each printed beside the target it b
   answer out); issue 17 asks for 100 µs of host CPU per item, which the last row sets
   beside two such lines and one item's protocol work.
 
-    .venv/bin/python bench/floors.py [--calls 50000] [--lines 5000] [--rounds 3]
+    .venv/bin/python bench/floors.py [--calls 50000] [--lines 5000] [--rounds 3] [--idle 150e-6]
 """
 
 from __future__ import annotations
 
 import argparse
 import resource
+import select
 import socket
 import statistics
 import sys
@@ -83,22 +91,24 @@ def cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def protocol_work(calls: int, window: int = 64) -> float:
+def protocol_work(calls: int, window: int = 64, idle: float = 0.0) -> float:
     """Host CPU seconds per call of the sans-I/O core's work for ``calls`` calls, read
     ``window`` frames at a time and answered in one write per read, as the driver serves
-    64 calls in flight; each call gets the cancel scope the driver gives it."""
-    return anyio.run(_protocol_work, calls, window)
+    64 calls in flight; each call gets the cancel scope the driver gives it. With
+    ``idle``, the thread sleeps that long after each read (and only the work is timed)."""
+    return anyio.run(_protocol_work, calls, window, idle)
 
 
-async def _protocol_work(calls: int, window: int) -> float:
+async def _protocol_work(calls: int, window: int, idle: float) -> float:
     session = _started_session()
     ledger = OperationLedger()
     reads = [
         b"".join(FRAME % (i, i) for i in range(start, min(start + window, calls)))
         for start in range(0, calls, window)
     ]
-    started = cpu()
+    spent = 0.0
     for chunk in reads:
+        began = time.thread_time()
         for event in session.receive_data(chunk):
             assert isinstance(event, CallRequested), event
             scope = anyio.CancelScope()
@@ -109,16 +119,19 @@ async def _protocol_work(calls: int, window: int) -> float:
                 assert validate_capability_result(result) is None
                 session.respond_encoded(event.request_id, ticket.encoded_result())
         session.data_to_send()
-    return (cpu() - started) / calls
+        spent += time.thread_time() - began
+        _idle(idle)
+    return spent / calls
 
 
-def channel_work(items: int) -> float:
+def channel_work(items: int, idle: float = 0.0) -> float:
     """Host CPU seconds per item of the sans-I/O core's work for a relayed 64 B item.
 
     One party holds both ends of a direct channel (as the root of bench/channels.py's tree
     hands them to W and R): per item, a ``channel/send`` frame and a ``channel/next`` frame
     are framed, decoded, checked and answered by the hub, as the driver answers them when
-    nothing waits (the item is there when the read comes)."""
+    nothing waits (the item is there when the read comes). With ``idle``, the thread
+    sleeps that long after each frame, as the relay waits for each."""
     session = _started_session()
     party = ChannelHub().party("run:floor")
     grants: Any = party.create({})
@@ -129,15 +142,24 @@ def channel_work(items: int) -> float:
         send = builders.request(f"s:{i}", "channel/send", {"endpoint": writer, "value": value})
         read = builders.request(f"n:{i}", "channel/next", {"endpoint": reader})
         frames += [json1.dumps(send) + b"\n", json1.dumps(read) + b"\n"]
-    started = cpu()
+    spent = 0.0
     for frame in frames:
+        began = time.thread_time()
         for event in session.receive_data(frame):
             assert isinstance(event, CallRequested), event
             answer = party.answer(event.method, event.params)
             assert isinstance(answer, bytes), "the item was not there"
             session.respond_encoded(event.request_id, answer)
         session.data_to_send()
-    return (cpu() - started) / items
+        spent += time.thread_time() - began
+        _idle(idle)
+    return spent / items
+
+
+def _idle(seconds: float) -> None:
+    """Leave the core idle for ``seconds`` (nothing else of this process runs meanwhile)."""
+    if seconds > 0:
+        select.select([], [], [], seconds)
 
 
 def attach_line(lines: int) -> tuple[float, float, float]:
@@ -189,32 +211,45 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=50_000)
     parser.add_argument("--lines", type=int, default=5_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--idle", type=float, default=150e-6, help="seconds between frames")
     args = parser.parse_args()
+    cold = max(args.calls // 10, 1)  # each costs a sleep: fewer of them
     work = [protocol_work(args.calls) for _ in range(args.rounds)]
+    work_cold = [protocol_work(cold, 1, args.idle) for _ in range(args.rounds)]
     relay = [channel_work(args.calls // 2) for _ in range(args.rounds)]
+    relay_cold = [channel_work(cold // 2, args.idle) for _ in range(args.rounds)]
     lines = [attach_line(args.lines) for _ in range(args.rounds)]
     call = statistics.median(work) * 1e6
+    call_cold = statistics.median(work_cold) * 1e6
     host = statistics.median(line[0] for line in lines) * 1e6
     engine = statistics.median(line[1] for line in lines) * 1e6
     rate = statistics.median(line[2] for line in lines)
     item = statistics.median(relay) * 1e6
+    item_cold = statistics.median(relay_cold) * 1e6
+    idle = f"{args.idle * 1e6:.0f} µs"
     print(f"{args.rounds} rounds (medians)\n")
     print("| floor | per unit | target it bounds |")
     print("|---|---:|---|")
     rows = [
         ("protocol work per call, 64 a read, each in its cancel scope (no I/O)",
          f"{call:.1f} µs", "20 µs/call (50,000/s)"),
+        (f"the same, one frame a read, the core idle {idle} between reads",
+         f"{call_cold:.1f} µs", "sequential calls, host ÷ minimal ≤ 1.5"),
         ("protocol work per relayed 64 B item (no I/O)", f"{item:.1f} µs", ""),
+        (f"the same, the core idle {idle} between frames", f"{item_cold:.1f} µs", ""),
         ("attach socket, blocking lock-step line: host CPU", f"{host:.0f} µs", ""),
         ("the same: engine CPU", f"{engine:.0f} µs", ""),
         ("the same: lines/s", f"{rate:,.0f}", ""),
-        ("a relayed item: two such lines and its protocol work", f"{2 * host + item:.0f} µs",
-         "100 µs/item"),
+        ("a relayed item: two such lines and its protocol work after idling",
+         f"{2 * host + item_cold:.0f} µs", "100 µs/item"),
     ]  # fmt: skip
     for row in rows:
         print("| " + " | ".join(row) + " |")
-    print("\nper round: protocol µs/call " + ", ".join(f"{w * 1e6:.1f}" for w in work))
-    print("per round: protocol µs/item " + ", ".join(f"{w * 1e6:.1f}" for w in relay))
+    for name, unit, values in (
+        ("protocol", "call", work), ("protocol after idling", "call", work_cold),
+        ("relay", "item", relay), ("relay after idling", "item", relay_cold),
+    ):  # fmt: skip
+        print(f"per round: {name} µs/{unit} " + ", ".join(f"{w * 1e6:.1f}" for w in values))
     print("per round: attach host µs/line " + ", ".join(f"{x[0] * 1e6:.0f}" for x in lines))
 
 
