@@ -7,7 +7,8 @@ IMAGE=$1 RECIPE=$2
 MIRROR=${FLOW_RUNNER_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 
 command -v mmdebstrap >/dev/null || {
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends mmdebstrap >/dev/null
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq && apt-get install -y -qq --no-install-recommends mmdebstrap >/dev/null
 }
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 # Docs, man pages and locales are dropped; .pyc files are kept (imports in a read-only

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Make sure a Docker engine answers on this machine, the way DESIGN.md describes:
+# Make sure a Docker engine answers on this machine:
 # Debian's docker.io, and a dockerd with no bridge network and no iptables rules.
 # `start` is idempotent; `stop` stops only the dockerd this script started, by its pid.
 # `runsc` registers gVisor (Debian's runsc package) as the runtime `runsc`, which the
