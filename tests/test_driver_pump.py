@@ -358,3 +358,130 @@ async def test_a_channel_item_whose_read_answer_cannot_fit_is_refused_at_its_sen
     sent, read = await _answers(MemoryComponent(), frames, _Broker(), channels=other)
     assert sent["result"] is None
     assert read["id"] == rid and read["result"]["item"]["value"] == fits
+
+
+# ----- reads that wait for their item ---------------------------------------------------
+
+
+def _pair() -> tuple[Any, str, str]:
+    party = ChannelHub().party("run")
+    grants: Any = party.create({})
+    return party, grants["send"]["endpoint"], grants["receive"]["endpoint"]
+
+
+def _cancel(rid: str) -> bytes:
+    cancel = {"jsonrpc": "2.0", "method": "request/cancel", "params": {"requestId": rid}}
+    return json.dumps(cancel).encode() + b"\n"
+
+
+async def _played(
+    component: MemoryComponent,
+    script: Callable[[Any], Awaitable[None]],
+    party: Any,
+    params: dict[str, JSONValue] = PARAMS,
+) -> Any:
+    """Drive ``component`` while ``script(frames)`` plays it (it answers the root)."""
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(script, component.frames())
+            return await drive(component, params, _Broker(), channels=party)  # type: ignore[arg-type]
+
+
+@pytest.mark.anyio
+async def test_a_waiting_read_the_component_cancels_takes_no_item() -> None:
+    party, writer, reader = _pair()
+    component = MemoryComponent()
+    seen: list[Any] = []
+
+    async def script(frames: Any) -> None:
+        root = await frames.__anext__()
+        await component.to_host.send(_frame("n:1", "channel/next", {"endpoint": reader}))
+        await anyio.wait_all_tasks_blocked()
+        await component.to_host.send(_cancel("n:1"))
+        seen.append(await frames.__anext__())
+        await component.to_host.send(
+            _frame("s:1", "channel/send", {"endpoint": writer, "value": "kept"})
+            + _frame("n:2", "channel/next", {"endpoint": reader})
+        )
+        seen.extend([await frames.__anext__(), await frames.__anext__()])
+        await component.finish(root)
+
+    outcome = await _played(component, script, party)
+    assert outcome.verdict.result is not None, outcome.verdict
+    answers = {frame["id"]: frame for frame in seen}
+    assert answers["n:1"]["error"]["data"]["code"] == "CANCELLED"
+    assert answers["n:2"]["result"] == {"item": {"sequence": 1, "value": "kept"}}
+
+
+@pytest.mark.anyio
+async def test_a_waiting_read_is_answered_with_the_deadline_and_takes_no_item() -> None:
+    import time
+
+    party, writer, reader = _pair()
+    component = MemoryComponent()
+    seen: list[Any] = []
+    params = {**PARAMS, "deadlineUnixMs": int(time.time() * 1000) + 300}
+
+    async def script(frames: Any) -> None:
+        root = await frames.__anext__()
+        await component.to_host.send(_frame("n:1", "channel/next", {"endpoint": reader}))
+        while len(seen) < 2:  # the root's request/cancel and the read's answer
+            seen.append(await frames.__anext__())
+        await component.finish(root)
+
+    outcome = await _played(component, script, party, params)
+    assert outcome.session.condition == "DEADLINE_EXCEEDED"
+    answers = {frame.get("id"): frame for frame in seen}
+    assert answers["n:1"]["error"]["data"]["code"] == "DEADLINE_EXCEEDED"
+    assert answers[None]["method"] == "request/cancel"
+    await party.send(writer, "later")  # the stopped read left the receiver free
+    assert await party.next(reader) == {"item": {"sequence": 1, "value": "later"}}
+
+
+@pytest.mark.anyio
+async def test_a_read_waiting_when_the_run_ends_takes_nothing_sent_later() -> None:
+    """The component answers its root with a read still pending: the run ends, and the
+    read takes nothing sent afterwards (another reader could not read otherwise)."""
+    party, writer, reader = _pair()
+    component = MemoryComponent()
+
+    async def script(frames: Any) -> None:
+        root = await frames.__anext__()
+        await component.to_host.send(_frame("n:1", "channel/next", {"endpoint": reader}))
+        await anyio.wait_all_tasks_blocked()
+        await component.finish(root)
+
+    await _played(component, script, party)
+    await party.send(writer, "after")
+    assert await party.next(reader) == {"item": {"sequence": 1, "value": "after"}}
+
+
+def test_a_waiting_read_is_answered_cancelled_when_the_driving_task_is_cancelled() -> None:
+    party, _, reader = _pair()
+    component = MemoryComponent()
+    seen: list[Any] = []
+    waiting = anyio.Event()
+
+    async def main() -> None:
+        async def script() -> None:
+            frames = component.frames()
+            root = await frames.__anext__()
+            await component.to_host.send(_frame("n:1", "channel/next", {"endpoint": reader}))
+            await anyio.wait_all_tasks_blocked()
+            waiting.set()
+            while not any(frame.get("id") == "n:1" for frame in seen):
+                seen.append(await frames.__anext__())
+            await component.finish(root)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(script)
+            async with anyio.create_task_group() as driving:
+                driving.start_soon(
+                    partial(drive, component, PARAMS, _Broker(), channels=party)  # type: ignore[arg-type]
+                )
+                await waiting.wait()
+                driving.cancel_scope.cancel()
+
+    _within(20, main)
+    answers = {frame.get("id"): frame for frame in seen}
+    assert answers["n:1"]["error"]["data"]["code"] == "CANCELLED"
