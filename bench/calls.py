@@ -13,8 +13,12 @@ The minimal host (:func:`via_minimal_host`) answers every request line with
 ``{"value": null}`` and validates nothing; flow-runner parses, validates, admits, dispatches
 to a broker and answers. Reported: calls/s sequential and with 64 in flight, the ratios,
 and the peak RSS of a fresh process running one invocation (64 in flight) either way.
+``--cpu`` adds flow-runner's own CPU per call (user + system, ``getrusage``), which the
+machine's load moves less than throughput: the difference between a run of N calls and
+one of N/11, so that what a run costs once (the component's start, the session's set-up)
+drops out.
 
-    python bench/calls.py [--calls N] [--repeat R] [--no-rss] [--profile FILE]
+    python bench/calls.py [--calls N] [--repeat R] [--no-rss] [--cpu] [--profile FILE]
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
+import statistics
 import subprocess
 import sys
 from collections.abc import Callable
@@ -69,6 +75,18 @@ def via_host(component: str, calls: int, window: int) -> float:
         return float(output["seconds"])  # type: ignore[arg-type]
 
     return anyio.run(main)
+
+
+def host_cpu(component: str, calls: int, window: int) -> float:
+    """flow-runner's CPU seconds per call beyond what a run costs once (see the docstring)."""
+    few = max(calls // 11, 1)
+    spent = []
+    for n in (few, calls):
+        before = resource.getrusage(resource.RUSAGE_SELF)
+        via_host(component, n, window)
+        after = resource.getrusage(resource.RUSAGE_SELF)
+        spent.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+    return (spent[1] - spent[0]) / (calls - few)
 
 
 def via_minimal_host(component: str, calls: int, window: int) -> float:
@@ -136,6 +154,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=20_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--no-rss", action="store_true", help="skip the peak-RSS runs")
+    parser.add_argument("--cpu", action="store_true", help="add the host's CPU per call")
     parser.add_argument("--profile", help="cProfile the host side of one sdk run into FILE")
     args = parser.parse_args()
     n = args.calls
@@ -146,18 +165,26 @@ def main() -> None:
         return
     cases = [(component, window) for component in COMPONENTS for window in (1, 64)]
     best: dict[tuple[str, str, int], float] = {}
+    cpu: dict[tuple[str, int], list[float]] = {case: [] for case in cases}
     for _ in range(args.repeat):  # interleaved, so a change of load falls on both hosts
         for component, window in cases:
             for name, mode in (("minimal", via_minimal_host), ("host", via_host)):
                 seconds = mode(component, n, window)
                 key = (name, component, window)
                 best[key] = min(best.get(key, seconds), seconds)
+            if args.cpu:
+                cpu[component, window].append(host_cpu(component, n, window))
     print(f"{'component':>9} {'in flight':>9} {'minimal calls/s':>16} {'host calls/s':>13} "
           f"{'minimal µs':>11} {'host µs':>8} {'host÷minimal':>13}")  # fmt: skip
     for component, window in cases:
         low, host = best["minimal", component, window], best["host", component, window]
         print(f"{component:>9} {window:>9} {n / low:>16,.0f} {n / host:>13,.0f} "
               f"{low / n * 1e6:>11.1f} {host / n * 1e6:>8.1f} {low / host:>12.2f}x")  # fmt: skip
+    if args.cpu:
+        print("host CPU µs/call, median of the rounds [each round]:")
+        for (component, window), values in cpu.items():
+            each = ", ".join(f"{v * 1e6:.1f}" for v in values)
+            print(f"{component:>9} {window:>9} {statistics.median(values) * 1e6:>8.1f}  [{each}]")
     if args.no_rss:
         return
     print(f"peak RSS of one run of {n:,} raw calls, 64 in flight (MiB):")

@@ -17,7 +17,9 @@ Costs no host of this design pays less than, each printed beside the target it b
   machine (a virtual one, two vCPUs) a core that idled resumes with its caches cold: the
   same work then costs two to three times as much, which bounds the sequential rows
   (``bench/calls.py`` with one call in flight, every channel item) where the hot loop
-  does not.
+  does not. Beside it, the same for the minimal host's own work on a line
+  (``bench/calls.py``: split, find the id, answer): a sequential call through
+  flow-runner takes at least the minimal host's time plus the difference of the two.
 - *protocol work per relayed item*: the same for one 64-byte channel item as the root of
   bench/channels.py's tree relays it: a ``channel/send`` and a ``channel/next`` frame,
   each framed, decoded, checked and answered by the channel hub with nothing waiting.
@@ -51,6 +53,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 
 import anyio
+from calls import ANSWER
 from channels import ECHO, IMAGE, engine_cpu, item_of
 
 from runner import json1
@@ -119,6 +122,23 @@ async def _protocol_work(calls: int, window: int, idle: float) -> float:
                 assert validate_capability_result(result) is None
                 session.respond_encoded(event.request_id, ticket.encoded_result())
         session.data_to_send()
+        spent += time.thread_time() - began
+        _idle(idle)
+    return spent / calls
+
+
+def minimal_work(calls: int, idle: float = 0.0) -> float:
+    """CPU seconds per call of ``bench/calls.py``'s minimal host on one line, as its loop
+    does it (one frame a read), the thread idle ``idle`` seconds between reads."""
+    spent, pending = 0.0, b""
+    for i in range(calls):
+        chunk = FRAME % (i, i)
+        began = time.thread_time()
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        assert not (lines and b'"host:1"' in lines[-1])
+        ids = (line[line.index(b'"id":"') + 6 :].split(b'"', 1)[0] for line in lines)
+        assert b"".join(ANSWER % rid for rid in ids)
         spent += time.thread_time() - began
         _idle(idle)
     return spent / calls
@@ -216,11 +236,13 @@ def main() -> None:
     cold = max(args.calls // 10, 1)  # each costs a sleep: fewer of them
     work = [protocol_work(args.calls) for _ in range(args.rounds)]
     work_cold = [protocol_work(cold, 1, args.idle) for _ in range(args.rounds)]
+    minimal_cold = [minimal_work(cold, args.idle) for _ in range(args.rounds)]
     relay = [channel_work(args.calls // 2) for _ in range(args.rounds)]
     relay_cold = [channel_work(cold // 2, args.idle) for _ in range(args.rounds)]
     lines = [attach_line(args.lines) for _ in range(args.rounds)]
     call = statistics.median(work) * 1e6
     call_cold = statistics.median(work_cold) * 1e6
+    line_cold = statistics.median(minimal_cold) * 1e6
     host = statistics.median(line[0] for line in lines) * 1e6
     engine = statistics.median(line[1] for line in lines) * 1e6
     rate = statistics.median(line[2] for line in lines)
@@ -235,6 +257,8 @@ def main() -> None:
          f"{call:.1f} µs", "20 µs/call (50,000/s)"),
         (f"the same, one frame a read, the core idle {idle} between reads",
          f"{call_cold:.1f} µs", "sequential calls, host ÷ minimal ≤ 1.5"),
+        (f"the minimal host's work on a line, the core idle {idle} between reads",
+         f"{line_cold:.1f} µs", f"host ÷ minimal ≥ 1 + {call_cold - line_cold:.0f} µs ÷ minimal's"),
         ("protocol work per relayed 64 B item (no I/O)", f"{item:.1f} µs", ""),
         (f"the same, the core idle {idle} between frames", f"{item_cold:.1f} µs", ""),
         ("attach socket, blocking lock-step line: host CPU", f"{host:.0f} µs", ""),
@@ -247,6 +271,7 @@ def main() -> None:
         print("| " + " | ".join(row) + " |")
     for name, unit, values in (
         ("protocol", "call", work), ("protocol after idling", "call", work_cold),
+        ("minimal host after idling", "call", minimal_cold),
         ("relay", "item", relay), ("relay after idling", "item", relay_cold),
     ):  # fmt: skip
         print(f"per round: {name} µs/{unit} " + ", ".join(f"{w * 1e6:.1f}" for w in values))
