@@ -13,10 +13,10 @@ The minimal host (:func:`via_minimal_host`) answers every request line with
 ``{"value": null}`` and validates nothing; flow-runner parses, validates, admits, dispatches
 to a broker and answers. Reported: calls/s sequential and with 64 in flight, the ratios,
 and the peak RSS of a fresh process running one invocation (64 in flight) either way.
-``--cpu`` adds flow-runner's own CPU per call (user + system, ``getrusage``), which the
-machine's load moves less than throughput: the difference between a run of N calls and
-one of N/11, so that what a run costs once (the component's start, the session's set-up)
-drops out.
+``--cpu`` adds flow-runner's own CPU per call (user + system, ``getrusage``): the
+difference between a run of N calls and one of N/11, so that what a run costs once (the
+component's start, the session's set-up) drops out. It moves with the machine's load as
+throughput does; compare trees with it in alternating pairs.
 
     python bench/calls.py [--calls N] [--repeat R] [--no-rss] [--cpu] [--profile FILE]
 """
