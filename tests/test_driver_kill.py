@@ -66,6 +66,37 @@ async def test_a_kill_accepted_after_the_component_exited_by_itself_is_not_repor
     assert await _trailing_bytes_then_exit(0) == (None, 0, "PROTOCOL_ERROR")
 
 
+@pytest.mark.anyio
+async def test_a_kill_after_cancel_is_cancelled_when_stdout_ended_first() -> None:
+    """§11 rule 1: the component answers the root's ``request/cancel`` by closing stdout
+    with no response and not exiting; the host kills it once the exit grace runs out. That
+    kill, after the recorded cancellation, ends the Run ``CANCELLED``, not as a failure
+    of the component's own (its exit status is the host's SIGKILL)."""
+    component = MemoryComponent(137)
+    control = RunControl()
+
+    async def play() -> None:
+        frames = component.frames()
+        await frames.__anext__()  # the root
+        control.cancel()
+        cancel = await frames.__anext__()
+        assert cancel["method"] == "request/cancel"
+        await component.to_host.aclose()  # stdout ends; the process lives on
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(play)
+            outcome = await drive(
+                component,  # type: ignore[arg-type]
+                PARAMS,
+                ScriptedBroker(),
+                control=control,
+                graces=Graces(cancel=5, exit=0.2),
+            )
+    assert (outcome.ending.host_kill, outcome.ending.exit_code) == ("lost", 137)
+    assert outcome.verdict.error is not None and outcome.verdict.error.code == "CANCELLED"
+
+
 class _AttachedComponent:
     """A component over a real attach connection, with no engine: the test writes the
     engine's side of the socket; exit is the end of the stream, as on Docker."""

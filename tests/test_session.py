@@ -100,6 +100,27 @@ def test_root_cancel_then_owner_closed_and_first_condition_wins() -> None:
     assert session.condition == "CANCELLED"
 
 
+def test_any_host_kill_after_a_recorded_condition_ends_with_that_condition() -> None:
+    """§11, premature termination, rule 1, whatever the kill waited for: the cancel grace,
+    the exit after stdout ended without a response, or the exit after a violation."""
+    for kill in ("cancel", "lost", "violation"):
+        session = started()
+        assert session.cancel_root("DEADLINE_EXCEEDED")
+        if kill == "violation":
+            session.receive_data(b"not json\n")
+            assert session.closed
+        session.receive_eof()
+        error = judge(session, Ending(137, kill)).error
+        assert error is not None and error.code == "DEADLINE_EXCEEDED", (kill, error)
+    session = started()  # without a condition, rule 2 before rule 3
+    session.receive_data(b"not json\n")
+    assert judge(session, Ending(137, "violation")).error.code == "PROTOCOL_ERROR"  # type: ignore[union-attr]
+    session = started()  # no kill: the component's own exit decides (rule 3)
+    assert session.cancel_root("CANCELLED")
+    session.receive_eof()
+    assert judge(session, Ending(1)).error.code == "EXECUTION_FAILED"  # type: ignore[union-attr]
+
+
 def test_success_needs_clean_end_and_exit_zero() -> None:
     session = started()
     result = {"jsonrpc": "2.0", "id": "host:1", "result": {"outcome": "done", "output": 1}}

@@ -99,7 +99,12 @@ def _classify(
     if ending.oom_killed:
         details["oom"] = True
     condition: Condition | None = session.condition
-    if response is None and condition is not None and ending.host_kill == "cancel":
+    if response is None and condition is not None and ending.host_kill is not None:
+        # §11, premature termination, rule 1: a host-enforced kill after a recorded
+        # cancellation or deadline ends the Run with that condition, whatever the kill
+        # waited for (the cancel grace; the exit, once stdout ended or a violation came).
+        # The session records a condition only while the run is still open, so any kill
+        # comes after it.
         return OperationError(condition, _condition_message(condition), details)
     if session.violation is not None:
         # The reasons keep the whole violation; the message, which quotes the component
