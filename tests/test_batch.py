@@ -413,9 +413,12 @@ def test_halt_on_failure_admits_no_more_runs(tmp_path: Path, fast: Path) -> None
     assert got["f-2"]["attempts"] == 0
 
 
-def test_sigterm_stops_the_runs_in_flight_and_resume_runs_them(
-    tmp_path: Path, docker_client: Any, fast: Path
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGHUP], ids=["sigterm", "sighup"])
+def test_a_stop_signal_stops_the_runs_in_flight_and_resume_runs_them(
+    tmp_path: Path, docker_client: Any, fast: Path, stop: signal.Signals
 ) -> None:
+    """SIGTERM, or SIGHUP (a closed terminal, a dropped ssh session), whose default action
+    would end the batch with its runs' containers still there."""
     cases = [{"id": "long", "input": {"seconds": 30}}, {"id": "next", "input": {"seconds": 0}}]
     manifest = write_manifest(tmp_path / "term.jsonl", cases)
     args = [manifest, "--image", SLOW_IMAGE, "--profile", fast, "--jobs", "1", "-q"]
@@ -427,7 +430,7 @@ def test_sigterm_stops_the_runs_in_flight_and_resume_runs_them(
         assert time.monotonic() < deadline and process.poll() is None, process.communicate()
         time.sleep(0.02)
     started = time.monotonic()
-    process.send_signal(signal.SIGTERM)
+    process.send_signal(stop)
     _, err = process.communicate(timeout=30)
     assert process.returncode == 130, err
     assert time.monotonic() - started < 10  # the grace (0.5 s), not the 30 s run

@@ -274,6 +274,23 @@ def test_a_second_ctrl_c_kills_at_once(engine: Any, tmp_path: Path, report: Path
 
 
 @pytest.mark.docker
+def test_sighup_cancels_and_removes_the_container(engine: Any, fast: Path, report: Path) -> None:
+    """A terminal that closes, or an ssh session that drops, sends SIGHUP, whose default
+    action would end flow-runner at once with its container still running."""
+    runner = start("--profile", fast, *fake("ignore-cancel"), report=report)
+    wait_running(engine, runner)
+    hung_up = time.monotonic()
+    runner.send_signal(signal.SIGHUP)
+    ran = finish(runner, report, hung_up)
+    assert ran.returncode == 130, ran.stderr
+    assert ran.error_code == "CANCELLED"
+    written = ran.report
+    assert written is not None
+    assert (written["condition"], written["host_kill"]) == ("CANCELLED", "cancel")
+    assert gone(engine, written)
+
+
+@pytest.mark.docker
 def test_sigterm_cancels_a_cooperative_component_without_a_kill(
     engine: Any, fast: Path, report: Path
 ) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from contextlib import suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
@@ -161,13 +162,16 @@ def _run_batch(options: object, junit: Path | None, jsonl: Path | None) -> int:
         async with anyio.create_task_group() as tg:
 
             async def signals() -> None:
-                with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as received:
+                # SIGHUP too (a closed terminal, a dropped ssh session): by default it
+                # would end the batch with its runs' containers still there.
+                stops = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+                with anyio.open_signal_receiver(*stops) as received:
                     async for _ in received:
                         if control.stopping and not control.killing:
-                            typer.echo("flow-runner batch: killing the runs in flight", err=True)
+                            _say("flow-runner batch: killing the runs in flight")
                             control.kill()
                         elif not control.stopping:
-                            typer.echo("flow-runner batch: stopping (again to kill)", err=True)
+                            _say("flow-runner batch: stopping (again to kill)")
                             control.stop()
 
             tg.start_soon(signals)
@@ -261,3 +265,9 @@ def batch_diff(
     except StoreError as exc:
         _fail_usage(str(exc))
     raise typer.Exit(1 if changed else 0)
+
+
+def _say(text: str) -> None:
+    """A line on stderr, unless it is a terminal that hung up (the batch goes on)."""
+    with suppress(OSError):
+        typer.echo(text, err=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Awaitable, Callable
+from contextlib import suppress
 from typing import TYPE_CHECKING
 
 import typer
@@ -28,7 +29,8 @@ Starter = Callable[["RunControl", "Callable[[bytes], None] | None"], Awaitable["
 
 
 def _run(start: Starter, quiet: bool) -> Execution:
-    """Run under signal handling: first SIGINT/SIGTERM cancels, the second kills."""
+    """Run under signal handling: the first SIGINT, SIGTERM or SIGHUP cancels, the second
+    kills."""
     import signal
 
     import anyio
@@ -48,12 +50,16 @@ def _run(start: Starter, quiet: bool) -> Execution:
         async with anyio.create_task_group() as tg:
 
             async def signals() -> None:
-                with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as received:
+                # SIGHUP: the terminal closed or the ssh session dropped; its default
+                # action would end the process with the container still running.
+                stops = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+                with anyio.open_signal_receiver(*stops) as received:
                     async for _ in received:
                         if control.cancel_requested.is_set():
                             control.kill()
                         else:
-                            typer.echo("flow-runner: cancelling (again to kill now)", err=True)
+                            with suppress(OSError):  # a terminal that hung up
+                                typer.echo("flow-runner: cancelling (again to kill now)", err=True)
                             control.cancel()
 
             tg.start_soon(signals)
