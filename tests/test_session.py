@@ -100,6 +100,32 @@ def test_root_cancel_then_owner_closed_and_first_condition_wins() -> None:
     assert session.condition == "CANCELLED"
 
 
+def test_a_bare_lf_gets_the_best_effort_parse_error_and_closes() -> None:
+    """§1: an empty payload is an invalid frame, and a complete frame that is no JSON/1
+    text closes after a best-effort ``-32700`` with ``id: null`` (HOST-CASES FR-03)."""
+    session = started()
+    (violation,) = session.receive_data(b"\n")
+    assert isinstance(violation, Violation) and session.closed
+    reply = json.loads(session.data_to_send())
+    assert (reply["id"], reply["error"]["code"]) == (None, -32700)
+
+
+def test_an_invalid_envelope_under_a_used_id_is_answered_without_it() -> None:
+    """The -32600 of an invalid envelope names its request's id only when that id is
+    fresh: under a used one it would be a second response to the earlier request."""
+    session = started()
+    unknown = {"jsonrpc": "2.0", "id": "c:1", "method": "nope", "params": {}}
+    session.receive_data(frame(unknown))
+    assert json.loads(session.data_to_send())["error"]["code"] == -32601
+    (violation,) = session.receive_data(frame({**unknown, "params": 1}))
+    assert isinstance(violation, Violation)
+    reply = json.loads(session.data_to_send())
+    assert (reply["id"], reply["error"]["code"]) == (None, -32600)
+    fresh = started()
+    fresh.receive_data(frame({**unknown, "id": "c:2", "params": 1}))
+    assert json.loads(fresh.data_to_send())["id"] == "c:2"
+
+
 def test_any_host_kill_after_a_recorded_condition_ends_with_that_condition() -> None:
     """§11, premature termination, rule 1, whatever the kill waited for: the cancel grace,
     the exit after stdout ended without a response, or the exit after a violation."""

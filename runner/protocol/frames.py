@@ -7,10 +7,11 @@ fail *as soon as* the bound is exceeded, not after buffering without limit, so
 current partial frame and scans every input byte exactly once (an LF can only appear
 in new data, so buffered bytes are never searched again).
 
-The failures map to the §1.3 receive pipeline: an oversize or empty frame and an
-incomplete frame at EOF are framing violations (close, no reply); invalid UTF-8 in a
-complete frame also closes with no reply; a JSON/1 failure closes after a best-effort
-``-32700`` reply. All are :class:`~runner.protocol.codes.ProtocolViolation`.
+The failures map to the §1.3 receive pipeline: an oversize frame and an incomplete
+frame at EOF are framing violations (close, no reply); invalid UTF-8 in a complete frame
+also closes with no reply; a JSON/1 failure closes after a best-effort ``-32700`` reply,
+and so does an empty frame (a bare LF: a payload that is no JSON text, refused by the
+framer). All are :class:`~runner.protocol.codes.ProtocolViolation`.
 """
 
 from __future__ import annotations
@@ -55,8 +56,9 @@ class FrameDecoder:
     def feed(self, data: bytes) -> list[bytes]:
         """Take the next bytes of the stream; return the payloads of completed frames.
 
-        Raises :class:`ProtocolViolation` (no reply) on an empty frame or once more than
-        :data:`MAX_PAYLOAD_BYTES` bytes of one frame have arrived without an LF.
+        Raises :class:`ProtocolViolation` on an empty frame (with the best-effort
+        ``-32700`` reply) or once more than :data:`MAX_PAYLOAD_BYTES` bytes of one frame
+        have arrived without an LF (no reply).
         Payloads completed earlier in the same ``data`` are dropped with it: the channel
         is lost anyway.
         """
@@ -75,7 +77,7 @@ class FrameDecoder:
                 break
             size = len(buffer) + lf - start
             if size == 0:
-                raise self._fail(ProtocolViolation("empty frame (a bare LF)"))
+                raise self._fail(_empty())
             if size > MAX_PAYLOAD_BYTES:
                 raise self._fail(_oversize())
             if buffer:
@@ -105,6 +107,13 @@ class FrameDecoder:
 
 def _oversize() -> ProtocolViolation:
     return ProtocolViolation(f"frame payload exceeds {MAX_PAYLOAD_BYTES:,} bytes without an LF")
+
+
+def _empty() -> ProtocolViolation:
+    """A bare LF: its payload is no JSON text, so it closes after the ``-32700`` that any
+    such frame gets (§1; HOST-CASES FR-03 asks the same of a component)."""
+    reply = error_response(None, PARSE_ERROR, "Parse error: an empty frame (a bare LF)")
+    return ProtocolViolation("empty frame (a bare LF)", reply)
 
 
 def decode_payload(payload: bytes) -> JSONValue:

@@ -238,7 +238,7 @@ class HostSession:
         try:
             return self._decoder.feed(data), []
         except ProtocolViolation as exc:
-            return [], self._fatal(exc.reason)
+            return [], self._fatal(exc.reason, exc.reply)
 
     def receive_decoded(self, frame: Decoded) -> list[Event]:
         """One decoded frame from :meth:`receive_bytes`; returns the events it completes."""
@@ -251,7 +251,12 @@ class HostSession:
         try:
             message = classify(frame.value)
         except ProtocolViolation as exc:
-            return self._fatal(exc.reason, exc.reply)
+            reply = exc.reply
+            if reply is not None and reply["id"] in self._seen_ids:
+                # A -32600 naming a used id would be a second response to that request
+                # (§1: ids are never reused, and a reuse gets no frame): name no id.
+                reply = {**reply, "id": None}
+            return self._fatal(exc.reason, reply)
         if isinstance(message, Request):
             return self._receive_request(message)
         if isinstance(message, Notification):
