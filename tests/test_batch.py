@@ -582,3 +582,36 @@ def test_a_prepared_run_s_deadline_counts_from_its_admission(
     # and the component saw the whole deadline ahead of it when flow/run came.
     left = float(re.search(r"the deadline is in ([\d.]+) s", got["second"]["stderr_tail"])[1])
     assert left > 2
+
+
+def test_a_container_whose_removal_failed_is_removed_at_the_batch_end(
+    tmp_path: Path, docker_client: Any, fast: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In process, the engine refusing the first removal (slow or away then): the run is
+    an infrastructure failure with its container left, which the live batch's own sweep
+    (`gc` spares a live owner's containers) removes once no run is in flight."""
+    import anyio
+
+    from runner.batch import BatchOptions, run_batch
+    from runner.batch.manifest import Defaults
+    from runner.sandbox.docker import engine
+
+    remove = engine.Engine.remove
+    refused: list[str] = []
+
+    async def refusing(self: Any, lease: Any) -> None:
+        if not refused:
+            refused.append(lease.container_id)
+            raise lease.loss("simulated: the engine did not answer the removal")
+        await remove(self, lease)
+
+    monkeypatch.setattr(engine.Engine, "remove", refusing)
+    manifest = write_manifest(tmp_path / "left.jsonl", [{"id": "r", "command": fake("echo")}])
+    options = BatchOptions(
+        manifest, results=tmp_path / "left.sqlite", jobs=1, retries=0, prepare=0,
+        defaults=Defaults(image=FAKE_IMAGE, profile=str(fast)), progress="plain",
+    )  # fmt: skip
+    result = anyio.run(run_batch, options)
+    assert refused and result.statuses
+    left = {c.id for c in containers(docker_client, f"{LABEL_OWNER}={owner(os.getpid())}")}
+    assert refused[0] not in left

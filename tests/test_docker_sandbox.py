@@ -16,6 +16,7 @@ import socket
 import struct
 import subprocess
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,7 @@ from runner.sandbox.labels import (
     machine_key,
     owner_labels,
     process_stat,
+    run_labels,
     signed,
 )
 from runner.sandbox.profiles import SandboxProfile, load_profile
@@ -563,6 +565,39 @@ def leftover(docker_client: Any, dead_owner: Process) -> Iterator[str]:
     yield container_id
     with contextlib.suppress(docker.errors.NotFound):
         docker_client.api.remove_container(container_id, force=True)
+
+
+@docker_test
+def test_a_sweep_for_runs_removes_only_this_processs_containers_of_those_runs(
+    docker_client: Any,
+) -> None:
+    """What a batch looks for at its end: its own containers of runs that failed on the
+    engine's side (and their children's), which the plain sweep spares (their owner, the
+    batch, is alive); not another live process's of the same run id, nor another run's."""
+    run, other = f"gc-runs-{uuid.uuid4().hex[:8]}", f"gc-other-{uuid.uuid4().hex[:8]}"
+    parent = process_stat(os.getppid())
+    assert parent is not None
+    alive = dataclasses.replace(Process.current(), pid=os.getppid(), start_ticks=parent[1])
+    made = {
+        "run": run_labels(run),
+        "child": run_labels(f"{run}-child", parent_run_id=run),
+        "other run": run_labels(other),
+        "another process": signed({LABEL_RUN_ID: run, **owner_labels(alive)}, machine_key()),
+    }
+    ids = {
+        name: docker_client.api.create_container(PROBE, ["echo"], labels=labels)["Id"]
+        for name, labels in made.items()
+    }
+    try:
+        assert set(ids.values()).isdisjoint(sweep(docker_client))
+        assert sorted(sweep(docker_client, runs={run})) == sorted([ids["run"], ids["child"]])
+        left = {c.id for c in docker_client.containers.list(all=True)}
+        assert {ids["other run"], ids["another process"]} <= left
+        assert {ids["run"], ids["child"]}.isdisjoint(left)
+    finally:
+        for container_id in ids.values():
+            with contextlib.suppress(docker.errors.NotFound):
+                docker_client.api.remove_container(container_id, force=True)
 
 
 @docker_test

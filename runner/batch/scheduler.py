@@ -216,6 +216,9 @@ class _Batch:
         self._removals = anyio.Semaphore(jobs)
         """Tokens for cleanups of finished runs that nobody waits for."""
         self._prepared: set[Prepared] = set()
+        self._suspects: set[str] = set()
+        """Run ids whose container may be left (an infrastructure failure, a removal that
+        failed): looked for at the end (:meth:`_remove_left`)."""
         self._shown: Any = None
         self._image_ids = ImageIds(self.client)
         self._sandbox = Sandboxes(self._image_ids, self.client)
@@ -298,10 +301,33 @@ class _Batch:
                                 prepared.discard()
                 tg.cancel_scope.cancel()  # every container removed: the holders are done
         finally:
-            shown.close()
-            if self._flows is not None:
-                await self._flows.aclose()
+            try:
+                if self._flows is not None:
+                    await self._flows.aclose()
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await self._remove_left(shown)
+                shown.close()
         self.result.interrupted = self.control.stopping and not self.result.halted
+
+    async def _remove_left(self, shown: Any) -> None:
+        """Remove what this batch's runs left, now that none is in flight. A run does not
+        try a removal that failed again (the engine slow or away then), a create the
+        engine never answered may still have made its container, and no sweep takes a
+        live batch's containers: the runs with an infrastructure failure are looked for
+        by their run ids."""
+        if not self._suspects:
+            return
+        try:
+            removed = await anyio.to_thread.run_sync(_sweep_runs, self._suspects, self._client)
+        except SandboxError as exc:
+            shown.note(
+                f"could not look for containers this batch left ({_first_line(str(exc))}); "
+                "`flow-runner gc` removes any once the engine answers"
+            )
+            return
+        if removed:
+            shown.note(f"removed {len(removed)} container(s) left by runs the engine failed")
 
     async def _produce(
         self, send: MemoryObjectSendStream[_Admission], lines: set[int], holders: TaskGroup
@@ -354,10 +380,11 @@ class _Batch:
 
     def _left(self, request: LaunchRequest, exc: BaseException) -> None:
         """A container whose removal failed after its run's result was committed."""
+        self._suspects.add(request.run_id)
         why = _first_line(str(exc))
         self._shown.note(
             f"the container of run {request.run_id} could not be removed ({why}); "
-            "`flow-runner gc` removes it once the engine answers"
+            "the batch tries again at its end, and `flow-runner gc` once the engine answers"
         )
 
     async def _slot(self, receive: ObjectReceiveStream[_Admission], shown: Any) -> None:
@@ -414,6 +441,8 @@ class _Batch:
             self.store.start(row.id, run_id)
             attempt += 1
             outcome = await self._attempt(row, run_id, prepared)
+            if is_infrastructure_failure(outcome):
+                self._suspects.add(run_id)  # its container may be left: see _remove_left
             prepared = None
             took = time.monotonic() - started
             if self.control.stopping and _cancelled(outcome):
@@ -476,6 +505,12 @@ def _sweep() -> None:
     from runner.sandbox.gc import sweep
 
     sweep()
+
+
+def _sweep_runs(runs: set[str], client: Any) -> list[str]:
+    from runner.sandbox.gc import sweep
+
+    return sweep(client, runs=runs)
 
 
 def _cancelled(outcome: Execution | Exception) -> bool:

@@ -27,7 +27,7 @@ through); remove those by hand.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,6 +38,7 @@ from runner.sandbox.errors import DockerSandboxError
 from runner.sandbox.labels import (
     LABEL_CREATED,
     LABEL_INSPECT,
+    LABEL_PARENT_RUN_ID,
     LABEL_PROCESS,
     LABEL_RUN_ID,
     LABEL_RUNNER_CONTAINER,
@@ -107,21 +108,52 @@ class Sweeper:
         process_state, start_ticks = found
         return start_ticks != owner.start_ticks or process_state in ("Z", "X")
 
+    def made_here_for(self, runs: Collection[str]) -> Removable:
+        """Whether labels are ours, name this very process as the owner and one of
+        ``runs`` as the run (a run's own container, or a child's of it)."""
 
-def sweep(client: docker.DockerClient | None = None) -> list[str]:
+        def removable(
+            labels: Mapping[str, str], state: str | None, gone: Callable[[str], bool]
+        ) -> bool:
+            run = labels.get(LABEL_RUN_ID)
+            return (
+                is_signed(labels, self.key)
+                and labels.get(LABEL_PROCESS) == self.here.label()
+                and (run in runs or labels.get(LABEL_PARENT_RUN_ID) in runs)
+            )
+
+        return removable
+
+
+Removable = Callable[[Mapping[str, str], "str | None", Callable[[str], bool]], bool]
+"""Whether a container (its labels, its state; ``gone`` asks the engine about another
+container) is one a sweep removes."""
+
+
+def sweep(
+    client: docker.DockerClient | None = None, *, runs: Collection[str] | None = None
+) -> list[str]:
     """Force-remove (with anonymous volumes) the provably abandoned containers; return ids.
+
+    With ``runs``, the containers this very process made for those runs instead, once the
+    runs are over (a batch, at its end, for the runs that failed on the engine's side).
+    The run does not try its removal again when it failed (the engine slow or away then),
+    an engine that never answered a create may still have made the container, and a
+    sweep spares a live owner's containers: without this they would stay until the
+    process exits and some later sweep runs.
 
     The engine is asked directly (blocking calls, ``http.py``): no docker-py on the way to
     an ``exec``. An engine reached only through docker-py (TLS, ssh) is refused, as a run
     on it is.
     """
     engine = default_engine() if client is None else engine_for(client)
-    return sweep_engine(engine.direct())
+    return sweep_engine(engine.direct(), runs=runs)
 
 
-def sweep_engine(http: EngineHttp) -> list[str]:
+def sweep_engine(http: EngineHttp, *, runs: Collection[str] | None = None) -> list[str]:
     """:func:`sweep` of the engine at ``http``."""
     sweeper = Sweeper.current()
+    removable = sweeper.abandoned if runs is None else sweeper.made_here_for(runs)
     summaries: list[dict[str, Any]] = []
     for label in (LABEL_RUN_ID, LABEL_INSPECT):
         query = {"limit": "-1", "all": "1", "size": "0", "trunc_cmd": "0"}
@@ -133,7 +165,7 @@ def sweep_engine(http: EngineHttp) -> list[str]:
     removed: list[str] = []
     for summary in summaries:
         labels = summary.get("Labels") or {}
-        if not sweeper.abandoned(labels, summary.get("State"), lambda id: _gone(http, id)):
+        if not removable(labels, summary.get("State"), lambda id: _gone(http, id)):
             continue
         container_id = str(summary["Id"])
         reply = _call(http, "DELETE", f"/containers/{container_id}", {"v": "1", "force": "1"})
