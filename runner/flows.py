@@ -230,7 +230,9 @@ class FlowHost:
             path, sep, mode = spec.rpartition(":")
             if not sep or mode not in ("ro", "rw"):
                 path, mode = spec, "ro"
-            specs.append(f"{name}={self.config.resolve(path)}:{mode}")
+            # Not resolved here: the parser judges every symlink on the way (a parent's
+            # read-write attachment may hold one its component planted).
+            specs.append(f"{name}={self.config.base_dir / path}:{mode}")
         return parse_attachments(specs)
 
     def _capabilities(self, name: str, flow: FlowConfig) -> dict[str, CapabilitySlot]:

@@ -475,6 +475,45 @@ def test_a_path_swapped_for_a_symlink_after_it_was_judged_is_refused(tmp_path: P
         held.close()
 
 
+def _shared_with_a_link(tmp_path: Path) -> tuple[Path, Path]:
+    """``work``, writable by everyone (as a read-write attachment is, for its component),
+    and ``secret``, a directory only we can change."""
+    work, secret = tmp_path / "work", tmp_path / "secret"
+    work.mkdir()
+    work.chmod(0o777)
+    secret.mkdir()
+    return work, secret
+
+
+def test_a_symlink_others_can_change_on_the_way_is_refused(tmp_path: Path) -> None:
+    """A component with ``work`` attached read-write plants ``work/in -> ../secret``; a
+    later run attaching ``work/in`` (a child flow's, a batch row's, a ``--scratch``) must
+    not be given ``secret``, which judged alone looks trusted."""
+    work, secret = _shared_with_a_link(tmp_path)
+    (work / "in").symlink_to("../secret")
+    with pytest.raises(AttachmentError, match=rf"goes through the symlink {work}/in"):
+        parse_attach(f"in={work}/in")
+    with pytest.raises(AttachmentError, match="symlink"):
+        parse_attach(f"in={work}/in/../secret")
+    assert parse_attach(f"secret={secret}").host_path == secret  # by its own path: yes
+    (tmp_path / "ours").symlink_to("secret")  # a link in a directory only we can change
+    assert parse_attach(f"ours={tmp_path}/ours").host_path == secret
+
+
+def test_a_symlink_planted_after_the_parse_is_judged_when_the_path_is_held(
+    tmp_path: Path,
+) -> None:
+    """Parsed while ``work/in`` was a directory, held after the component swapped it
+    for a link to ``secret``: the hold judges the link, not only where it leads."""
+    work, _ = _shared_with_a_link(tmp_path)
+    (work / "in").mkdir()
+    parsed = parse_attach(f"in={work}/in")
+    (work / "in").rmdir()
+    (work / "in").symlink_to("../secret")
+    with pytest.raises(AttachmentError, match="goes through the symlink"):
+        attachments.hold(parsed).close()
+
+
 def test_an_attachment_name_with_a_trailing_newline_is_not_a_local_name(tmp_path: Path) -> None:
     with pytest.raises(AttachmentError, match="not a LocalName"):
         parse_attach(f"abc\n={tmp_path}")

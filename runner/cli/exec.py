@@ -305,7 +305,16 @@ class ExecRequest:
         )
 
     def _scratch_dir(self) -> Path | None:
-        return self.scratch.resolve() if self.scratch else None
+        if self.scratch is None:
+            return None
+        from runner.sandbox.attachments import UntrustedLink, resolve_links
+
+        try:
+            return resolve_links(self.scratch)
+        except UntrustedLink as exc:
+            raise UsageError(f"--scratch {self.scratch} is refused: {exc}") from None
+        except OSError as exc:
+            raise UsageError(f"--scratch {self.scratch}: {exc.strerror}; fix the path") from None
 
 
 def _attachments(specs: list[str]) -> tuple[Attachment, ...]:

@@ -37,6 +37,7 @@ when it is, or is inside, one of the listed paths.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections import deque
@@ -83,6 +84,8 @@ REFUSED_TREES = (
     + ENGINE_STATE
     + DOCKER_SOCKETS
 )
+_MAX_LINKS = 40
+"""Symlinks followed on the way to one host path before it is called a loop (as Linux)."""
 SCAN_LIMIT = 10_000
 """Entries of an attached directory looked at for sockets and device nodes."""
 
@@ -107,7 +110,9 @@ def parse_attach(spec: str) -> Attachment:
     if not path_text:
         raise AttachmentError(f"attachment {spec!r} has no host path; {_SPEC_FORM}")
     try:
-        host_path = Path(path_text).expanduser().resolve(strict=True)
+        host_path = resolve_links(Path(path_text).expanduser())
+    except UntrustedLink as exc:
+        raise AttachmentError(f"attachment {spec!r} is refused: {exc}") from None
     except (OSError, RuntimeError) as exc:
         hint = ""
         if ":" in path_text:
@@ -117,6 +122,52 @@ def parse_attach(spec: str) -> Attachment:
             f"resolved{hint}; create it or fix the path"
         ) from exc
     return Attachment(name=name, host_path=host_path, access=access)
+
+
+class UntrustedLink(ValueError):
+    """A symlink on the way to a host path sits where others can change it."""
+
+
+def resolve_links(given: Path) -> Path:
+    """``given`` resolved (it must exist), every symlink on the way judged first.
+
+    A symlink in a directory that users other than root and you can change (a directory
+    attached read-write, whose contents the component chooses) could point anywhere, at
+    ``~/.aws`` say, by the time a later run's path through it is read, and the target it
+    resolves to would look trusted. So each symlink met is judged as a path is: its
+    directory and every directory above it must be yours or root's and not writable by
+    others (or sticky, with the link yours). Raises :class:`UntrustedLink` naming it,
+    ``OSError`` if a part is missing or the links loop.
+    """
+    parts = deque(given.absolute().parts[1:])
+    current, links = Path("/"), 0
+    while parts:
+        part = parts.popleft()
+        if part in ("", "."):
+            continue
+        if part == "..":
+            current = current.parent
+            continue
+        candidate = current / part
+        if not stat.S_ISLNK(os.lstat(candidate).st_mode):
+            current = candidate
+            continue
+        links += 1
+        if links > _MAX_LINKS:
+            raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), str(given))
+        refusal = _parent_refusal(candidate)
+        if refusal is not None:
+            raise UntrustedLink(
+                f"its path goes through the symlink {candidate}, which {refusal}; attach "
+                "what it points to by its own path if that is what you mean"
+            )
+        target = Path(os.readlink(candidate))
+        if target.is_absolute():
+            current = Path("/")
+            parts.extendleft(reversed(target.parts[1:]))
+        else:
+            parts.extendleft(reversed(target.parts))
+    return current
 
 
 def parse_attachments(specs: Iterable[str]) -> tuple[Attachment, ...]:
@@ -266,7 +317,9 @@ def hold(
     _check_name(att.name, spec_of(att))
     flags = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_DIRECTORY if directory else 0)
     try:
-        fd = os.open(att.host_path.resolve(strict=True), flags)
+        fd = os.open(resolve_links(att.host_path), flags)  # links planted since the parse?
+    except UntrustedLink as exc:
+        raise AttachmentError(f"attachment {spec_of(att)!r} is refused: {exc}") from None
     except (OSError, RuntimeError) as exc:
         raise AttachmentError(
             f"attachment {spec_of(att)!r}: host path {att.host_path} does not exist or is "
