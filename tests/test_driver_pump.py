@@ -485,3 +485,55 @@ def test_a_waiting_read_is_answered_cancelled_when_the_driving_task_is_cancelled
     _within(20, main)
     answers = {frame.get("id"): frame for frame in seen}
     assert answers["n:1"]["error"]["data"]["code"] == "CANCELLED"
+
+
+class _LargeBroker(_Broker):
+    """Answers every call with a value of ``size`` characters, counting the calls."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self.value = "v" * size
+        self.calls = 0
+
+    async def handle(
+        self, method: str, params: dict[str, JSONValue], call: CallContext
+    ) -> JSONValue:
+        self.calls += 1
+        return {"value": self.value}
+
+
+@pytest.mark.anyio
+async def test_a_component_that_does_not_read_stdin_is_not_read_either() -> None:
+    """Every call answered with 1 MiB while the component reads none of it: the host
+    stops taking requests once STDIN_BACKLOG bytes of answers wait (memory bounded, not
+    one answer per request), and goes on once the component reads."""
+    from runner.host.driver import STDIN_BACKLOG
+
+    component = MemoryComponent(stdin_room=1)
+    broker = _LargeBroker(1 << 20)
+    calls = 100
+    seen: list[Any] = []
+
+    async def play() -> None:
+        frames = component.frames()
+        root = await frames.__anext__()
+
+        async def ask() -> None:
+            for i in range(calls):
+                await component.to_host.send(_call(i, "x"))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ask)
+            await anyio.wait_all_tasks_blocked()  # the host has stopped reading
+            held = broker.calls
+            assert held <= STDIN_BACKLOG // (1 << 20) + 2, held
+            while len(seen) < calls:
+                seen.append(await frames.__anext__())
+        await component.finish(root)
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(play)
+            outcome = await drive(component, PARAMS, broker)  # type: ignore[arg-type]
+    assert outcome.verdict.result is not None, outcome.verdict
+    assert sorted(frame["id"] for frame in seen) == sorted(f"c:{i}" for i in range(calls))

@@ -76,6 +76,11 @@ SIGKILL_EXIT = 128 + 9  # how both backends report a process ended by SIGKILL
 """Seconds to wait for stdout EOF once the process has exited."""
 DECODE_IN_THREAD = 1 << 18
 """Frames of at least this many bytes are decoded in a worker thread (see _pump)."""
+STDIN_BACKLOG = 1 << 24
+"""Bytes of answers the host holds for a component that does not read its stdin; past
+it the pump reads no more until they leave. So a component that never reads, and asks
+(replays of a large result, reads of a full channel), holds at most this, one frame and
+the write in progress, instead of every answer it asked for."""
 READ_BYTES = 1 << 16
 """The most stdout the pump takes at once (all that is there, up to this): one read of
 the transport (runner/sandbox/pipes.py, docker/attach.py), so a take is never a join of
@@ -217,6 +222,8 @@ class _Run:
         self.started = time.monotonic()
         self.timings: dict[str, float] = {}
         self.output: list[bytes] = []  # frames for stdin, not yet taken by the writer
+        self.output_bytes = 0  # their size: the pump waits past STDIN_BACKLOG
+        self.output_room: anyio.Event | None = None  # set to wake the waiting pump
         self.output_ready: anyio.Event | None = None  # set to wake the idle writer
         self.writing = False  # the writer task is in a send: nothing may pass it
         self.stdin_closing = False
@@ -382,6 +389,7 @@ class _Run:
                 self.stdin_failed = True
                 return
         self.output.append(data)
+        self.output_bytes += len(data)
         self._wake_writer()
 
     def _close_stdin(self) -> None:
@@ -407,7 +415,7 @@ class _Run:
                     # to the writer that stop_after_cancellation starts, or they are lost.
                     await anyio.lowlevel.checkpoint_if_cancelled()
                     data = b"".join(self.output)
-                    self.output.clear()
+                    self._output_taken()
                     self.writing = True
                     try:
                         await stdin.send(data)
@@ -418,9 +426,17 @@ class _Run:
                     await ready.wait()
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             self.stdin_failed = True  # nothing more can be written: nothing more is kept
-            self.output.clear()
+            self._output_taken()
         with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             await stdin.aclose()
+
+    def _output_taken(self) -> None:
+        """What waited for stdin is gone (sent, or dropped): the pump may read again."""
+        self.output.clear()
+        self.output_bytes = 0
+        if self.output_room is not None:
+            self.output_room.set()
+            self.output_room = None
 
     async def _work(self) -> None:
         """A task of the pool: holds the pump role until it hands it over, then parks until
@@ -446,6 +462,12 @@ class _Run:
         stdout = self.component.stdout
         self.pumping = True
         while True:
+            if self.output_bytes > STDIN_BACKLOG:  # the component does not read: wait
+                self._pause_pumping()
+                self.output_room = room = anyio.Event()
+                await room.wait()
+                self.pumping = True
+                continue
             if payloads and (len(payloads[0]) < DECODE_IN_THREAD or not queued):
                 payload = payloads.popleft()
                 if session.closed:
