@@ -90,6 +90,24 @@ def test_a_bound_counts_only_what_the_run_added(tmp_path: Path) -> None:
     assert breach is not None and breach.reason == "entries"
 
 
+def test_a_tree_deeper_than_path_max_is_a_breach_not_a_dead_watch(tmp_path: Path) -> None:
+    """A component can nest directories past PATH_MAX (each mkdir relative to the last):
+    the walk cannot reach below, and says so, instead of raising out of the watch thread
+    (which then polled no more, and the bound was gone)."""
+    bound = DiskBound.at_launch("scratch", tmp_path, MIB, 10_000)
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(1_100):  # 1,100 levels of "dddd/": 5,500 bytes, past PATH_MAX (4,096)
+            os.mkdir("d" * 4, dir_fd=fd)
+            inner = os.open("d" * 4, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+    finally:
+        os.close(fd)
+    breach = bound.check()
+    assert breach is not None and breach.reason == "unreadable", breach
+
+
 def test_a_directory_already_over_the_entry_cap_is_refused_at_launch(tmp_path: Path) -> None:
     for index in range(20):
         (tmp_path / f"f{index}").touch()

@@ -74,6 +74,8 @@ def measure(root: Path, max_entries: int) -> Usage:
                         info = entry.stat(follow_symlinks=False)
                     except FileNotFoundError:  # removed since it was listed
                         continue
+                    except OSError:  # a name too long to reach (a tree deeper than PATH_MAX)
+                        return Usage(total, entries, complete=False, unreadable=entry.path)
                     if info.st_nlink > 1 and not stat.S_ISDIR(info.st_mode):
                         if info.st_ino in linked:
                             continue
@@ -83,7 +85,7 @@ def measure(root: Path, max_entries: int) -> Usage:
                         pending.append(entry.path)
         except (FileNotFoundError, NotADirectoryError):  # removed or replaced meanwhile
             continue
-        except PermissionError:
+        except OSError:  # no permission; a tree deeper than PATH_MAX; a loop of links
             return Usage(total, entries, complete=False, unreadable=directory)
     return Usage(total, entries, complete=True)
 
