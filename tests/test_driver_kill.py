@@ -171,3 +171,55 @@ async def test_a_run_stopped_while_its_stdout_is_full_is_killed_and_ends(
         engine.close()
     assert control.stopped is not None
     assert (control.stopped.ending.exit_code, control.stopped.ending.host_kill) == (137, "cancel")
+
+
+@pytest.mark.anyio
+async def test_large_decodes_of_all_the_runs_of_a_loop_take_turns(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Three runs in one loop (a root and its children) each send a frame to decode in a
+    thread: BIG_DECODES of them decode at once, the third waits its turn (a hostile 16 MiB
+    frame can take ~0.5 GiB to refuse)."""
+    active = peak = 0
+    changed = threading.Condition()
+    release = threading.Event()
+
+    def held(payload: bytes) -> Any:
+        nonlocal active, peak
+        with changed:
+            active += 1
+            peak = max(peak, active)
+            changed.notify_all()
+        release.wait(10)
+        with changed:
+            active -= 1
+        return decode(payload)
+
+    monkeypatch.setattr(driver, "decode", held)
+    big = b"[" + b"0," * (DECODE_IN_THREAD // 2) + b"0]\n"
+
+    async def one() -> None:
+        component = MemoryComponent(137)
+
+        async def play() -> None:
+            await component.frames().__anext__()
+            await component.to_host.send(big)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(play)
+            await drive(component, PARAMS, ScriptedBroker(), graces=GRACES)  # type: ignore[arg-type]
+
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            for _ in range(3):
+                tg.start_soon(one)
+
+            def two_decoding() -> bool:
+                with changed:
+                    return changed.wait_for(lambda: active == 2, 10)
+
+            assert await anyio.to_thread.run_sync(two_decoding)
+            await anyio.wait_all_tasks_blocked()
+            assert driver._decode_limiter().statistics().tasks_waiting == 1
+            release.set()
+    assert peak == driver.BIG_DECODES == 2

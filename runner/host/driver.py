@@ -76,6 +76,11 @@ SIGKILL_EXIT = 128 + 9  # how both backends report a process ended by SIGKILL
 """Seconds to wait for stdout EOF once the process has exited."""
 DECODE_IN_THREAD = 1 << 18
 """Frames of at least this many bytes are decoded in a worker thread (see _pump)."""
+BIG_DECODES = 2
+"""Such decodes at once in one event loop, over every run it drives (a tree's root and
+its children): a hostile 16 MiB frame can take ~0.5 GiB and seconds to refuse, and each
+run of a tree may send one at the same time; the others wait their turn."""
+_big_decodes: anyio.lowlevel.RunVar[anyio.CapacityLimiter] = anyio.lowlevel.RunVar("big_decodes")
 STDIN_BACKLOG = 1 << 24
 """Bytes of answers the host holds for a component that does not read its stdin; past
 it the pump reads no more until they leave. So a component that never reads, and asks
@@ -476,7 +481,9 @@ class _Run:
                     self._handle(session.receive_decoded(decode(payload)))
                 else:
                     self._pause_pumping()
-                    frame = await anyio.to_thread.run_sync(decode, payload, abandon_on_cancel=True)
+                    frame = await anyio.to_thread.run_sync(
+                        decode, payload, abandon_on_cancel=True, limiter=_decode_limiter()
+                    )
                     self.pumping = True
                     self._handle(session.receive_decoded(frame))
             elif queued:
@@ -697,6 +704,17 @@ class _Eager(Generic[_T]):
                     signal = coro.send(sent)
                 except StopIteration as stop:
                     return stop.value  # type: ignore[no-any-return]
+
+
+def _decode_limiter() -> anyio.CapacityLimiter:
+    """This event loop's limiter of :data:`BIG_DECODES` (one per loop: a limiter belongs
+    to the loop it was made in)."""
+    try:
+        return _big_decodes.get()
+    except LookupError:
+        limiter = anyio.CapacityLimiter(BIG_DECODES)
+        _big_decodes.set(limiter)
+        return limiter
 
 
 def _wire(error: OperationError) -> OperationError:
