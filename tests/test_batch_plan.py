@@ -168,3 +168,28 @@ async def test_a_pinned_sandbox_asks_for_its_image_once_but_not_a_refusal(
     first = await pinned.image_source()
     assert await pinned.image_source() is first and backend.asked == 2
     assert pinned.name == "fake" and pinned.planned_paths(LaunchRequest()) == ({}, "/scratch")
+
+
+def test_junit_of_hostile_messages_and_stderr_is_well_formed_xml(tmp_path: Path) -> None:
+    """A component's error message and stderr tail reach the JUnit file: an ANSI colour
+    code or a NUL (which XML 1.0 cannot hold) is spelled out, not written raw, so the
+    reporter still reads every failure in the file."""
+    import xml.etree.ElementTree as ET
+
+    from runner.batch.junit import write_junit
+    from runner.batch.store import FAILED, Final, Store
+
+    store = Store(tmp_path / "r.sqlite")
+    store.queue({"id": "r-\x07", "manifest": "m", "line": 1, "key": "k", "input_digest": "d",
+                 "target": "img", "image_id": None})  # fmt: skip
+    store.start("r-\x07", "run-1")
+    final = Final(FAILED, error_code="EXECUTION_FAILED", error_message="boom \x1b[31mred\x00",
+                  stderr_tail="\x1b[0mtail \x7f é")  # fmt: skip
+    store.finish("r-\x07", final, seconds=1.0)
+    write_junit(store, tmp_path / "j.xml")
+    case = ET.parse(tmp_path / "j.xml").getroot().find("testsuite/testcase")
+    assert case is not None and case.get("name") == "r-\\x07"
+    failure = case.find("failure")
+    assert failure is not None
+    assert failure.get("message") == "EXECUTION_FAILED: boom \\x1b[31mred\\x00"
+    assert failure.text is not None and failure.text.strip() == "\\x1b[0mtail \x7f é"

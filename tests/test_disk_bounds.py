@@ -97,9 +97,9 @@ def test_a_tree_deeper_than_path_max_is_a_breach_not_a_dead_watch(tmp_path: Path
     bound = DiskBound.at_launch("scratch", tmp_path, MIB, 10_000)
     fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        for _ in range(1_100):  # 1,100 levels of "dddd/": 5,500 bytes, past PATH_MAX (4,096)
-            os.mkdir("d" * 4, dir_fd=fd)
-            inner = os.open("d" * 4, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        for _ in range(25):  # 25 levels of 200-byte names: 5,025 bytes, past PATH_MAX (4,096)
+            os.mkdir("d" * 200, dir_fd=fd)
+            inner = os.open("d" * 200, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
             os.close(fd)
             fd = inner
     finally:

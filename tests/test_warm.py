@@ -736,3 +736,13 @@ def test_the_wire_refuses_what_is_not_a_message() -> None:
         left.close()
         with pytest.raises(wire.Closed):
             wire.receive(right)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM], ids=["sigkill", "sigterm"])
+def test_the_client_ends_by_the_signal_that_ended_the_run(signum: int) -> None:
+    """A run killed by SIGKILL (the OOM killer, kill -9) ends its client by SIGKILL too,
+    as the command run in its own process would end; SIGKILL cannot be given a handler,
+    and trying to reset it raised out of the client (a traceback, exit 1)."""
+    code = f"from runner.warm.client import _die_by; _die_by({int(signum)})"
+    ended = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True)
+    assert ended.returncode == -signum, ended.stderr

@@ -9,6 +9,7 @@ infra-failed run an ``error``, a row without a final result ``skipped``.
 
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -59,8 +60,24 @@ def write_junit(store: Store, path: Path, manifest: str | None = None) -> None:
     for name, value in totals.items():
         suites.set(name, str(value))
     suites.set("time", f"{seconds:.3f}")
+    for element in suites.iter():  # a component chose the messages and the stderr
+        if element.text:
+            element.text = xml_safe(element.text)
+        for attribute, text in element.attrib.items():
+            element.set(attribute, xml_safe(text))
     ET.indent(suites)
     ET.ElementTree(suites).write(path, encoding="utf-8", xml_declaration=True)
+
+
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def xml_safe(text: str) -> str:
+    """``text`` with each character XML 1.0 cannot hold spelled as ``\\xNN`` or
+    ``\\uNNNN`` (an ANSI colour code in a stderr tail, a NUL in an error message): the
+    ElementTree writes them raw, and a reporter then rejects the whole file, every
+    failure in it unseen."""
+    return _NOT_XML.sub(lambda found: found.group().encode("unicode_escape").decode(), text)
 
 
 def _init(suite: ET.Element) -> None:

@@ -15,6 +15,7 @@ ends by itself: this process waits for it, says so, and exits with :data:`EXIT_L
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import sys
@@ -182,7 +183,8 @@ def _die_by(signum: int) -> NoReturn:
     """End as the run ended: by the same signal, as a shell and a supervisor see it."""
     import signal
 
-    signal.signal(signum, signal.SIG_DFL)
+    with contextlib.suppress(OSError):  # SIGKILL (the OOM killer, kill -9) has no handler
+        signal.signal(signum, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, [signum])
     os.kill(os.getpid(), signum)
     os._exit(128 + signum)  # a signal whose default is not to end the process
