@@ -72,6 +72,27 @@ def test_a_key_is_the_sha256_of_the_whole_canonical_document(tmp_path: Path) -> 
     assert keys.document(rows[2])["profile"]["cpus"] == 0.25  # type: ignore[index,call-overload]
 
 
+def test_the_key_covers_the_deadline_and_the_seccomp_files_text(tmp_path: Path) -> None:
+    """A row that ran out of time may finish with more of it, and a profile's seccomp
+    file may change under the same name: either is another key."""
+    seccomp = tmp_path / "filter.json"
+    seccomp.write_text('{"defaultAction": "SCMP_ACT_ALLOW"}')
+    profile = tmp_path / "p.toml"
+    profile.write_text(f'seccomp = "{seccomp}"\n')
+
+    def key(deadline: str) -> str:
+        manifest = tmp_path / "m.jsonl"
+        manifest.write_text(json.dumps({"id": "r", "profile": str(profile)}) + "\n")
+        (row,) = check(manifest, Defaults(image=TAG, deadline=deadline), None)
+        return Keys(ImageIds(lambda: Engine({TAG: IMAGE_ID})), Digests(), None)(row)
+
+    first = key("5m")
+    assert key("5m") == first
+    assert key("10m") != first
+    seccomp.write_text('{"defaultAction": "SCMP_ACT_ERRNO"}')
+    assert key("5m") != first
+
+
 def test_a_flow_rows_key_covers_the_configuration_and_the_flows_images(tmp_path: Path) -> None:
     (tmp_path / "flow-runner.toml").write_text(
         f'[flows.hello]\nimage = "{TAG}"\n\n[flows.other]\nimage = "flow-runner/other:1"\n'

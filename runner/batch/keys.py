@@ -2,10 +2,11 @@
 
 The key is the sha256 of the RFC 8785 canonical JSON of :meth:`Keys.document`: the image
 *id* (not the tag: a rebuilt image under the same tag is another key), the canonical input
-and settings, each read-only attachment by path and a digest of its content, each
-read-write attachment by path only (it is an output), the profile's effective settings,
-the command, and flow-runner's version. A flow row puts the whole host configuration and
-the image ids of every configured flow in place of image, profile and command.
+and settings, the deadline, each read-only attachment by path and a digest of its content,
+each read-write attachment by path only (it is an output), the profile's effective
+settings and a digest of its seccomp file's text, the command, and flow-runner's version.
+A flow row puts the whole host configuration and the image ids of every configured flow
+in place of image, profile and command.
 
 A read-only attachment's digest (:class:`Digests`) covers the bytes of every regular file
 under it, with relative paths, modes and symlink targets, while the tree holds at most
@@ -154,6 +155,7 @@ class Keys:
             "flow-runner": __version__,
             "input": row.input,
             "settings": row.settings,
+            "deadline": row.deadline,  # a row that ran out of time may finish with more
         }
         if row.flow is not None:
             config = self._config
@@ -172,6 +174,11 @@ class Keys:
         profile = row.profile
         doc["image"] = self._image_ids(row.image) or f"missing:{row.image}"
         doc["profile"] = self._share(profile, profile.as_json)
+        seccomp = profile.seccomp_json
+        if seccomp is not None:  # the profile names its file; this is what the file says
+            doc["seccomp"] = self._share(
+                seccomp, lambda: hashlib.sha256(seccomp.encode()).hexdigest()
+            )
         doc["command"] = list(row.command) if row.command is not None else None
         doc["attachments"] = [_attachment(att, self._digests) for att in row.attachments]
         return doc
