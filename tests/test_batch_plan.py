@@ -214,3 +214,20 @@ def test_junit_of_hostile_messages_and_stderr_is_well_formed_xml(tmp_path: Path)
     assert failure is not None
     assert failure.get("message") == "EXECUTION_FAILED: boom \\x1b[31mred\\x00"
     assert failure.text is not None and failure.text.strip() == "\\x1b[0mtail \x7f é"
+
+
+def test_a_results_file_is_held_by_one_batch_at_a_time(tmp_path: Path) -> None:
+    """Two batches on one store would both run the rows neither has finished; a second
+    is refused (exit 2 at the CLI), while reading the store (report, diff) still works."""
+    from runner.batch.store import Store, StoreError
+
+    path = tmp_path / "r.sqlite"
+    first = Store(path)
+    first.claim()
+    second = Store(path)
+    with pytest.raises(StoreError, match="another batch is running on this results file"):
+        second.claim()
+    assert list(second.rows()) == []  # reading needs no claim
+    first.close()
+    second.claim()
+    second.close()

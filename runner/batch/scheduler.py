@@ -191,6 +191,7 @@ async def run_batch(options: BatchOptions, control: BatchControl | None = None) 
     rows = check(options.manifest, options.defaults, options.config)
     store = Store(options.results)
     try:
+        store.claim()
         batch = _Batch(options, store, control or BatchControl())
         lines = await anyio.to_thread.run_sync(batch.plan, rows)
         await batch.run(lines)

@@ -15,6 +15,7 @@ was stopped carries status ``interrupted``.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -100,9 +101,36 @@ class Store:
             raise StoreError(f"{path}: not a flow-runner results database ({exc})") from exc
         self.db.row_factory = sqlite3.Row
         self.path = path
+        self._claim: int | None = None
+
+    def claim(self) -> None:
+        """Hold the store for one batch until :meth:`close`; :class:`StoreError` if
+        another batch holds it.
+
+        Two batches on one store would both take the rows neither has finished (each sees
+        the other's running rows as its own to run), and the planning pass of one holds
+        the write lock longer than the other's writes wait. An ``flock`` on the file
+        itself: SQLite's own locks are POSIX record locks, which ``flock`` does not meet;
+        reading a store (report, diff, merge) takes none.
+        """
+        import fcntl
+
+        fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise StoreError(
+                f"{self.path}: another batch is running on this results file; wait for it "
+                "to end, or give this one its own with --results"
+            ) from None
+        self._claim = fd
 
     def close(self) -> None:
         self.db.close()
+        if self._claim is not None:
+            os.close(self._claim)  # the flock goes with it
+            self._claim = None
 
     def known(self, row_id: str) -> Known | None:
         found = self.db.execute(
