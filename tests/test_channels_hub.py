@@ -1461,3 +1461,35 @@ async def test_encoded_answers_are_the_encoding_of_the_answers() -> None:
         expected = json1.dumps(await a.next(plain_reader))
         assert await answered("channel/next", {"endpoint": wire_reader}) == expected
     conclude_all(hub, a)
+
+
+@pytest.mark.anyio
+@bounded
+async def test_a_queue_holds_its_items_encoded_not_decoded() -> None:
+    """``queue_bytes`` bounds what a queue holds: 65,530 empty objects are 197 KB of JSON
+    text and ~5 MB as Python objects, so a queue that kept the decoded values would hold
+    25 times its bound."""
+    import gc
+    import tracemalloc
+
+    hub = ChannelHub()
+    a = hub.party("run:a")
+    writer, reader = direct(a)
+    items = 8
+    encoded = len(json1.dumps([{} for _ in range(65_530)]))
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(items):
+            value: JSONValue = [{} for _ in range(65_530)]
+            await a.send(writer, value)
+            del value
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert held < 2 * items * encoded, (held, items * encoded)
+    first = await a.next(reader)
+    assert first == item(1, [{} for _ in range(65_530)])
+    conclude_all(hub, a)

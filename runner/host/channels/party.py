@@ -252,8 +252,8 @@ class ChannelParty:
             answer = await self._read_later(receiver)
         if isinstance(answer, int):
             return {"end": {"lastSequence": answer}}
-        sequence, value, _ = answer
-        return {"item": {"sequence": sequence, "value": value}}
+        sequence, encoded = answer
+        return {"item": {"sequence": sequence, "value": json1.loads(encoded)}}
 
     def _begin_read(self, token: str) -> Receiver:
         """A ``channel/next`` on ``token``, checked; the room of the previous read freed."""
@@ -268,14 +268,14 @@ class ChannelParty:
         self._pump(receiver.source)
         return receiver
 
-    def _read_now(self, receiver: Receiver) -> tuple[int, JSONValue, bytes] | int | None:
-        """The read's answer if it has one now: the item (sequence, value, encoding), or
-        at the end the last sequence delivered; None if it must wait."""
+    def _read_now(self, receiver: Receiver) -> tuple[int, bytes] | int | None:
+        """The read's answer if it has one now: the item (sequence, the value's encoding),
+        or at the end the last sequence delivered; None if it must wait."""
         if receiver.failure is not None:
             raise again(receiver.failure)
         if receiver.queue:
             item = receiver.queue.popleft()
-            receiver.queued_bytes -= len(item[2])
+            receiver.queued_bytes -= len(item[1])
             receiver.delivered = item[0]
             receiver.committed = True
             return item
@@ -284,7 +284,7 @@ class ChannelParty:
             return receiver.delivered
         return None
 
-    async def _read_later(self, receiver: Receiver) -> tuple[int, JSONValue, bytes] | int:
+    async def _read_later(self, receiver: Receiver) -> tuple[int, bytes] | int:
         """Wait for the read's answer (one read at a time per receiver)."""
         receiver.reading = True
         try:
@@ -524,7 +524,7 @@ class ChannelParty:
                     )
                 )
             else:
-                receiver.push(source.last, value, encoded)
+                receiver.push(source.last, encoded)
 
     def _pump(self, source: Source) -> None:
         """Accept waiting direct sends, in arrival order, while the receiver has room."""
@@ -606,20 +606,20 @@ def _match(where: str, endpoint: Endpoint, spec: PortSpec) -> ItemSchema | None:
                 f"{endpoint.start}",
             )
         if constraint is not None:
-            for _, value, _ in endpoint.queue:  # the queued prefix, before the constraint binds
-                if constraint.first_error(value) is not None:
+            for _, encoded in endpoint.queue:  # the queued prefix, before the constraint binds
+                if constraint.first_error(json1.loads(encoded)) is not None:
                     raise OperationError(
                         "INVALID_INPUT", f"{where}: a queued item does not fit the port's schema"
                     )
     return constraint
 
 
-def _encoded(answer: tuple[int, JSONValue, bytes] | int) -> bytes:
+def _encoded(answer: tuple[int, bytes] | int) -> bytes:
     """A ``channel/next`` result as ``json1.dumps`` writes it, the item's encoding spliced
     in as it was made when the item was sent."""
     if isinstance(answer, int):
         return b'{"end":{"lastSequence":%d}}' % answer
-    sequence, _, encoded = answer
+    sequence, encoded = answer
     return b'{"item":{"sequence":%d,"value":%b}}' % (sequence, encoded)
 
 
