@@ -35,6 +35,13 @@ if TYPE_CHECKING:
     from runner.package.parse import Package
 
 PATH_OPTIONS = frozenset({"root", "path"})
+CHILD_REPORTS = 256
+"""Child reports a run's report keeps; those of later children are only counted
+(``children_omitted``): a component may start children by the thousand, one at a time,
+and every report is kept until the root ends."""
+CHILD_STDERR = 1 << 16
+"""Characters of a child's stderr its parent's report keeps (the last ones); the child's
+own report, while it ran, kept up to the 1 MiB every run keeps."""
 """Provider options that name host paths; relative ones start at the config file."""
 BUILTIN_PROVIDERS = frozenset({"artifacts", "kv"})
 
@@ -94,7 +101,7 @@ class FlowHost:
         mapping: Mapping[str, str] | None = None,
     ) -> Execution:
         flow = self.config.flow(name)
-        children: list[RunReport] = []
+        children = _Children()
         run_id = new_run_id()
         party = hub.party(run_id)
 
@@ -108,7 +115,7 @@ class FlowHost:
             try:
                 execution = await self._run(
                     child, child_input, deadline, budget, hub, depth=call.depth + 1,
-                    parent=call.run_id, on_stopped=lambda stopped: children.append(stopped.report),
+                    parent=call.run_id, on_stopped=lambda stopped: children.add(stopped.report),
                     giver=party, mapping=channels,
                 )  # fmt: skip
             except (InvocationRefused, PackageError) as exc:
@@ -118,7 +125,7 @@ class FlowHost:
                 raise OperationError(
                     "EXECUTION_FAILED", f"child flow {child!r} was not started: {exc}"
                 ) from exc
-            children.append(execution.report)
+            children.add(execution.report)
             if execution.verdict.result is not None:
                 return execution.verdict.result
             assert execution.verdict.error is not None
@@ -160,7 +167,7 @@ class FlowHost:
             on_stopped=None if on_stopped is None else partial(_nest, children, on_stopped),
             retained_bytes=self.config.limits.retained_result_bytes,
         )
-        execution.report.children = children
+        children.into(execution.report)
         return execution
 
     def _check_package(self, name: str, flow: FlowConfig, package: Package | None) -> None:
@@ -284,9 +291,29 @@ class FlowHost:
         self.bound.clear()
 
 
-def _nest(
-    children: list[RunReport], report_to: Callable[[Execution], None], stopped: Execution
-) -> None:
+def _nest(children: _Children, report_to: Callable[[Execution], None], stopped: Execution) -> None:
     """Hand on a stopped run's execution with the children it had stopped in turn."""
-    stopped.report.children = children
+    children.into(stopped.report)
     report_to(stopped)
+
+
+class _Children:
+    """The reports of a run's children, bounded: :data:`CHILD_REPORTS` of them, each with
+    the last :data:`CHILD_STDERR` characters of its stderr; the rest counted."""
+
+    def __init__(self) -> None:
+        self.kept: list[RunReport] = []
+        self.omitted = 0
+
+    def add(self, report: RunReport) -> None:
+        if len(self.kept) >= CHILD_REPORTS:
+            self.omitted += 1
+            return
+        if len(report.stderr) > CHILD_STDERR:
+            tail = report.stderr[-CHILD_STDERR:]
+            report = report.model_copy(update={"stderr": tail, "stderr_truncated": True})
+        self.kept.append(report)
+
+    def into(self, report: RunReport) -> None:
+        report.children = self.kept
+        report.children_omitted = self.omitted

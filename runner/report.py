@@ -72,6 +72,8 @@ class RunReport(BaseModel):
     stderr_truncated: bool = False
     stderr: str = ""
     children: list[RunReport] = Field(default_factory=list)
+    children_omitted: int = 0
+    """Children whose reports were not kept here (past the first 256; see runner/flows.py)."""
 
     @computed_field  # type: ignore[prop-decorator]
     @property

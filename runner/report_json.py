@@ -197,6 +197,7 @@ FIELDS: Final[tuple[tuple[str, Writer, object], ...]] = (
     ("stderr_truncated", _plain(_bool), False),
     ("stderr", _plain(_text), ""),
     ("children", _no_children, []),
+    ("children_omitted", _plain(_int), 0),
 )
 """RunReport's fields in its order, each with its writer and default (a test holds this
 to the model); the computed ``unsandboxed`` follows them."""
