@@ -35,14 +35,14 @@ if TYPE_CHECKING:
     from runner.package.parse import Package
 
 PATH_OPTIONS = frozenset({"root", "path"})
+"""Provider options that name host paths; relative ones start at the config file."""
 CHILD_REPORTS = 256
-"""Child reports a run's report keeps; those of later children are only counted
-(``children_omitted``): a component may start children by the thousand, one at a time,
-and every report is kept until the root ends."""
+"""Child reports a run tree's report keeps, over all its levels; those of later children
+are only counted (``children_omitted``, in their parent's report): a component may start
+children by the thousand, one at a time, and every report is kept until the root ends."""
 CHILD_STDERR = 1 << 16
 """Characters of a child's stderr its parent's report keeps (the last ones); the child's
 own report, while it ran, kept up to the 1 MiB every run keeps."""
-"""Provider options that name host paths; relative ones start at the config file."""
 BUILTIN_PROVIDERS = frozenset({"artifacts", "kv"})
 
 
@@ -81,7 +81,7 @@ class FlowHost:
         hub = ChannelHub(self.config.limits.channels.limits())
         return await self._run(
             name, input, deadline, budget, hub, depth=0, parent=None, control=control,
-            scratch_dir=scratch_dir,
+            scratch_dir=scratch_dir, reports=_Kept(CHILD_REPORTS),
         )  # fmt: skip
 
     async def _run(
@@ -99,9 +99,10 @@ class FlowHost:
         on_stopped: Callable[[Execution], None] | None = None,
         giver: ChannelParty | None = None,
         mapping: Mapping[str, str] | None = None,
+        reports: _Kept,
     ) -> Execution:
         flow = self.config.flow(name)
-        children = _Children()
+        children = _Children(reports)
         run_id = new_run_id()
         party = hub.party(run_id)
 
@@ -116,7 +117,7 @@ class FlowHost:
                 execution = await self._run(
                     child, child_input, deadline, budget, hub, depth=call.depth + 1,
                     parent=call.run_id, on_stopped=lambda stopped: children.add(stopped.report),
-                    giver=party, mapping=channels,
+                    giver=party, mapping=channels, reports=reports,
                 )  # fmt: skip
             except (InvocationRefused, PackageError) as exc:
                 # The child's package refuses how the host configured it: nothing ran, and
@@ -297,18 +298,27 @@ def _nest(children: _Children, report_to: Callable[[Execution], None], stopped: 
     report_to(stopped)
 
 
-class _Children:
-    """The reports of a run's children, bounded: :data:`CHILD_REPORTS` of them, each with
-    the last :data:`CHILD_STDERR` characters of its stderr; the rest counted."""
+class _Kept:
+    """How many more child reports a run tree keeps (:data:`CHILD_REPORTS` in all)."""
 
-    def __init__(self) -> None:
+    def __init__(self, left: int) -> None:
+        self.left = left
+
+
+class _Children:
+    """The reports of a run's children, bounded with the tree's others (``tree``), each
+    with the last :data:`CHILD_STDERR` characters of its stderr; the rest counted."""
+
+    def __init__(self, tree: _Kept) -> None:
+        self.tree = tree
         self.kept: list[RunReport] = []
         self.omitted = 0
 
     def add(self, report: RunReport) -> None:
-        if len(self.kept) >= CHILD_REPORTS:
+        if self.tree.left <= 0:
             self.omitted += 1
             return
+        self.tree.left -= 1
         if len(report.stderr) > CHILD_STDERR:
             tail = report.stderr[-CHILD_STDERR:]
             report = report.model_copy(update={"stderr": tail, "stderr_truncated": True})

@@ -73,7 +73,7 @@ class RunReport(BaseModel):
     stderr: str = ""
     children: list[RunReport] = Field(default_factory=list)
     children_omitted: int = 0
-    """Children whose reports were not kept here (past the first 256; see runner/flows.py)."""
+    """Children whose reports were not kept here (a tree keeps 256; runner/flows.py)."""
 
     @computed_field  # type: ignore[prop-decorator]
     @property

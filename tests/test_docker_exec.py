@@ -291,6 +291,22 @@ def test_sighup_cancels_and_removes_the_container(engine: Any, fast: Path, repor
 
 
 @pytest.mark.docker
+def test_under_nohup_a_sighup_does_not_stop_the_run(engine: Any, report: Path) -> None:
+    """``nohup`` starts a command with SIGHUP ignored so that it outlives the session:
+    then the hang-up is not a stop."""
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # inherited, as nohup does
+    try:
+        runner = start(SLOW, "--input", '{"seconds": 2}', report=report)
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+    wait_running(engine, runner)
+    runner.send_signal(signal.SIGHUP)
+    ran = finish(runner, report, time.monotonic())
+    assert ran.returncode == 0, ran.stderr
+    assert ran.report is not None and ran.report["condition"] is None
+
+
+@pytest.mark.docker
 def test_sigterm_cancels_a_cooperative_component_without_a_kill(
     engine: Any, fast: Path, report: Path
 ) -> None:

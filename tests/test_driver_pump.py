@@ -20,7 +20,7 @@ from runner import json1
 from runner.host.broker import CallContext
 from runner.host.channels import ChannelHub
 from runner.host.channels.party import MAX_ITEM_BYTES
-from runner.host.driver import drive
+from runner.host.driver import Graces, drive
 from runner.json1 import JSONValue
 from runner.protocol.frames import MAX_PAYLOAD_BYTES
 
@@ -526,7 +526,7 @@ async def test_a_component_that_does_not_read_stdin_is_not_read_either() -> None
             tg.start_soon(ask)
             await anyio.wait_all_tasks_blocked()  # the host has stopped reading
             held = broker.calls
-            assert held <= STDIN_BACKLOG // (1 << 20) + 2, held
+            assert held <= STDIN_BACKLOG // (1 << 20) + 4, held
             while len(seen) < calls:
                 seen.append(await frames.__anext__())
         await component.finish(root)
@@ -537,3 +537,56 @@ async def test_a_component_that_does_not_read_stdin_is_not_read_either() -> None
             outcome = await drive(component, PARAMS, broker)  # type: ignore[arg-type]
     assert outcome.verdict.result is not None, outcome.verdict
     assert sorted(frame["id"] for frame in seen) == sorted(f"c:{i}" for i in range(calls))
+
+
+class _DrainedComponent(MemoryComponent):
+    """As on Docker: the end of the process is known only once its stdout was read to
+    its end (the attach stream closes after the last output)."""
+
+    def __init__(self) -> None:
+        super().__init__(137, stdin_room=1)
+        self.drained = anyio.Event()
+        read = self.stdout.receive
+
+        async def receive(max_bytes: int = 65536) -> bytes:
+            try:
+                return await read(max_bytes)
+            except anyio.EndOfStream:
+                self.drained.set()
+                raise
+
+        self.stdout.receive = receive  # type: ignore[method-assign]
+
+    async def wait(self) -> int:
+        await self.drained.wait()
+        return await super().wait()
+
+
+@pytest.mark.anyio
+async def test_a_run_held_on_its_unread_stdin_still_ends_at_its_deadline() -> None:
+    """The pump waits for the unread answers to leave, so stdout is not read; at the
+    deadline the host kills, and the pump must read stdout to its end again, or a wait
+    for the exit that needs it (Docker's) never returns."""
+    import time
+
+    component = _DrainedComponent()
+    broker = _LargeBroker(1 << 20)
+    params = {**PARAMS, "deadlineUnixMs": int(time.time() * 1000) + 500}
+
+    async def play() -> None:
+        await component.frames().__anext__()  # the root; nothing more is read
+        for i in range(40):
+            await component.to_host.send(_call(i, "x"))
+
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(play)
+            outcome = await drive(
+                component,
+                params,
+                broker,
+                graces=Graces(cancel=0.2, exit=0.2),  # type: ignore[arg-type]
+            )
+            tg.cancel_scope.cancel()  # the component's sends, if any still wait
+    assert outcome.verdict.error is not None
+    assert outcome.verdict.error.code == "DEADLINE_EXCEEDED"

@@ -290,19 +290,24 @@ command = [{fake}]
 
 def test_a_runs_report_keeps_a_bounded_share_of_its_childrens() -> None:
     """A component may start children by the thousand, one after another, and every
-    child report is kept until the root ends: the first CHILD_REPORTS are kept, each
-    with the last CHILD_STDERR characters of its stderr, the rest only counted."""
+    child report is kept until the root ends: the tree's first CHILD_REPORTS, over all
+    its levels, are kept, each with the last CHILD_STDERR characters of its stderr; the
+    rest are only counted."""
     from runner import flows
     from runner.report import RunReport
 
-    children = flows._Children()
+    tree = flows._Kept(flows.CHILD_REPORTS)
+    elsewhere, children = flows._Children(tree), flows._Children(tree)
     noisy = "x" * (flows.CHILD_STDERR + 10) + "the end"
-    for index in range(flows.CHILD_REPORTS + 44):
+    for index in range(6):  # another run of the tree keeps some of the tree's share
+        elsewhere.add(RunReport(run_id=f"e{index}", target="t", backend="process",
+                                status="succeeded"))  # fmt: skip
+    for index in range(flows.CHILD_REPORTS - 6 + 44):
         children.add(RunReport(run_id=f"c{index}", target="t", backend="process",
                                status="failed", stderr=noisy, stderr_bytes=len(noisy)))  # fmt: skip
     parent = RunReport(run_id="p", target="t", backend="process", status="succeeded")
     children.into(parent)
-    assert (len(parent.children), parent.children_omitted) == (flows.CHILD_REPORTS, 44)
+    assert (len(parent.children), parent.children_omitted) == (flows.CHILD_REPORTS - 6, 44)
     kept = parent.children[0]
     assert len(kept.stderr) == flows.CHILD_STDERR and kept.stderr.endswith("the end")
     assert kept.stderr_truncated and kept.stderr_bytes == len(noisy)

@@ -12,6 +12,7 @@ import typer
 
 from runner.cli.app import UsageError, _fail_usage, batch_app, collect_from_here
 from runner.cli.inputs import _load_config, _read_json
+from runner.cli.running import hung_up, stop_signals
 
 if TYPE_CHECKING:
     from runner.batch import Halt
@@ -162,11 +163,10 @@ def _run_batch(options: object, junit: Path | None, jsonl: Path | None) -> int:
         async with anyio.create_task_group() as tg:
 
             async def signals() -> None:
-                # SIGHUP too (a closed terminal, a dropped ssh session): by default it
-                # would end the batch with its runs' containers still there.
-                stops = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-                with anyio.open_signal_receiver(*stops) as received:
-                    async for _ in received:
+                with anyio.open_signal_receiver(*stop_signals()) as received:
+                    async for signum in received:
+                        if signum == signal.SIGHUP:
+                            hung_up()
                         if control.stopping and not control.killing:
                             _say("flow-runner batch: killing the runs in flight")
                             control.kill()

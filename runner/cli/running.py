@@ -21,6 +21,8 @@ from runner.exits import (
 )
 
 if TYPE_CHECKING:
+    import signal
+
     from runner.api import Execution
     from runner.host.driver import RunControl
     from runner.json1 import JSONValue
@@ -50,11 +52,10 @@ def _run(start: Starter, quiet: bool) -> Execution:
         async with anyio.create_task_group() as tg:
 
             async def signals() -> None:
-                # SIGHUP: the terminal closed or the ssh session dropped; its default
-                # action would end the process with the container still running.
-                stops = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-                with anyio.open_signal_receiver(*stops) as received:
-                    async for _ in received:
+                with anyio.open_signal_receiver(*stop_signals()) as received:
+                    async for signum in received:
+                        if signum == signal.SIGHUP:
+                            hung_up()
                         if control.cancel_requested.is_set():
                             control.kill()
                         else:
@@ -82,6 +83,30 @@ def _run(start: Starter, quiet: bool) -> Execution:
         # attachments the package refuses): the message names the fix.
         raise UsageError(str(outcome))
     return outcome
+
+
+def stop_signals() -> tuple[signal.Signals, ...]:
+    """The signals that stop a run: SIGINT, SIGTERM, and SIGHUP (the terminal closed, the
+    ssh session dropped; its default action would end the process with the container
+    still running) unless it is ignored, as ``nohup`` asks: then the run goes on."""
+    import signal
+
+    stops = (signal.SIGINT, signal.SIGTERM)
+    if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
+        return stops
+    return (*stops, signal.SIGHUP)
+
+
+def hung_up() -> None:
+    """The terminal is gone: what would be written to it goes nowhere instead of failing
+    (``EIO``) the stop that follows (progress, notices, the verdict line)."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        for fd in (1, 2):
+            if os.isatty(fd):
+                os.dup2(null, fd)
+    finally:
+        os.close(null)
 
 
 ECHO_BUFFER = 1 << 20

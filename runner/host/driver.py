@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine, Generator
@@ -59,6 +60,7 @@ from runner.protocol.session import (
     CallCancelled,
     CallRequested,
     Condition,
+    Decoded,
     Event,
     HostSession,
     RootError,
@@ -77,9 +79,12 @@ SIGKILL_EXIT = 128 + 9  # how both backends report a process ended by SIGKILL
 DECODE_IN_THREAD = 1 << 18
 """Frames of at least this many bytes are decoded in a worker thread (see _pump)."""
 BIG_DECODES = 2
-"""Such decodes at once in one event loop, over every run it drives (a tree's root and
-its children): a hostile 16 MiB frame can take ~0.5 GiB and seconds to refuse, and each
-run of a tree may send one at the same time; the others wait their turn."""
+"""Such decodes at once in this process, over every run it drives (a tree's root and its
+children): a hostile 16 MiB frame can take ~0.5 GiB and seconds to refuse, and each run
+of a tree may send one at the same time; the others wait their turn."""
+_decoding = threading.BoundedSemaphore(BIG_DECODES)
+"""Held by the decoding thread itself: a decode abandoned by its cancelled task goes on in
+its thread, and still counts."""
 _big_decodes: anyio.lowlevel.RunVar[anyio.CapacityLimiter] = anyio.lowlevel.RunVar("big_decodes")
 STDIN_BACKLOG = 1 << 24
 """Bytes of answers the host holds for a component that does not read its stdin; past
@@ -336,6 +341,11 @@ class _Run:
         if first:
             self.host_kill = why
         await self.component.kill()
+        # Nothing written to it now can arrive: what waits is dropped, and a pump that
+        # waited for it to leave (STDIN_BACKLOG) reads stdout to its end again, which is
+        # what ends the attach stream, and with it the wait for the exit (Docker).
+        self.stdin_failed = True
+        self._output_taken()
         if first and not self.component.facts.killed_by_host:
             self.host_kill = None
 
@@ -482,7 +492,7 @@ class _Run:
                 else:
                     self._pause_pumping()
                     frame = await anyio.to_thread.run_sync(
-                        decode, payload, abandon_on_cancel=True, limiter=_decode_limiter()
+                        _decode_held, payload, abandon_on_cancel=True, limiter=_decode_limiter()
                     )
                     self.pumping = True
                     self._handle(session.receive_decoded(frame))
@@ -706,9 +716,16 @@ class _Eager(Generic[_T]):
                     return stop.value  # type: ignore[no-any-return]
 
 
+def _decode_held(payload: bytes) -> Decoded:
+    """:func:`decode`, in a worker thread, holding one of the :data:`BIG_DECODES` slots."""
+    with _decoding:
+        return decode(payload)
+
+
 def _decode_limiter() -> anyio.CapacityLimiter:
-    """This event loop's limiter of :data:`BIG_DECODES` (one per loop: a limiter belongs
-    to the loop it was made in)."""
+    """This event loop's limiter of :data:`BIG_DECODES`, where a task waits its turn
+    without holding a worker thread (one per loop: a limiter belongs to the loop it was
+    made in)."""
     try:
         return _big_decodes.get()
     except LookupError:

@@ -299,7 +299,8 @@ def _scratch_attachment(request: LaunchRequest) -> Attachment | None:
     """The run's own scratch directory, judged like an attachment before it is bound."""
     if request.scratch_dir is None:
         return None
-    return Attachment("scratch", Path(request.scratch_dir).resolve(), "read-write")
+    # Not resolved here: the hold judges every symlink on the way (attachments.hold).
+    return Attachment("scratch", Path(request.scratch_dir).absolute(), "read-write")
 
 
 async def _host_sources(engine: Engine, held: Mapping[str, HeldPath]) -> dict[str, HostSource]:
