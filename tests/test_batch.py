@@ -422,7 +422,11 @@ def test_a_stop_signal_stops_the_runs_in_flight_and_resume_runs_them(
     cases = [{"id": "long", "input": {"seconds": 30}}, {"id": "next", "input": {"seconds": 0}}]
     manifest = write_manifest(tmp_path / "term.jsonl", cases)
     args = [manifest, "--image", SLOW_IMAGE, "--profile", fast, "--jobs", "1", "-q"]
-    process = start_batch(tmp_path, *args)
+    previous = signal.signal(signal.SIGHUP, signal.SIG_DFL)  # not as this suite inherited it
+    try:  # (a suite run under nohup ignores SIGHUP, and so would the batch)
+        process = start_batch(tmp_path, *args)
+    finally:
+        signal.signal(signal.SIGHUP, previous)
     deadline = time.monotonic() + 30
     while not docker_client.containers.list(
         filters={"label": of_runner(process.pid), "status": "running"}

@@ -277,7 +277,11 @@ def test_a_second_ctrl_c_kills_at_once(engine: Any, tmp_path: Path, report: Path
 def test_sighup_cancels_and_removes_the_container(engine: Any, fast: Path, report: Path) -> None:
     """A terminal that closes, or an ssh session that drops, sends SIGHUP, whose default
     action would end flow-runner at once with its container still running."""
-    runner = start("--profile", fast, *fake("ignore-cancel"), report=report)
+    previous = signal.signal(signal.SIGHUP, signal.SIG_DFL)  # whatever this suite inherited
+    try:
+        runner = start("--profile", fast, *fake("ignore-cancel"), report=report)
+    finally:
+        signal.signal(signal.SIGHUP, previous)
     wait_running(engine, runner)
     hung_up = time.monotonic()
     runner.send_signal(signal.SIGHUP)
