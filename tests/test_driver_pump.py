@@ -377,14 +377,19 @@ def _cancel(rid: str) -> bytes:
 async def _played(
     component: MemoryComponent,
     script: Callable[[Any], Awaitable[None]],
-    party: Any,
+    party: Any = None,
     params: dict[str, JSONValue] = PARAMS,
+    **options: Any,
 ) -> Any:
-    """Drive ``component`` while ``script(frames)`` plays it (it answers the root)."""
-    with anyio.fail_after(10):
+    """Drive ``component`` while ``script(frames)`` plays it (``broker``, ``graces``:
+    passed on; a script still sending when the run ends is stopped)."""
+    broker = options.pop("broker", None) or _Broker()
+    with anyio.fail_after(20):
         async with anyio.create_task_group() as tg:
             tg.start_soon(script, component.frames())
-            return await drive(component, params, _Broker(), channels=party)  # type: ignore[arg-type]
+            outcome = await drive(component, params, broker, channels=party, **options)  # type: ignore[arg-type]
+            tg.cancel_scope.cancel()
+    return outcome
 
 
 @pytest.mark.anyio
@@ -514,8 +519,7 @@ async def test_a_component_that_does_not_read_stdin_is_not_read_either() -> None
     calls = 100
     seen: list[Any] = []
 
-    async def play() -> None:
-        frames = component.frames()
+    async def play(frames: Any) -> None:
         root = await frames.__anext__()
 
         async def ask() -> None:
@@ -531,10 +535,7 @@ async def test_a_component_that_does_not_read_stdin_is_not_read_either() -> None
                 seen.append(await frames.__anext__())
         await component.finish(root)
 
-    with anyio.fail_after(30):
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(play)
-            outcome = await drive(component, PARAMS, broker)  # type: ignore[arg-type]
+    outcome = await _played(component, play, broker=broker)
     assert outcome.verdict.result is not None, outcome.verdict
     assert sorted(frame["id"] for frame in seen) == sorted(f"c:{i}" for i in range(calls))
 
@@ -573,20 +574,12 @@ async def test_a_run_held_on_its_unread_stdin_still_ends_at_its_deadline() -> No
     broker = _LargeBroker(1 << 20)
     params = {**PARAMS, "deadlineUnixMs": int(time.time() * 1000) + 500}
 
-    async def play() -> None:
-        await component.frames().__anext__()  # the root; nothing more is read
+    async def play(frames: Any) -> None:
+        await frames.__anext__()  # the root; nothing more is read
         for i in range(40):
             await component.to_host.send(_call(i, "x"))
 
-    with anyio.fail_after(20):
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(play)
-            outcome = await drive(
-                component,
-                params,
-                broker,
-                graces=Graces(cancel=0.2, exit=0.2),  # type: ignore[arg-type]
-            )
-            tg.cancel_scope.cancel()  # the component's sends, if any still wait
+    graces = Graces(cancel=0.2, exit=0.2)
+    outcome = await _played(component, play, None, params, broker=broker, graces=graces)
     assert outcome.verdict.error is not None
     assert outcome.verdict.error.code == "DEADLINE_EXCEEDED"

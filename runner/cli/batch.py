@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import sys
-from contextlib import suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
@@ -12,7 +11,7 @@ import typer
 
 from runner.cli.app import UsageError, _fail_usage, batch_app, collect_from_here
 from runner.cli.inputs import _load_config, _read_json
-from runner.cli.running import hung_up, stop_signals
+from runner.cli.running import hung_up, notice, stop_signals
 
 if TYPE_CHECKING:
     from runner.batch import Halt
@@ -168,10 +167,10 @@ def _run_batch(options: object, junit: Path | None, jsonl: Path | None) -> int:
                         if signum == signal.SIGHUP:
                             hung_up()
                         if control.stopping and not control.killing:
-                            _say("flow-runner batch: killing the runs in flight")
+                            notice("flow-runner batch: killing the runs in flight")
                             control.kill()
                         elif not control.stopping:
-                            _say("flow-runner batch: stopping (again to kill)")
+                            notice("flow-runner batch: stopping (again to kill)")
                             control.stop()
 
             tg.start_soon(signals)
@@ -265,9 +264,3 @@ def batch_diff(
     except StoreError as exc:
         _fail_usage(str(exc))
     raise typer.Exit(1 if changed else 0)
-
-
-def _say(text: str) -> None:
-    """A line on stderr, unless it is a terminal that hung up (the batch goes on)."""
-    with suppress(OSError):
-        typer.echo(text, err=True)

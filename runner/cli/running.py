@@ -59,8 +59,7 @@ def _run(start: Starter, quiet: bool) -> Execution:
                         if control.cancel_requested.is_set():
                             control.kill()
                         else:
-                            with suppress(OSError):  # a terminal that hung up
-                                typer.echo("flow-runner: cancelling (again to kill now)", err=True)
+                            notice("flow-runner: cancelling (again to kill now)")
                             control.cancel()
 
             tg.start_soon(signals)
@@ -95,6 +94,13 @@ def stop_signals() -> tuple[signal.Signals, ...]:
     if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
         return stops
     return (*stops, signal.SIGHUP)
+
+
+def notice(text: str) -> None:
+    """A line on stderr, unless it cannot be written (a terminal that hung up): the stop
+    it announces goes on either way."""
+    with suppress(OSError):
+        typer.echo(text, err=True)
 
 
 def hung_up() -> None:

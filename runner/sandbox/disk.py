@@ -56,7 +56,7 @@ def measure(root: Path, max_entries: int) -> Usage:
     """Allocated bytes and entries under ``root`` (itself excluded), counting at most
     ``max_entries`` entries."""
     try:
-        root_dev = os.lstat(root).st_dev
+        root_dev = os.stat(root).st_dev  # what scandir(root) lists: a link's target
     except FileNotFoundError:  # removed on the host: nothing of the run is left there
         return Usage(0, 0, complete=True)
     total = entries = 0
