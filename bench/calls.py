@@ -110,11 +110,16 @@ def via_minimal_host(component: str, calls: int, window: int) -> float:
                 *lines, pending = pending.split(b"\n")
                 if lines and b'"host:1"' in lines[-1]:
                     return float(json.loads(lines[-1])["result"]["output"]["seconds"])
-                ids = (line[line.index(b'"id":"') + 6 :].split(b'"', 1)[0] for line in lines)
-                await proc.stdin.send(b"".join(ANSWER % rid for rid in ids))
+                await proc.stdin.send(answered(lines))
         raise RuntimeError("the component ended without a result")
 
     return anyio.run(main)
+
+
+def answered(lines: list[bytes]) -> bytes:
+    """The minimal host's answers to request ``lines``: ``{"value": null}`` by their ids."""
+    ids = (line[line.index(b'"id":"') + 6 :].split(b'"', 1)[0] for line in lines)
+    return b"".join(ANSWER % rid for rid in ids)
 
 
 def rss_mib(mode: str, calls: int) -> tuple[float, float]:

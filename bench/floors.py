@@ -53,7 +53,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 
 import anyio
-from calls import ANSWER
+from calls import answered
 from channels import ECHO, IMAGE, engine_cpu, item_of
 
 from runner import json1
@@ -138,8 +138,7 @@ def minimal_work(calls: int, idle: float = 0.0) -> float:
         *lines, pending = pending.split(b"\n")
         if lines and b'"host:1"' in lines[-1]:
             raise RuntimeError("no root response comes here")
-        ids = (line[line.index(b'"id":"') + 6 :].split(b'"', 1)[0] for line in lines)
-        answers = b"".join(ANSWER % rid for rid in ids)
+        answers = answered(lines)
         spent += time.thread_time() - began
         if not answers:
             raise RuntimeError("the line was not answered")
