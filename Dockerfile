@@ -21,6 +21,9 @@ RUN python3 -m venv --without-pip /opt/flow-runner \
 FROM flow-runner/base:bookworm
 COPY --from=build /opt/flow-runner /opt/flow-runner
 COPY .build/tini-static /usr/bin/tini
+# The frozen `flow-runner job` and a static tini (images/job-wrapper/build.sh): a Job's init
+# container copies them into the pod for a component image that has neither.
+COPY .build/job-wrapper /opt/flow-runner/job
 COPY images/runner/entrypoint /usr/local/bin/flow-runner-entrypoint
 # The unprivileged user the runner becomes (the entrypoint adds the socket's group).
 RUN echo 'flow-runner:x:10001:10001:flow-runner:/nonexistent:/usr/sbin/nologin' >>/etc/passwd \

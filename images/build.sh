@@ -66,10 +66,11 @@ build_dir() { # image-name dockerfile-dir [recipe-dir: extra inputs, default the
 # names it, so it is not part of the recipe.
 build_runner() {
   PYTHON=${PYTHON:-python3} images/runner/inputs.sh
+  PYTHON=${PYTHON:-python3} images/job-wrapper/build.sh # .build/job-wrapper: `k8s` pods' wrapper
   local version recipe log
   version=$(sed -n 's/^version = "\(.*\)"$/\1/p' pyproject.toml)
   recipe=$({ recipe_of Dockerfile images/runner runner sandbox-profiles pyproject.toml \
-               .build/wheels .build/tini-static
+               .build/wheels .build/tini-static .build/job-wrapper
              current_recipe "$BASE"; } | sha256sum | cut -c1-16)
   [ "$(current_recipe flow-runner:latest)" = "$recipe" ] \
     && [ "$(current_recipe "flow-runner:$version")" = "$recipe" ] && return 0

@@ -147,7 +147,7 @@ class JobRequest:
             return self._finish(EXIT_USAGE, run_id=run_id, code="USAGE", text=str(exc))
         body, status, note = _verdict(execution)
         report = execution.report
-        data = report.model_dump_json(indent=2).encode() + b"\n"
+        data = execution.report_json().encode() + b"\n"
         digest = wrapper.report_digest(data)
         if self.results is not None:
             wrapper.write_report(self.results, row.id if row else run_id, data)
