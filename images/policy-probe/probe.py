@@ -7,7 +7,9 @@ its own /tmp), anything that would change the probe's own process runs in a fork
 and the network is touched only when the probe sees no interface but ``lo`` (a namespace
 with no route, so nothing can leave). Standard library only, plus the Run SDK.
 
-Input: ``{"attachments": {NAME: "read" | "read-write"}, "stress": bool}``.
+Input: ``{"attachments": {NAME: "read" | "read-write"}}`` for the battery, or
+``{"stress": "pids" | "memory" | "cpu"}`` for one stress test alone (it may end its sandbox:
+it writes what it is doing to stderr as it goes).
 Output: ``{"observations": {ID: {"value": V, "evidence": TEXT}}}``; the IDs are the
 battery's (runner/policy/battery.py), the values plain JSON, the evidence human text.
 """
@@ -52,6 +54,7 @@ CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET = 0x00020000, 0x10000000, 0x40000000
 PTRACE_SEIZE = 0x4206
 UFFD_USER_MODE_ONLY = 1
 ADDR_NO_RANDOMIZE = 0x0040000
+PR_GET_NO_NEW_PRIVS = 39
 ENGINE_SOCKETS = (
     "/var/run/docker.sock", "/run/docker.sock", "/run/containerd/containerd.sock",
     "/var/run/containerd/containerd.sock", "/run/podman/podman.sock",
@@ -86,6 +89,18 @@ def status_fields() -> dict[str, str]:
     return fields
 
 
+def no_new_privs() -> tuple[int | None, str]:
+    """NoNewPrivs from /proc/self/status, or from prctl where the status lacks it (gVisor)."""
+    text = status_fields().get("NoNewPrivs")
+    if text is not None:
+        return int(text), f"NoNewPrivs: {text}"
+    ctypes.set_errno(0)
+    result = libc.prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0)
+    if result < 0:
+        return None, f"no NoNewPrivs in /proc/self/status; prctl: {errname(ctypes.get_errno())}"
+    return result, f"no NoNewPrivs in /proc/self/status; prctl(PR_GET_NO_NEW_PRIVS) = {result}"
+
+
 def identity(values: Observations) -> None:
     fields = status_fields()
     uid, gid, groups = os.getuid(), os.getgid(), sorted(os.getgroups())
@@ -98,14 +113,24 @@ def identity(values: Observations) -> None:
             values, f"caps.{name[3:].lower()}", None if text is None else int(text, 16),
             f"{name}: {text}",
         )  # fmt: skip
-    nnp = fields.get("NoNewPrivs")
-    observe(values, "nnp", None if nnp is None else int(nnp), f"NoNewPrivs: {nnp}")
+    if fields.get("CapAmb") is None and fields.get("CapPrm") is not None:
+        # The kernel keeps the ambient set within the permitted one: an empty permitted
+        # set shows an empty ambient set where the status does not list it (gVisor).
+        permitted = int(fields["CapPrm"], 16)
+        observe(
+            values, "caps.amb", 0 if permitted == 0 else None,
+            f"no CapAmb in /proc/self/status; ambient is a subset of permitted "
+            f"(CapPrm: {fields['CapPrm']})",
+        )  # fmt: skip
+    nnp, evidence = no_new_privs()
+    observe(values, "nnp", nnp, evidence)
     mode, filters = fields.get("Seccomp"), fields.get("Seccomp_filters")
     observe(
         values, "seccomp",
         {"mode": None if mode is None else int(mode),
          "filters": None if filters is None else int(filters)},
-        f"Seccomp: {mode}, Seccomp_filters: {filters}",
+        f"Seccomp: {mode}, Seccomp_filters: "
+        + ("not in /proc/self/status" if filters is None else filters),
     )  # fmt: skip
 
 
@@ -392,7 +417,7 @@ def walk(skip: tuple[str, ...] = ("/proc", "/sys")) -> tuple[list[str], list[str
 
 def setuid(values: Observations) -> None:
     _, files, truncated = WALKED
-    nnp = status_fields().get("NoNewPrivs") == "1"
+    nnp = no_new_privs()[0] == 1
     observe(
         values, "fs.setuid", {"files": sorted(files), "no_new_privs": nnp},
         f"{len(files)} setuid/setgid file(s){' (walk cut short)' if truncated else ''}: "
@@ -492,11 +517,29 @@ def as_limit(text: str | None) -> int | None:
     return int(text)
 
 
+def mem_total() -> int | None:
+    """MemTotal of /proc/meminfo in bytes."""
+    text, _ = read_first("/proc/meminfo")
+    for line in (text or "").splitlines():
+        name, _, value = line.partition(":")
+        if name == "MemTotal":
+            return int(value.split()[0]) << 10
+    return None
+
+
 def limits(values: Observations) -> None:
     memory, where = read_first(
         "/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"
     )
-    observe(values, "limits.memory", as_limit(memory), f"{where}: {memory}")
+    if memory is not None:
+        observe(values, "limits.memory", as_limit(memory), f"{where}: {memory}")
+    else:  # no cgroup files (gVisor): its kernel sizes its memory to the sandbox's limit
+        total = mem_total()
+        observe(
+            values, "limits.memory", total,
+            f"no {where}; /proc/meminfo MemTotal: "
+            + ("absent" if total is None else f"{total >> 10} kB"),
+        )  # fmt: skip
     pids, where = read_first("/sys/fs/cgroup/pids.max", "/sys/fs/cgroup/pids/pids.max")
     observe(values, "limits.pids", as_limit(pids), f"{where}: {pids}")
     cpu_max, where = read_first("/sys/fs/cgroup/cpu.max")
@@ -515,11 +558,17 @@ def limits(values: Observations) -> None:
     observe(values, "limits.nofile", hard, f"RLIMIT_NOFILE soft {soft}, hard {hard}")
 
 
-def stress(values: Observations) -> None:
-    """Prove the limits: fork until refused, allocate until killed, burn and measure."""
+def progress(text: str) -> None:
+    """A line on stderr: what a stress test was doing when its sandbox ended shows there."""
+    os.write(2, f"policy-probe: {text}\n".encode())
+
+
+def stress_pids(values: Observations) -> None:
+    """Fork until refused, each child waiting on a pipe; then release them all."""
     read_end, write_end = os.pipe()
     children = []
     refusal = "not refused within 100000 forks"
+    progress("stress.pids: forking until refused")
     for _ in range(100_000):
         try:
             pid = os.fork()
@@ -531,6 +580,7 @@ def stress(values: Observations) -> None:
             os.read(read_end, 1)
             os._exit(0)
         children.append(pid)
+        progress(f"stress.pids: {len(children) + 1} tasks")
     os.close(write_end)
     for pid in children:
         os.waitpid(pid, 0)
@@ -540,41 +590,91 @@ def stress(values: Observations) -> None:
         values, "stress.pids", {"tasks": tasks, "refusal": refusal},
         f"{tasks} tasks, then fork: {refusal}",
     )  # fmt: skip
+
+
+def stress_memory(values: Observations) -> None:
+    """A child allocates (each page touched) until it is killed."""
+    progress("stress.memory: allocating until killed")
     pid = os.fork()
     if pid == 0:
         hog = []
         while True:  # 16 MiB at a time, each page touched
             hog.append(bytearray(16 << 20))
+            progress(f"stress.memory: {len(hog) * 16} MiB")
             if len(hog) > 1024:  # 16 GiB and still alive: no limit worth the name
                 os._exit(3)
     _, status = os.waitpid(pid, 0)
     killed = os.WIFSIGNALED(status) and os.WTERMSIG(status) == 9
     observe(values, "stress.memory", killed, f"allocating child ended with status {status:#x}")
+
+
+BURN_SLICE = 2000
+"""Loop turns between two clock reads of a burner (well under a millisecond of work)."""
+
+
+def burn(seconds: float, out: int) -> None:
+    """Spin for ``seconds`` of wall time; write (turns, fastest turns per second) to ``out``.
+
+    The work done, not the CPU time the kernel accounts, measures the CPU received: gVisor
+    accounts its tasks' time itself, and counts time the host's quota held them back.
+    """
+    turns, fastest = 0, 0.0
+    now = time.monotonic()
+    end = now + seconds
+    while now < end:
+        for _ in range(BURN_SLICE):
+            pass
+        turns += BURN_SLICE
+        before, now = now, time.monotonic()
+        if now > before:
+            fastest = max(fastest, BURN_SLICE / (now - before))
+    os.write(out, f"{turns} {fastest}\n".encode())
+
+
+def stress_cpu(values: Observations) -> None:
+    """Burn on every CPU at once; the CPUs received are the turns made over the fastest rate.
+
+    The fastest rate is a slice that ran unthrottled, so the estimate is at most the CPU
+    time the burners got (a slow slice only lowers it).
+    """
     burners, seconds = max(os.cpu_count() or 1, 2), 1.0
+    progress(f"stress.cpu: {burners} burners for {seconds} s")
+    read_end, write_end = os.pipe()
     before, started = os.times(), time.monotonic()
     pids = []
     for _ in range(burners):
         pid = os.fork()
         if pid == 0:
-            end = time.monotonic() + seconds
-            while time.monotonic() < end:
-                pass
+            os.close(read_end)
+            burn(seconds, write_end)
             os._exit(0)
         pids.append(pid)
+    os.close(write_end)
     for pid in pids:
         os.waitpid(pid, 0)
     after, wall = os.times(), time.monotonic() - started
-    used = (after.children_user - before.children_user) + (
+    with os.fdopen(read_end) as reports:
+        lines = [line.split() for line in reports.read().splitlines()]
+    received = sum(int(turns) / float(rate) for turns, rate in lines if float(rate) > 0)
+    accounted = (after.children_user - before.children_user) + (
         after.children_system - before.children_system
     )
-    share = round(used / wall, 2)
-    observe(values, "stress.cpu", share, f"{burners} burners: {used:.2f} s CPU in {wall:.2f} s")
+    share = round(received / wall, 2)
+    observe(
+        values, "stress.cpu", share,
+        f"{burners} burners: {received:.2f} s of CPU work in {wall:.2f} s "
+        f"(the kernel accounted {accounted:.2f} s)",
+    )  # fmt: skip
+
+
+STRESS = {"pids": stress_pids, "memory": stress_memory, "cpu": stress_cpu}
+"""The stress tests, each run alone in a sandbox of its own (one may end that sandbox)."""
 
 
 WALKED: tuple[list[str], list[str], bool] = ([], [], False)
 
 
-def battery(attachments: dict[str, str], with_stress: bool) -> Observations:
+def battery(attachments: dict[str, str]) -> Observations:
     global WALKED
     values: Observations = {}
     WALKED = walk()
@@ -585,24 +685,29 @@ def battery(attachments: dict[str, str], with_stress: bool) -> Observations:
     network(values)
     engine(values)
     limits(values)
-    if with_stress:
-        stress(values)
     return values
 
 
 async def run(ctx: RunContext) -> RunResult:
     given = ctx.input if isinstance(ctx.input, dict) else {}
+    test = given.get("stress")
+    if test is not None:
+        if test not in STRESS:
+            raise ValueError(f"stress {test!r}: expected one of {', '.join(STRESS)}")
+        values: Observations = {}
+        STRESS[test](values)
+        return RunResult("done", {"observations": values})
     declared = {
         name: str(given.get("attachments", {}).get(name, att.access))
         for name, att in ctx.attachments.items()
     }
-    return RunResult("done", {"observations": battery(declared, bool(given.get("stress")))})
+    return RunResult("done", {"observations": battery(declared)})
 
 
 if __name__ == "__main__":
     if sys.argv[1:] == ["--print"]:  # by hand: docker run --rm IMAGE python3 ... --print
         import json
 
-        print(json.dumps(battery({}, False), indent=1))
+        print(json.dumps(battery({}), indent=1))
     else:
         handle(run)

@@ -11,9 +11,12 @@ Each row carries three views: what the profile *declares*, what the *engine* rep
 (images/policy-probe/probe.py, whose observation ids are the row ids).
 
 Under gVisor (``runsc``) the probe talks to gVisor's user-space kernel, not the host's:
-Linux mechanisms (seccomp mode, NoNewPrivs, mount flags, cgroup files) are not visible
-from inside, and a syscall gVisor implements says nothing about the host kernel. Those
-rows SKIP with that reason instead of passing or failing on what cannot be seen.
+some Linux mechanisms (mount flags, cgroup files, the device table) look different from
+inside. A row the profile declares (its ``declared`` view is not ``None``) is judged on
+what the run shows all the same: a declared control the run does not show FAILs, with
+the evidence, so a green verify means every declared control was seen in effect. Only a
+row the profile declares nothing for (a floor guarantee alone, such as /proc/sys being
+read-only) SKIPs under runsc when it does not pass.
 """
 
 from __future__ import annotations
@@ -100,11 +103,16 @@ class Check:
     engine: Callable[[Mapping[str, Any]], object]
     judge: Callable[[Any, Context], Judgement]
     gvisor_blind: bool = False
-    """Not visible from inside gVisor: SKIP under runsc unless the check passes."""
+    """gVisor's kernel shows this differently from the host's: a row the profile does not
+    declare SKIPs under runsc unless it passes; a declared one keeps its verdict."""
 
     @property
     def group(self) -> str:
         return self.id.split(".", 1)[0]
+
+    def declares(self, profile: SandboxProfile) -> bool:
+        """Whether ``profile`` declares this control (its declared view is not ``None``)."""
+        return self.declared(profile) is not None
 
 
 def judge_row(check: Check, ctx: Context) -> Row:
@@ -116,6 +124,9 @@ def judge_row(check: Check, ctx: Context) -> Row:
             check.id, check.group, check.guarantee, declared, engine, "(none)", "ERROR",
             "", "the probe reported no observation for this row",
         )  # fmt: skip
+    if "error" in observation:  # the probe ran but could not observe this row
+        return Row(check.id, check.group, check.guarantee, declared, engine, "(none)", "ERROR",
+                   "", str(observation["error"]))  # fmt: skip
     value = observation.get("value")
     evidence = str(observation.get("evidence", ""))
     try:
@@ -123,11 +134,17 @@ def judge_row(check: Check, ctx: Context) -> Row:
     except (TypeError, KeyError, ValueError) as exc:  # a probe value of the wrong shape
         verdict, reason = "ERROR", f"cannot judge the observation {value!r}: {exc}"
     if verdict != "PASS" and ctx.gvisor and check.gvisor_blind:
-        verdict = "SKIP"
-        reason = (
-            "runsc: from inside, this shows gVisor's user-space kernel, not the host's "
-            f"(would fail on runc: {reason})"
-        )
+        if check.declares(ctx.profile):
+            reason = (
+                f"{reason} (runsc: the probe sees gVisor's user-space kernel; the profile "
+                f"declares {declared} here, and a declared control not shown in effect fails)"
+            )
+        else:
+            verdict = "SKIP"
+            reason = (
+                "runsc: from inside, this shows gVisor's user-space kernel, not the "
+                f"host's, and the profile declares nothing here (would fail on runc: {reason})"
+            )
     return Row(check.id, check.group, check.guarantee, declared, engine, _text(value),
                verdict, evidence, reason)  # fmt: skip
 
@@ -210,8 +227,12 @@ def _nnp(value: int | None, ctx: Context) -> Judgement:
 
 
 def _seccomp(value: dict[str, int | None], ctx: Context) -> Judgement:
+    """Mode 2 (filter); the filter count must be at least 1 where the kernel reports it
+    (gVisor reports the mode only)."""
     mode, filters = value["mode"], value["filters"]
-    return _ok(mode == 2 and (filters or 0) >= 1, f"seccomp mode {mode}, {filters} filter(s)")
+    return _ok(
+        mode == 2 and (filters is None or filters >= 1), f"seccomp mode {mode}, {filters} filter(s)"
+    )
 
 
 def _refused(value: str | None, ctx: Context) -> Judgement:
@@ -322,19 +343,39 @@ def _limit(key: str) -> Callable[[Any, Context], Judgement]:
     return judge
 
 
+def sandbox_ended(exit_code: int | None, oom_killed: bool, stderr: str) -> dict[str, Any]:
+    """The observation of a stress test whose whole sandbox ended during the test: its
+    exit status, whether the engine reports an OOM kill, and the probe's last line."""
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    ended = {"exit_code": exit_code, "oom_killed": oom_killed, "last": lines[-1] if lines else ""}
+    return {"sandbox_ended": ended}
+
+
+def _ending(ended: dict[str, Any]) -> str:
+    how = "OOM-killed" if ended["oom_killed"] else f"exit {ended['exit_code']}"
+    return f"the whole sandbox ended ({how}) after {ended['last']!r}"
+
+
 def _stress_pids(value: dict[str, Any], ctx: Context) -> Judgement:
+    if "sandbox_ended" in value:
+        return "FAIL", f"fork was never refused: {_ending(value['sandbox_ended'])}"
     if value["refusal"] != "EAGAIN":
         return "FAIL", f"fork was not refused: {value['refusal']}"
     return _ok(value["tasks"] <= ctx.profile.pids, f"{value['tasks']} tasks > {ctx.profile.pids}")
 
 
-def _stress_memory(value: bool, ctx: Context) -> Judgement:
+def _stress_memory(value: bool | dict[str, Any], ctx: Context) -> Judgement:
+    if isinstance(value, dict):  # the limit held if the sandbox was OOM-killed at it
+        ended = value["sandbox_ended"]
+        return _ok(ended["oom_killed"], f"not an OOM kill: {_ending(ended)}")
     if not value:
         return "FAIL", "the allocating child was not killed"
     return _ok(ctx.oom_killed, "killed, but the engine did not report an OOM kill")
 
 
-def _stress_cpu(value: float, ctx: Context) -> Judgement:
+def _stress_cpu(value: float | dict[str, Any], ctx: Context) -> Judgement:
+    if isinstance(value, dict):
+        return "FAIL", f"while burning, {_ending(value['sandbox_ended'])}"
     bound = ctx.profile.cpus * 1.2 + 0.05
     return _ok(value <= bound, f"used {value} CPUs, more than {ctx.profile.cpus} (+20 %)")
 
@@ -476,19 +517,23 @@ def judge(ctx: Context, stress: bool = False) -> list[Row]:
     return [judge_row(check, ctx) for check in checks(ctx.attachments, stress)]
 
 
-def skipped(
+def unprobed(
     profile: SandboxProfile,
     attachments: tuple[Attachment, ...],
     stress: bool,
-    verdict: Verdict,
     reason: str,
+    *,
+    runnable: bool = True,
 ) -> list[Row]:
-    """Every row with one verdict and reason: the probe could not run (SKIP or ERROR)."""
-    return [
-        Row(c.id, c.group, c.guarantee, _text(c.declared(profile)), "-", "-", verdict, "",
-            reason)
-        for c in checks(attachments, stress)
-    ]  # fmt: skip
+    """Every row when the probe did not report: ERROR where it should have run
+    (``runnable``); where the profile cannot run on this engine, FAIL for each control
+    the profile declares (none is shown in effect) and SKIP for the others."""
+    rows = []
+    for c in checks(attachments, stress):
+        verdict: Verdict = "ERROR" if runnable else "FAIL" if c.declares(profile) else "SKIP"
+        rows.append(Row(c.id, c.group, c.guarantee, _text(c.declared(profile)), "-", "-",
+                        verdict, "", reason))  # fmt: skip
+    return rows
 
 
 def failed(rows: list[Row]) -> bool:

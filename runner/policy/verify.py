@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runner.api import Invocation, execute
-from runner.policy.battery import Context, Row, judge, skipped
+from runner.policy.battery import Context, Row, judge, sandbox_ended, unprobed
 from runner.sandbox.base import (
     Attachment,
     ImageSource,
@@ -32,7 +32,9 @@ from runner.sandbox.registry import SandboxSpec, open_sandbox
 
 PROBE_IMAGE = "flow-runner/policy-probe:latest"
 _DEADLINE = 30.0
-_STRESS_DEADLINE = 120.0
+_STRESS_DEADLINE = 60.0
+STRESS_TESTS = ("pids", "memory", "cpu")
+"""The probe's stress tests (images/policy-probe/probe.py), each its own run."""
 
 
 @dataclass
@@ -68,6 +70,55 @@ class _Recorder:
             yield component
 
 
+@dataclass(frozen=True)
+class _Probed:
+    """One probe run: its observations, or why there are none; its sandbox's facts."""
+
+    observations: Mapping[str, Any] | None
+    why: str
+    """Why there are no observations: the run's error, or its output."""
+    failure: str
+    """``why`` with the probe's stderr (the tail) or that it was empty."""
+    facts: SandboxFacts
+    exit_code: int | None
+    oom_killed: bool
+    stderr: str
+
+
+async def _probe(
+    profile: SandboxProfile,
+    attachments: tuple[Attachment, ...],
+    given: dict[str, Any],
+    image: str,
+    seconds: float,
+) -> _Probed:
+    """Run the probe once with input ``given``; raises RuntimeMissing when the engine
+    lacks the profile's runtime."""
+    sandbox, graces = open_sandbox(
+        SandboxSpec("docker", image=image, profile=profile, record_engine=True)
+    )
+    recorder = _Recorder(sandbox)
+    invocation = Invocation.within(seconds, input=given, launch=LaunchRequest(attachments))
+    execution = await execute(recorder, invocation, target=image, graces=graces)
+    report = execution.report
+    result = execution.verdict.result
+    output: Any = result.get("output") if result is not None else None
+    if isinstance(output, dict) and isinstance(output.get("observations"), dict):
+        observations, why, failure = output["observations"], "", ""
+    else:
+        error = execution.verdict.error
+        why = f"{error.code}: {error.message}" if error is not None else f"output {output!r}"
+        stderr = report.stderr.strip()[-500:]
+        observations = None
+        failure = f"the probe did not report ({why}); " + (
+            f"its stderr: {stderr}" if stderr else "its stderr was empty"
+        )
+    return _Probed(
+        observations, why, failure, recorder.facts or SandboxFacts(), report.exit_code,
+        report.oom_killed, report.stderr,
+    )  # fmt: skip
+
+
 async def verify(
     profile: SandboxProfile,
     attachments: tuple[Attachment, ...] = (),
@@ -75,52 +126,59 @@ async def verify(
     stress: bool = False,
     image: str = PROBE_IMAGE,
 ) -> Verification:
-    """Probe ``profile`` once and judge every row.
+    """Probe ``profile`` once and judge every row; with ``stress``, each stress test runs
+    after it in a sandbox of its own, since one may end its whole sandbox (under gVisor a
+    fork bomb at the pids limit does): its row is judged on how that sandbox ended.
 
-    A runtime the engine lacks (runsc) gives SKIP rows naming the command that registers
-    it; an engine that does not answer or a missing probe image raise (nothing ran).
+    A runtime the engine lacks (runsc) gives rows naming the command that registers it
+    (FAIL for the controls the profile declares, SKIP for the others); an engine that
+    does not answer or a missing probe image raise (nothing ran).
     """
     started = time.perf_counter()
-    sandbox, graces = open_sandbox(
-        SandboxSpec("docker", image=image, profile=profile, record_engine=True)
-    )
-    recorder = _Recorder(sandbox)
-    invocation = Invocation.within(
-        _STRESS_DEADLINE if stress else _DEADLINE,
-        input={"attachments": {a.name: a.access for a in attachments}, "stress": stress},
-        launch=LaunchRequest(attachments),
-    )
+    request = {"attachments": {a.name: a.access for a in attachments}}
     try:
-        execution = await execute(
-            recorder, invocation, target=image, graces=graces,
-        )  # fmt: skip
+        main = await _probe(profile, attachments, request, image, _DEADLINE)
     except RuntimeMissing as exc:
-        rows = skipped(profile, attachments, stress, "SKIP", str(exc))
+        rows = unprobed(profile, attachments, stress, str(exc), runnable=False)
         return Verification(profile, rows, {"total": time.perf_counter() - started})
     probed = time.perf_counter()
-    facts = recorder.facts or SandboxFacts()
-    timings = dict(facts.timings)
-    result = execution.verdict.result
-    output: Any = result.get("output") if result is not None else None
-    if not isinstance(output, dict) or not isinstance(output.get("observations"), dict):
-        error = execution.verdict.error
-        why = f"{error.code}: {error.message}" if error is not None else f"output {output!r}"
-        stderr = execution.report.stderr.strip()[-500:]
-        reason = f"the probe did not report ({why})" + (f"; stderr: {stderr}" if stderr else "")
-        rows = skipped(profile, attachments, stress, "ERROR", reason)
+    timings = dict(main.facts.timings)
+    if main.observations is None:
+        rows = unprobed(profile, attachments, stress, main.failure)
     else:
-        engine = facts.details.get("engine")
+        observations = dict(main.observations)
+        oom_killed = False
+        for test in STRESS_TESTS if stress else ():
+            run = await _probe(profile, (), {"stress": test}, image, _STRESS_DEADLINE)
+            observations[f"stress.{test}"] = _stress_observation(test, run)
+            oom_killed = oom_killed or (test == "memory" and run.oom_killed)
+        engine = main.facts.details.get("engine")
         ctx = Context(
             profile,
             engine if isinstance(engine, dict) else {},
-            output["observations"],
+            observations,
             attachments,
-            oom_killed=execution.report.oom_killed,
+            oom_killed=oom_killed,
         )
         rows = judge(ctx, stress)
     timings["verdict"] = time.perf_counter() - probed
     timings["total"] = time.perf_counter() - started
     return Verification(profile, rows, timings)
+
+
+def _stress_observation(test: str, run: _Probed) -> Mapping[str, Any]:
+    """The stress row's observation: the probe's own; how its sandbox ended, when that
+    happened during the test (the probe's progress line on stderr shows it had begun);
+    otherwise an error carrying why the probe did not report."""
+    key = f"stress.{test}"
+    if run.observations is not None and key in run.observations:
+        observation: Mapping[str, Any] = run.observations[key]
+        return observation
+    if f"policy-probe: {key}:" in run.stderr:
+        value = sandbox_ended(run.exit_code, run.oom_killed, run.stderr)
+        last = [line for line in run.stderr.splitlines() if line.strip()][-3:]
+        return {"value": value, "evidence": f"{run.why}; its stderr ends: {' / '.join(last)}"}
+    return {"error": run.failure}
 
 
 def environment(profile: SandboxProfile) -> dict[str, str]:
