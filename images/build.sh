@@ -11,6 +11,11 @@
 set -euo pipefail
 shopt -s nullglob
 cd "$(dirname "$0")/.."
+# One build at a time per checkout: two test sessions started together would both freeze
+# the job wrapper into .build/ and build the same images.
+mkdir -p .build
+exec 9>.build/build.lock
+flock 9
 
 BASE=flow-runner/base:bookworm
 RECIPES_ONLY=false
