@@ -17,8 +17,12 @@ Layers point one way. Read from the top::
 map and imports json1 and itself. ``warm/`` (the warm runner's client, server and wire,
 stdlib only) stands beside it too: ``launch`` and ``cli`` use it, it imports only
 ``runner``. ``runner`` itself (``__version__``), ``report`` (the RunReport model),
-``report_json`` (its JSON without pydantic) and ``durations`` (``30s``, ``2m``) are leaves
+``durations`` (``30s``, ``2m``) and ``outputs`` (files written for the user) are leaves
 any layer above them may read.
+
+Only ``runner/sandbox/`` speaks to an engine: no other part imports docker-py or requests
+(the engine's library and its transport); what they need of an engine is the backend
+interface's (``runner.sandbox.base.SandboxEngine``).
 
 Every import counts: top level, inside functions (an import put in a function to dodge a
 cycle is still a dependency) and under ``TYPE_CHECKING``. An import of ``a.b.c`` also
@@ -39,8 +43,8 @@ _BELOW_API = frozenset(
     {"runner.host", "runner.package", "runner.contracts", "runner.sandbox"}
     | {"runner.protocol", "runner.json1", "runner"}
 )
-_API = _BELOW_API | {"runner.api", "runner.report", "runner.report_json"}
-_API |= {"runner.durations", "runner.exits"}
+_API = _BELOW_API | {"runner.api", "runner.report"}
+_API |= {"runner.durations", "runner.exits", "runner.outputs"}
 _FLOWS = _API | {"runner.flows", "runner.config"}
 
 ALLOWED: Mapping[str, frozenset[str]] = {
@@ -58,10 +62,10 @@ ALLOWED: Mapping[str, frozenset[str]] = {
         {"runner.contracts", "runner.sandbox", "runner.protocol", "runner.json1", "runner"}
     ),
     "runner.report": frozenset({"runner.json1"}),
-    "runner.report_json": frozenset(),
     "runner.durations": frozenset(),
     "runner.exits": frozenset(),
-    "runner.api": _BELOW_API | {"runner.report", "runner.report_json"},
+    "runner.outputs": frozenset(),
+    "runner.api": _BELOW_API | {"runner.report"},
     "runner.config": frozenset(
         {"runner.host", "runner.protocol", "runner.json1", "runner", "runner.durations"}
     ),
@@ -121,6 +125,24 @@ def imports_of(name: str, source: str, is_package: bool, known: set[str]) -> Ite
             for alias in node.names:
                 submodule = f"{target}.{alias.name}"
                 yield Import(name, submodule if submodule in known else target, node.lineno)
+
+
+ENGINE_LIBRARIES = frozenset({"docker", "requests"})
+"""docker-py and its HTTP transport: imported under ``runner/sandbox/`` and nowhere else."""
+
+
+def engine_imports(source: str) -> Iterator[tuple[str, int]]:
+    """Every import of an :data:`ENGINE_LIBRARIES` module in ``source``, wherever it stands."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names = [node.module or ""]
+        else:
+            continue
+        for name in names:
+            if name.partition(".")[0] in ENGINE_LIBRARIES:
+                yield name, node.lineno
 
 
 def all_imports() -> list[Import]:
@@ -236,6 +258,32 @@ def test_every_import_follows_the_layer_map() -> None:
 def test_runner_has_no_import_cycle() -> None:
     found = cycles(import_graph(all_imports()))
     assert [" -> ".join(cycle) for cycle in found] == []
+
+
+def test_only_the_sandbox_imports_the_engines_library() -> None:
+    found = [
+        f"{name} (line {line}) imports {library}: ask runner.sandbox's backend interface"
+        for name, path in module_names().items()
+        if part_of(name) != "runner.sandbox"
+        for library, line in engine_imports(path.read_text(encoding="utf-8"))
+    ]
+    assert found == []
+
+
+def test_the_engine_import_scanner_sees_every_kind_of_import() -> None:
+    source = (
+        "import docker\n"
+        "from docker.types import Mount\n"
+        "def late():\n"
+        "    import requests.exceptions\n"
+        "import dockerfile, runner.docker\n"
+        "from . import docker\n"
+    )
+    assert list(engine_imports(source)) == [
+        ("docker", 1),
+        ("docker.types", 2),
+        ("requests.exceptions", 4),
+    ]
 
 
 def test_every_known_exception_still_happens() -> None:

@@ -13,11 +13,14 @@ import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from runner.outputs import write_output
+
 from .store import FAILED, INFRA_FAILED, Store
 
 
 def write_junit(store: Store, path: Path, manifest: str | None = None) -> None:
-    """Write the store's rows (of ``manifest``, or all) as JUnit XML to ``path``."""
+    """Write the store's rows (of ``manifest``, or all) as JUnit XML to ``path``, whole or
+    not at all (:func:`runner.outputs.write_output`)."""
     suites = ET.Element("testsuites", name="flow-runner batch")
     current: ET.Element | None = None
     where, params = ("manifest = ?", (manifest,)) if manifest is not None else ("1", ())
@@ -66,7 +69,7 @@ def write_junit(store: Store, path: Path, manifest: str | None = None) -> None:
         for attribute, text in element.attrib.items():
             element.set(attribute, xml_safe(text))
     ET.indent(suites)
-    ET.ElementTree(suites).write(path, encoding="utf-8", xml_declaration=True)
+    write_output(path, ET.tostring(suites, encoding="utf-8", xml_declaration=True))
 
 
 _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")

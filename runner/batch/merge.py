@@ -13,16 +13,32 @@ def merge(sources: list[Path], target: Path) -> int:
     """Copy every row of ``sources`` into ``target``; return the rows written.
 
     An id in more than one source keeps one row: a final result over one without, then
-    the one that ended last. The target may be one of the sources' earlier merges.
+    the one that ended last. The target may be one of the sources' earlier merges. Every
+    source is opened before the target is: a source that is no store (or the target
+    itself) is refused with the target untouched, and a target this call created is
+    removed again if the merge fails.
     """
+    for path in sources:
+        if path.resolve() == target.resolve():
+            raise StoreError(f"{path}: the output must not be one of the inputs")
+        Store(path, create=False).close()
+    created = not target.exists()
+    try:
+        return _merge_into(sources, target)
+    except BaseException:
+        if created:
+            for leftover in (target, *(Path(f"{target}{end}") for end in ("-wal", "-shm"))):
+                leftover.unlink(missing_ok=True)
+        raise
+
+
+def _merge_into(sources: list[Path], target: Path) -> int:
     out = Store(target)
     written = 0
     placeholders = ", ".join("?" for _ in COLUMNS)
     try:
         with out.transaction():
             for path in sources:
-                if path.resolve() == target.resolve():
-                    raise StoreError(f"{path}: the output must not be one of the inputs")
                 source = Store(path, create=False)
                 try:
                     for row in source.rows():

@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any, TextIO
 
+from runner.outputs import write_output
+
 from .store import Store
 
 _RESULT_FIELDS = (
@@ -22,11 +24,12 @@ def result_of(row: Any) -> dict[str, Any]:
 
 
 def write_jsonl(store: Store, path: Path, manifest: str | None = None) -> None:
-    """One result per line, in manifest order."""
+    """One result per line, in manifest order, written whole or not at all
+    (:func:`runner.outputs.write_output`)."""
     where, params = ("manifest = ?", (manifest,)) if manifest is not None else ("1", ())
-    with path.open("w", encoding="utf-8") as out:
-        for row in store.rows(where, params):
-            out.write(json.dumps(result_of(row), ensure_ascii=False) + "\n")
+    rows = store.rows(where, params)
+    lines = (json.dumps(result_of(row), ensure_ascii=False) + "\n" for row in rows)
+    write_output(path, "".join(lines).encode())
 
 
 def summary(store: Store) -> dict[str, Any]:

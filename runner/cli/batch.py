@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 import typer
 
 from runner.cli.app import UsageError, _fail_usage, batch_app, collect_from_here
-from runner.cli.inputs import _load_config, _read_json
+from runner.cli.inputs import _load_config, _read_json, check_outputs
 from runner.cli.running import hung_up, notice, stop_signals
 
 if TYPE_CHECKING:
@@ -84,6 +84,7 @@ def batch_run(
     from runner.batch import BatchOptions, Defaults
 
     try:
+        check_outputs(("--results", results), ("--junit", junit), ("--jsonl", jsonl))
         value = _read_json("--input", input_)
         settings_value = _read_json("--settings", settings)
         if not isinstance(settings_value, dict):
@@ -230,8 +231,9 @@ def batch_merge(
     from runner.batch import StoreError, merge
 
     try:
+        check_outputs(("--output", output))
         written = merge(stores, output)
-    except StoreError as exc:
+    except (StoreError, UsageError) as exc:
         _fail_usage(str(exc))
     typer.echo(f"merged {written} row(s) into {output}")
 

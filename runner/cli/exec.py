@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from runner.cli.app import UsageError, _fail_usage, app
-from runner.cli.inputs import _load_config, _read_json, parse_duration
+from runner.cli.inputs import _load_config, _read_json, check_outputs, parse_duration
 from runner.cli.running import Starter, _print_verdict, _run
 
 if TYPE_CHECKING:
@@ -108,12 +108,30 @@ def exec_(
         config, allow_host_commands, quiet, user, package, flow,
     )  # fmt: skip
     try:
+        check_outputs(("--report", report))
         execution = _run(request.starter(), quiet)
     except UsageError as exc:
         _fail_usage(str(exc))
+    status = _print_verdict(execution)
     if report is not None:
-        report.write_text(execution.report_json() + "\n")
-    raise typer.Exit(_print_verdict(execution))
+        _write_report(report, execution)
+    raise typer.Exit(status)
+
+
+def _write_report(path: Path, execution: Execution) -> None:
+    """Write ``--report`` once the result line is out. A path checked before the run can
+    still fail now (a full disk, its directory removed meanwhile): that is said on stderr,
+    and the exit status stays the run's."""
+    from runner.outputs import write_output
+
+    try:
+        write_output(path, (execution.report_json() + "\n").encode())
+    except OSError as exc:
+        typer.echo(
+            f"flow-runner: --report {path}: the run report could not be written "
+            f"({exc.strerror or exc}); the result line above is the run's",
+            err=True,
+        )
 
 
 @dataclass

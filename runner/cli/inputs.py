@@ -54,3 +54,16 @@ def parse_duration(text: str) -> float:
         return parse(text)
     except ValueError as exc:
         raise UsageError(f"--deadline {exc}") from exc
+
+
+def check_outputs(*outputs: tuple[str, Path | None]) -> None:
+    """Each ``(option, path)`` given can be written, or a usage error naming it and the
+    fix: checked before anything runs."""
+    from runner.outputs import OutputPathError, check_output
+
+    for option, path in outputs:
+        if path is not None:
+            try:
+                check_output(path, option)
+            except OutputPathError as exc:
+                raise UsageError(str(exc)) from None

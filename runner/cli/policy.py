@@ -7,7 +7,9 @@ from typing import Annotated, Any
 
 import typer
 
-from runner.cli.app import _fail_usage, collect_from_here, policy_app
+from runner.cli.app import UsageError, _fail_usage, collect_from_here, policy_app
+from runner.cli.inputs import check_outputs
+from runner.outputs import write_output
 
 AttachOption = Annotated[
     list[str] | None,
@@ -42,6 +44,10 @@ def policy_verify(
 ) -> None:
     """Start a probe exactly as a run under PROFILE would start and report, row by row,
     what is enforced. Exit 0 when no row fails, 1 when any fails or errs, 2 for usage."""
+    try:
+        check_outputs(("--junit", junit), ("--snapshot", snapshot))
+    except UsageError as exc:
+        _fail_usage(str(exc))
     from runner.policy import baseline as pss
     from runner.policy import render
     from runner.policy import snapshot as snapshots
@@ -72,7 +78,7 @@ def policy_verify(
         render.table(f"policy verify {loaded.name} ({loaded.runtime})", rows)
     if junit is not None:
         suite = f"policy verify {loaded.name}"
-        junit.write_bytes(render.junit(suite, rows, verification.timings.get("total", 0.0)))
+        write_output(junit, render.junit(suite, rows, verification.timings.get("total", 0.0)))
     raise typer.Exit(1 if failed(rows) else 0)
 
 

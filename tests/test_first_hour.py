@@ -1,0 +1,144 @@
+"""What a new user meets first (issue 24): output paths, an early Ctrl-C, refusals before a
+container exists, ``--deadline`` and the fixes printed for root.
+
+Real ``flow-runner`` subprocesses; where a refusal must come before any container, the
+engine's own event log for the runner's owner label says none was created.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from execkit import CLI, LABEL_OWNER, flow_runner, owner, start
+
+HELLO = "flow-runner/examples-hello:latest"
+
+
+def created_by(client: Any, pid: int, since: float) -> list[dict[str, Any]]:
+    """The container ``create`` events the engine logged for runner ``pid`` since then."""
+    events = client.events(
+        since=int(since) - 1,
+        until=int(time.time()) + 1,
+        decode=True,
+        filters={"type": "container", "event": "create", "label": f"{LABEL_OWNER}={owner(pid)}"},
+    )
+    return list(events)
+
+
+def refused_before_a_container(
+    client: Any, *args: str | Path
+) -> tuple[int, str, str, list[dict[str, Any]]]:
+    """Run ``flow-runner exec ARGS``: its status, stdout, stderr and the containers made."""
+    since = time.time()
+    process = start(*args)
+    out, err = process.communicate(timeout=60)
+    return process.returncode, out, err, created_by(client, process.pid, since)
+
+
+# --- output paths -------------------------------------------------------------------------
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("where", ["missing/r.json", "."])
+def test_exec_refuses_an_unwritable_report_path_before_any_container(
+    docker_client: Any, tmp_path: Path, where: str
+) -> None:
+    path = tmp_path / where
+    status, _, err, made = refused_before_a_container(
+        docker_client, HELLO, "--input", '{"name": "X"}', "--report", path
+    )
+    assert status == 2, err
+    assert "Traceback" not in err
+    assert f"--report {path}" in err
+    assert "create it first" in err or "give a file path" in err
+    assert made == []
+
+
+@pytest.mark.docker
+def test_exec_prints_the_result_before_the_report_and_keeps_it_if_that_fails(
+    docker_client: Any,
+) -> None:
+    """``/dev/full`` passes the check (it exists and is writable) and fails the write."""
+    process = start(HELLO, "--input", '{"name": "X"}', "--report", "/dev/full")
+    out, err = process.communicate(timeout=60)
+    assert json.loads(out) == {"outcome": "done", "output": {"greeting": "Hello, X!"}}
+    assert process.returncode == 0, err
+    assert "--report /dev/full: the run report could not be written" in err
+    assert "Traceback" not in err
+
+
+def test_an_output_is_replaced_whole_keeping_its_mode(tmp_path: Path) -> None:
+    from runner.outputs import write_output
+
+    report = tmp_path / "r.json"
+    report.write_text("old")
+    report.chmod(0o640)
+    write_output(report, b"new\n")
+    assert report.read_text() == "new\n"
+    assert report.stat().st_mode & 0o777 == 0o640
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]  # no temporary left
+    fresh = tmp_path / "fresh.json"
+    write_output(fresh, b"{}")
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert fresh.stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("option", ["--junit", "--jsonl", "--results"])
+def test_batch_refuses_an_unwritable_output_before_any_run(
+    docker_client: Any, tmp_path: Path, option: str
+) -> None:
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text('{"id": "a", "input": {"name": "x"}}\n')
+    bad = tmp_path / "nowhere" / "out"
+    results = tmp_path / "results.sqlite"
+    args = ["batch", str(manifest), "--image", HELLO, "-q"]
+    if option != "--results":
+        args += ["--results", str(results)]
+    since = time.time()
+    process = subprocess.Popen(
+        [*CLI, *args, option, str(bad)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 2, err
+    assert "Traceback" not in err
+    assert f"{option} {bad}: no directory {bad.parent}; create it first" in err
+    assert not results.exists()  # nothing was run, no store was made
+    assert created_by(docker_client, process.pid, since) == []
+
+
+def test_batch_merge_of_no_store_leaves_no_output(tmp_path: Path) -> None:
+    merged = tmp_path / "m.sqlite"
+    refused = flow_runner("batch", "merge", str(tmp_path / "notastore"), "-o", str(merged))
+    assert refused.returncode == 2
+    assert "no such results file" in refused.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_batch_merge_refuses_an_output_that_is_a_directory(tmp_path: Path) -> None:
+    store = tmp_path / "a.sqlite"
+    sqlite3.connect(store).close()
+    refused = flow_runner("batch", "merge", str(store), "-o", str(tmp_path))
+    assert refused.returncode == 2
+    assert f"--output {tmp_path} is a directory; give a file path" in refused.stderr
+    assert "Traceback" not in refused.stderr
+
+
+@pytest.mark.parametrize("option", ["--junit", "--snapshot"])
+def test_policy_verify_refuses_an_unwritable_output_before_probing(
+    tmp_path: Path, option: str
+) -> None:
+    bad = tmp_path / "missing" / "out"
+    refused = flow_runner("policy", "verify", "default", option, str(bad))
+    assert refused.returncode == 2, refused.stderr
+    assert f"{option} {bad}: no directory {bad.parent}" in refused.stderr
+    assert "Traceback" not in refused.stderr
