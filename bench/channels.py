@@ -212,7 +212,7 @@ def through_host(config: Path, item: str, n: int) -> Measured:
         finally:
             await host.aclose()
         if execution.verdict.result is None:
-            raise RuntimeError(f"the tree failed: {execution.report.model_dump_json()[:2000]}")
+            raise RuntimeError(f"the tree failed: {execution.report_json()[:2000]}")
         return execution.verdict.result["output"]
 
     before = time.monotonic()

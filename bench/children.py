@@ -77,9 +77,9 @@ def flow_run(config: Path, input: JSONValue, children: int) -> Timed:
             await host.aclose()
         report = execution.report
         if execution.verdict.result is None or len(report.children) != children:
-            raise RuntimeError(f"the parent run failed: {report.model_dump_json()[:2000]}")
+            raise RuntimeError(f"the parent run failed: {report.dumps()[:2000]}")
         if any(child.status != "succeeded" for child in report.children):
-            raise RuntimeError(f"a child failed: {report.model_dump_json()[:2000]}")
+            raise RuntimeError(f"a child failed: {report.dumps()[:2000]}")
         return report
 
     started = time.perf_counter()

@@ -10,7 +10,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import anyio
 
@@ -26,13 +26,13 @@ from runner.protocol.codes import OperationError
 from runner.protocol.completion import Verdict
 from runner.protocol.frames import MAX_PAYLOAD_BYTES
 from runner.protocol.session import flow_run_overflow
+from runner.report import ReportedError, ReportedPackage, RunReport, SandboxLoss
 from runner.sandbox.base import DiskBreach, LaunchRequest, Sandbox, SandboxFacts
 from runner.sandbox.errors import SandboxLost
 from runner.sandbox.registry import StopGraces
 
 if TYPE_CHECKING:
     from runner.package.parse import Package
-    from runner.report import RunReport
 
 
 @dataclass
@@ -58,53 +58,23 @@ class Invocation:
 
 
 class Execution:
-    """The verdict of a run together with its report.
+    """The verdict of a run together with its report."""
 
-    A run records its report's fields; the report, a pydantic model, is built from them
-    the first time :attr:`report` is read. The CLI reads the verdict and :attr:`lost`,
-    and for ``--report`` its JSON (:meth:`report_json`): a run never imports pydantic
-    for them (bench/README.md, Start-up imports).
-    """
+    __slots__ = ("report", "verdict")
 
-    __slots__ = ("_fields", "_report", "verdict")
-
-    def __init__(self, verdict: Verdict, report: RunReport | None = None, **fields: Any) -> None:
-        """``report``, or the fields of :class:`~runner.report.RunReport` to build it from
-        (its sub-models as dicts)."""
-        if (report is None) == (not fields):
-            raise TypeError("Execution takes a report or the fields of one, not both")
+    def __init__(self, verdict: Verdict, report: RunReport) -> None:
         self.verdict = verdict
-        self._report = report
-        self._fields = fields
-
-    @property
-    def report(self) -> RunReport:
-        if self._report is None:
-            from runner.report import RunReport
-
-            self._report = RunReport(**self._fields)
-            self._fields = {}
-        return self._report
+        self.report = report
 
     def report_json(self) -> str:
-        """``report.model_dump_json(indent=2)``, written without building the report where
-        its fields allow (``runner.report_json``): ``--report`` then imports no pydantic."""
-        if self._report is None:
-            from runner.report_json import report_json
-
-            text = report_json(self._fields)
-            if text is not None:
-                return text
-        return self.report.model_dump_json(indent=2)
+        """The report as ``--report`` writes it (indented JSON)."""
+        return self.report.dumps()
 
     @property
     def lost(self) -> str | None:
         """What went away under the run, ``container`` or ``engine`` (``report.lost.what``),
-        or ``None``; read without building the report."""
-        if self._report is None:
-            lost: dict[str, Any] | None = self._fields.get("lost")
-            return None if lost is None else str(lost["what"])
-        return None if self._report.lost is None else self._report.lost.what
+        or ``None``."""
+        return None if self.report.lost is None else self.report.lost.what
 
     def __repr__(self) -> str:
         return f"Execution({self.verdict!r}, {self.report!r})"
@@ -199,7 +169,7 @@ async def execute(
     except anyio.get_cancelled_exc_class():
         stopped = control.stopped
         if on_stopped is not None and stopped is not None:
-            on_stopped(Execution(stopped.verdict, **_report(stopped, stopped.verdict, run)))
+            on_stopped(Execution(stopped.verdict, _report(stopped, stopped.verdict, run, {})))
         raise
     finally:  # a no-op once the run was judged; else it was stopped or failed to launch
         offer.party.conclude(OperationError("CANCELLED", "the invocation was stopped"))
@@ -258,9 +228,7 @@ async def _launch_and_drive(
     if facts.disk_breach is not None:
         verdict = _disk_failure(facts.disk_breach, verdict)
     verdict = _settle_channels(channels, verdict)
-    fields = _report(outcome, verdict, run)
-    fields["timings"].update(facts.timings)
-    return Execution(verdict, **fields)
+    return Execution(verdict, _report(outcome, verdict, run, facts.timings))
 
 
 def _disk_failure(breach: DiskBreach, verdict: Verdict) -> Verdict:
@@ -326,17 +294,15 @@ def _settle_channels(channels: ChannelParty, verdict: Verdict) -> Verdict:
     return verdict
 
 
-def _reported_package(package: Package | None) -> dict[str, str] | None:
-    """The report's ``package`` (a :class:`~runner.report.ReportedPackage`'s fields)."""
+def _reported_package(package: Package | None) -> ReportedPackage | None:
     if package is None:
         return None
     source = package.image_id or package.root
-    return {"name": package.name, "digest": package.digest, "source": source}
+    return ReportedPackage(package.name, package.digest, source)
 
 
-def _reported_error(error: OperationError, details: JSONValue) -> dict[str, Any]:
-    """The report's ``error`` (a :class:`~runner.report.ReportedError`'s fields)."""
-    return {"code": error.code, "message": error.message, "details": details}
+def _reported_error(error: OperationError, details: JSONValue) -> ReportedError:
+    return ReportedError(error.code, error.message, details)
 
 
 def _refused(
@@ -344,8 +310,7 @@ def _refused(
 ) -> Execution:
     """A Run that failed its package's checks before any container was created."""
     reason = "refused by the package before launch; no container was created"
-    return Execution(
-        Verdict(None, error, (reason,)),
+    report = RunReport(
         run_id=run_id,
         target=target,
         backend=backend,
@@ -354,6 +319,7 @@ def _refused(
         error=_reported_error(error, error.details),
         reasons=[reason],
     )
+    return Execution(Verdict(None, error, (reason,)), report)
 
 
 def _lost(lost: SandboxLost, run: _Run) -> Execution:
@@ -367,15 +333,8 @@ def _lost(lost: SandboxLost, run: _Run) -> Execution:
         reasons.append(
             "the container was left; `flow-runner gc` removes it once the engine answers"
         )
-    loss = {  # a SandboxLoss's fields
-        "what": lost.what,
-        "step": lost.step,
-        "seconds": seconds,
-        "container_id": lost.container_id,
-        "container_left": lost.container_left,
-    }
-    return Execution(
-        Verdict(None, error, tuple(reasons)),
+    loss = SandboxLoss(lost.what, lost.step, seconds, lost.container_id, lost.container_left)
+    report = RunReport(
         run_id=run.run_id,
         target=run.target,
         backend=run.backend,
@@ -385,16 +344,19 @@ def _lost(lost: SandboxLost, run: _Run) -> Execution:
         reasons=reasons,
         lost=loss,
     )
+    return Execution(Verdict(None, error, tuple(reasons)), report)
 
 
-def _report(outcome: RunOutcome, verdict: Verdict, run: _Run) -> dict[str, Any]:
-    """The report's fields for a driven run. Its exit code and OOM kill are the sandbox's
-    facts, read after cleanup (which may be what recorded them); the driver's ``Ending``
-    was taken from the same facts to judge the run."""
+def _report(
+    outcome: RunOutcome, verdict: Verdict, run: _Run, sandbox_timings: Mapping[str, float]
+) -> RunReport:
+    """The report of a driven run, the sandbox's timings after the driver's. Its exit
+    code and OOM kill are the sandbox's facts, read after cleanup (which may be what
+    recorded them); the driver's ``Ending`` was taken from the same facts to judge it."""
     session, ending = outcome.session, outcome.ending
     error = verdict.error
     facts = run.facts or SandboxFacts()
-    return dict(
+    return RunReport(
         run_id=run.run_id,
         target=run.target,
         backend=run.backend,
@@ -407,7 +369,7 @@ def _report(outcome: RunOutcome, verdict: Verdict, run: _Run) -> dict[str, Any]:
         oom_killed=facts.oom_killed,
         host_kill=ending.host_kill,
         condition=session.condition,
-        timings=dict(outcome.timings),
+        timings={**outcome.timings, **sandbox_timings},
         bytes_from_component=session.bytes_received,
         bytes_to_component=session.bytes_sent,
         component_requests=session.lifetime_requests,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -168,7 +169,7 @@ class FlowHost:
             on_stopped=None if on_stopped is None else partial(_nest, children, on_stopped),
             retained_bytes=self.config.limits.retained_result_bytes,
         )
-        children.into(execution.report)
+        children.into(execution)
         return execution
 
     def _check_package(self, name: str, flow: FlowConfig, package: Package | None) -> None:
@@ -294,7 +295,7 @@ class FlowHost:
 
 def _nest(children: _Children, report_to: Callable[[Execution], None], stopped: Execution) -> None:
     """Hand on a stopped run's execution with the children it had stopped in turn."""
-    children.into(stopped.report)
+    children.into(stopped)
     report_to(stopped)
 
 
@@ -321,9 +322,10 @@ class _Children:
         self.tree.left -= 1
         if len(report.stderr) > CHILD_STDERR:
             tail = report.stderr[-CHILD_STDERR:]
-            report = report.model_copy(update={"stderr": tail, "stderr_truncated": True})
+            report = replace(report, stderr=tail, stderr_truncated=True)
         self.kept.append(report)
 
-    def into(self, report: RunReport) -> None:
-        report.children = self.kept
-        report.children_omitted = self.omitted
+    def into(self, execution: Execution) -> None:
+        execution.report = replace(
+            execution.report, children=self.kept, children_omitted=self.omitted
+        )

@@ -3,24 +3,36 @@
 The report keeps the classification reasons next to the verdict, so a failed run says why
 (trailing bytes, exit 7, killed after the deadline, out of memory, a container removed
 under it, an engine that went away) without re-running it.
+
+It is an output only (nothing reads a report back into one), so it is plain frozen
+dataclasses written with the standard library's ``json``: members in field order, the
+computed ``unsandboxed`` last, text as UTF-8 (not ``\\u`` escapes). A float under 1e-4
+is spelled ``0.00001`` / ``1.5e-6`` (the spelling of Rust's serde_json, pydantic's, which
+the report's files keep), not as Python's ``repr`` spells it (``1e-05``, ``1.5e-06``).
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import json
+import re
+from dataclasses import asdict, dataclass, field, fields
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, Field, computed_field
+if TYPE_CHECKING:
+    from runner.json1 import JSONValue
 
 
-class ReportedError(BaseModel):
+@dataclass(frozen=True)
+class ReportedError:
     """A Run failure: a wire code or PROTOCOL_ERROR / CHANNEL_LOST."""
 
     code: str
     message: str
-    details: Any = None
+    details: JSONValue = None
 
 
-class SandboxLoss(BaseModel):
+@dataclass(frozen=True)
+class SandboxLoss:
     """The run's container, or the engine running it, went away during the run."""
 
     what: Literal["container", "engine"]
@@ -36,7 +48,8 @@ class SandboxLoss(BaseModel):
     """True if cleanup could not remove the container: the next ``flow-runner gc`` does."""
 
 
-class ReportedPackage(BaseModel):
+@dataclass(frozen=True)
+class ReportedPackage:
     """The FLOW package a run was held to (settings, attachments, input, result, ports)."""
 
     name: str
@@ -45,8 +58,9 @@ class ReportedPackage(BaseModel):
     """The image id it was read from, or the host directory (``--package DIR``)."""
 
 
-class RunReport(BaseModel):
-    """One run, judged."""
+@dataclass(frozen=True, kw_only=True)
+class RunReport:
+    """One run, judged; its fields in the order its JSON shows them."""
 
     run_id: str
     target: str
@@ -57,13 +71,13 @@ class RunReport(BaseModel):
     status: Literal["succeeded", "failed"]
     outcome: str | None = None
     error: ReportedError | None = None
-    reasons: list[str] = Field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
     exit_code: int | None = None
     oom_killed: bool = False
     host_kill: str | None = None
     condition: str | None = None
     lost: SandboxLoss | None = None
-    timings: dict[str, float] = Field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
     bytes_from_component: int = 0
     bytes_to_component: int = 0
     component_requests: int = 0
@@ -71,14 +85,42 @@ class RunReport(BaseModel):
     stderr_bytes: int = 0
     stderr_truncated: bool = False
     stderr: str = ""
-    children: list[RunReport] = Field(default_factory=list)
+    children: list[RunReport] = field(default_factory=list)
     children_omitted: int = 0
     """Children whose reports were not kept here (a tree keeps 256; runner/flows.py)."""
 
-    @computed_field  # type: ignore[prop-decorator]
     @property
     def unsandboxed(self) -> bool:
         """The component ran as a host process, with no sandbox at all (``--process``, or a
         configured flow with a ``command`` and no ``image``): said plainly, since its
         result looks like any other."""
         return self.backend == "process"
+
+    def as_json(self) -> dict[str, Any]:
+        """The report as a JSON object (``unsandboxed`` after the fields)."""
+        members = {item.name: getattr(self, item.name) for item in fields(self)}
+        for name in ("package", "error", "lost"):
+            if members[name] is not None:
+                members[name] = asdict(members[name])
+        members["children"] = [child.as_json() for child in self.children]
+        members["unsandboxed"] = self.unsandboxed
+        return members
+
+    def dumps(self, *, indent: int | None = 2) -> str:
+        """The report's JSON text: indented (``--report``), or on one line (``None``)."""
+        compact = (",", ":") if indent is None else None
+        text = json.dumps(self.as_json(), ensure_ascii=False, indent=indent, separators=compact)
+        return _SMALL_FLOAT.sub(_respelled, text) if "e-" in text else text
+
+
+_SMALL_FLOAT = re.compile(r'"(?:[^"\\]|\\.)*"|(-?)([0-9.]+)e-0?([0-9]+)')
+"""A JSON string (kept as it is), or a float that ``repr`` wrote with a negative exponent."""
+
+
+def _respelled(match: re.Match[str]) -> str:
+    sign, mantissa, power = match.groups()
+    if mantissa is None:
+        return match[0]
+    if power == "5":
+        return f"{sign}0.0000{mantissa.replace('.', '')}"
+    return f"{sign}{mantissa}e-{power}"

@@ -294,6 +294,8 @@ def test_a_runs_report_keeps_a_bounded_share_of_its_childrens() -> None:
     its levels, are kept, each with the last CHILD_STDERR characters of its stderr; the
     rest are only counted."""
     from runner import flows
+    from runner.api import Execution
+    from runner.protocol.completion import Verdict
     from runner.report import RunReport
 
     tree = flows._Kept(flows.CHILD_REPORTS)
@@ -305,10 +307,14 @@ def test_a_runs_report_keeps_a_bounded_share_of_its_childrens() -> None:
     for index in range(flows.CHILD_REPORTS - 6 + 44):
         children.add(RunReport(run_id=f"c{index}", target="t", backend="process",
                                status="failed", stderr=noisy, stderr_bytes=len(noisy)))  # fmt: skip
-    parent = RunReport(run_id="p", target="t", backend="process", status="succeeded")
-    children.into(parent)
+    parent_run = Execution(
+        Verdict(None, None, ()),
+        RunReport(run_id="p", target="t", backend="process", status="succeeded"),
+    )
+    children.into(parent_run)
+    parent = parent_run.report
     assert (len(parent.children), parent.children_omitted) == (flows.CHILD_REPORTS - 6, 44)
     kept = parent.children[0]
     assert len(kept.stderr) == flows.CHILD_STDERR and kept.stderr.endswith("the end")
     assert kept.stderr_truncated and kept.stderr_bytes == len(noisy)
-    assert '"children_omitted": 44' in parent.model_dump_json(indent=2)
+    assert '"children_omitted": 44' in parent_run.report_json()

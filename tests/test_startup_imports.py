@@ -52,7 +52,6 @@ NOT_FOR_A_RUN = OTHER_COMMANDS | {
     "pydantic_core",
     "runner.config",
     "runner.flows",
-    "runner.report",
     "runner.sandbox.profile_model",
     "runner.batch",
     "runner.policy",

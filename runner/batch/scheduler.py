@@ -529,12 +529,12 @@ def _final(outcome: Execution | Exception) -> Final:
         if verdict.result is not None:
             return Final(
                 SUCCEEDED, outcome=report.outcome, output=_json(verdict.result.get("output")),
-                exit_code=report.exit_code, stderr_tail=tail, report=report.model_dump_json(),
+                exit_code=report.exit_code, stderr_tail=tail, report=report.dumps(indent=None),
             )  # fmt: skip
         assert report.error is not None
         return Final(
             FAILED, error_code=report.error.code, error_message=report.error.message,
-            exit_code=report.exit_code, stderr_tail=tail, report=report.model_dump_json(),
+            exit_code=report.exit_code, stderr_tail=tail, report=report.dumps(indent=None),
         )  # fmt: skip
     return Final(FAILED, error_code=_code_of(outcome), error_message=str(outcome))
 
