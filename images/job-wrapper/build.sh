@@ -15,6 +15,9 @@
 # version) changed since the last build.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+mkdir -p .build
+exec 8>.build/job-wrapper.lock  # one freeze at a time: they share .build/freeze-work
+flock 8
 PYTHON=${PYTHON:-python3}
 PYINSTALLER=6.22.3
 OUT=.build/job-wrapper
