@@ -136,8 +136,9 @@ def judge_row(check: Check, ctx: Context) -> Row:
     if verdict != "PASS" and ctx.gvisor and check.gvisor_blind:
         if check.declares(ctx.profile):
             reason = (
-                f"{reason} (runsc: the probe sees gVisor's user-space kernel; the profile "
-                f"declares {declared} here, and a declared control not shown in effect fails)"
+                f"{reason} (runsc: the probe sees gVisor's user-space kernel, which does not "
+                f"show what the profile declares here ({declared}); a declared control not "
+                "shown in effect fails)"
             )
         else:
             verdict = "SKIP"
@@ -415,6 +416,10 @@ def _seccomp_declared(profile: SandboxProfile) -> object:
     return profile.seccomp or "engine default"
 
 
+def _mknod_declared(profile: SandboxProfile) -> object:
+    return f"cap_add {'has' if 'MKNOD' in profile.cap_add else 'lacks'} MKNOD"
+
+
 def _none(_: object) -> object:
     return None
 
@@ -467,7 +472,7 @@ def checks(attachments: tuple[Attachment, ...] = (), stress: bool = False) -> li
               gvisor_blind=True),
         Check("dev.nodes", "only the allowed /dev nodes", _none,
               lambda e: len(e.get("Devices") or []), _devices, gvisor_blind=True),
-        Check("dev.mknod", "mknod is refused", lambda p: "MKNOD" in p.cap_add, _capset,
+        Check("dev.mknod", "mknod is refused", _mknod_declared, _capset,
               _mknod, gvisor_blind=True),
         Check("net.interfaces", "no network: only lo", lambda p: p.network,
               _engine("NetworkMode"), _interfaces),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-import sys
+import shutil
 from collections.abc import Iterable, Sequence
 from xml.etree import ElementTree
 
@@ -12,24 +12,52 @@ from runner.policy.battery import Row
 _STYLE = {"PASS": "green", "FAIL": "bold red", "SKIP": "yellow", "ERROR": "bold magenta"}
 
 
-def table(title: str, rows: Sequence[Row]) -> None:
-    """The rows as a table on standard output; the evidence column says what was seen."""
+WIDE = 160
+"""Terminal columns from which the table shows every view in a column of its own."""
+
+
+def table(title: str, rows: Sequence[Row], width: int | None = None) -> None:
+    """The rows as a table on standard output, fitted to ``width`` columns (by default the
+    terminal's: ``COLUMNS``, else the terminal, else 80).
+
+    From :data:`WIDE` columns on, every view has a column; below it, each row is its
+    verdict, its id, and in one wrapped column its guarantee and what was seen, with the
+    reason and the evidence for a row that did not pass (every view is in ``--json``).
+    """
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
+    width = width or shutil.get_terminal_size().columns
     grid = Table(title=title, show_lines=False, expand=False)
-    for column in ("row", "guarantee", "declared", "engine", "observed", "verdict"):
-        grid.add_column(column, overflow="fold")
-    grid.add_column("evidence / reason", overflow="fold", ratio=2)
-    for row in rows:
-        detail = row.evidence + (f" — {row.reason}" if row.reason else "")
-        grid.add_row(
-            row.id, row.guarantee, row.declared, row.engine, row.observed,
-            f"[{_STYLE[row.verdict]}]{row.verdict}[/]", detail,
-        )  # fmt: skip
-    console = Console(width=None if sys.stdout.isatty() else 200)
+    if width >= WIDE:
+        for column in ("row", "guarantee", "declared", "engine", "observed", "verdict"):
+            grid.add_column(column, overflow="fold")
+        grid.add_column("evidence / reason", overflow="fold", ratio=2)
+        for row in rows:
+            detail = row.evidence + (f" — {row.reason}" if row.reason else "")
+            grid.add_row(
+                *map(escape, (row.id, row.guarantee, row.declared, row.engine, row.observed)),
+                f"[{_STYLE[row.verdict]}]{row.verdict}[/]", escape(detail),
+            )  # fmt: skip
+    else:
+        grid.add_column("verdict", no_wrap=True)
+        grid.add_column("row", overflow="fold")
+        grid.add_column("guarantee; what was seen", overflow="fold")
+        for row in rows:
+            lines = [f"{row.guarantee}; seen: {row.observed}"]
+            if row.verdict != "PASS":
+                lines += [f"reason: {row.reason}"] if row.reason else []
+                lines += [f"evidence: {row.evidence}"] if row.evidence else []
+            grid.add_row(
+                f"[{_STYLE[row.verdict]}]{row.verdict}[/]", escape(row.id),
+                escape("\n".join(lines)),
+            )  # fmt: skip
+    console = Console(width=width, soft_wrap=False)
     console.print(grid)
-    console.print(summary(rows))
+    console.print(summary(rows), markup=False)
+    if width < WIDE:
+        console.print("(declared and engine views: --json, or a terminal of 160 columns)")
 
 
 def summary(rows: Iterable[Row]) -> str:
