@@ -340,12 +340,14 @@ class _Run:
         first = self.host_kill is None
         if first:
             self.host_kill = why
-        await self.component.kill()
-        # Nothing written to it now can arrive: what waits is dropped, and a pump that
-        # waited for it to leave (STDIN_BACKLOG) reads stdout to its end again, which is
-        # what ends the attach stream, and with it the wait for the exit (Docker).
+        # Before the kill, not after it: nothing written to the component now can arrive,
+        # so what waits is dropped, and a pump that waited for it to leave (STDIN_BACKLOG)
+        # reads stdout again. An engine finishes a kill only once the container's output
+        # has been taken (Docker copies it to the attach stream before it reports the
+        # exit), so a kill made while the host read nothing would wait for itself.
         self.stdin_failed = True
         self._output_taken()
+        await self.component.kill()
         if first and not self.component.facts.killed_by_host:
             self.host_kill = None
 

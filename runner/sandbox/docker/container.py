@@ -17,7 +17,7 @@ from anyio.abc import ByteReceiveStream, ByteSendStream
 
 from runner.sandbox.base import Attachment, SandboxFacts
 from runner.sandbox.docker.attach import AttachConnection
-from runner.sandbox.docker.engine import Engine, Lease
+from runner.sandbox.docker.engine import CallStalled, Engine, Lease
 
 SCRATCH_PATH = "/flow/scratch"
 ATTACHMENTS_DIR = "/flow/attachments"
@@ -63,13 +63,27 @@ class Container:
     async def kill(self) -> None:
         """SIGKILL the container; a no-op once it has stopped.
 
-        Raises :class:`SandboxLost` if it was removed meanwhile or its engine is gone.
+        Raises :class:`SandboxLost` if it was removed meanwhile or its engine is gone. A
+        kill the engine does not answer in time (it waits for the container's output to
+        be taken) is made again once the attach stream is let go: the component's further
+        output is dropped, which is what a kill means anyway.
         """
         if self.facts.exit_code is not None:
             return
         was_killed = self.facts.killed_by_host
         self.facts.killed_by_host = True  # recorded first: 137 is read as our doing
-        if not await self._engine.kill(self._lease):
+        try:
+            killed = await self._engine.kill(self._lease)
+        except CallStalled:
+            # The engine waits to hand over output the host does not take: let it go.
+            # The first kill was sent: a container found stopped now was stopped by it.
+            await self._connection.aclose()
+            try:
+                await self._engine.kill(self._lease)
+            except CallStalled as exc:
+                raise self._lease.loss(exc) from exc
+            killed = True
+        if not killed:
             self.facts.killed_by_host = was_killed
 
     async def stop(self) -> None:

@@ -62,6 +62,13 @@ BUILD_HINT = "build it with `make images` (runs images/build.sh)"
 POOL_SIZE: Final = 10
 """docker-py's ``DEFAULT_MAX_POOL_SIZE``: the worker threads of the default engine."""
 
+KILL_ANSWER: Final = 5.0
+"""Seconds a kill is given to be answered. An engine reports a kill done once the
+container's output has been handed over, so a kill can wait on an attach stream that
+nobody reads; the caller then lets the stream go (:class:`CallStalled`) and kills again."""
+PING_ANSWER: Final = 2.0
+"""Seconds a ping is given: an engine that answers it within this is alive."""
+
 _default_client: docker.DockerClient | None = None
 _default_client_lock = threading.Lock()
 _default_engine: Engine | None = None
@@ -138,6 +145,19 @@ class Lease:
     """``time.perf_counter()`` just before the container was created."""
     step: str = "attach"
     lost: SandboxLost | None = None
+    budget_ends: float | None = None
+    """``time.monotonic()`` by which every further call must be answered: the one budget
+    that cleanup's calls share (``None``: each call has the client's timeout)."""
+
+    def spend_within(self, seconds: float) -> None:
+        """From now on, every call about this container shares ``seconds`` in all."""
+        self.budget_ends = time.monotonic() + seconds
+
+    def timeout(self, limit: float) -> float:
+        """``limit``, or what is left of the budget if that is less."""
+        if self.budget_ends is None:
+            return limit
+        return max(min(limit, self.budget_ends - time.monotonic()), 0.0)
 
     def loss(self, exc: Exception | str, *, gone: bool = False) -> SandboxLost:
         """A failed call (what went wrong) as a loss of this container; ``gone``: the
@@ -161,6 +181,12 @@ class Lease:
         if self.lost is None:
             self.lost = lost
         return lost
+
+
+class CallStalled(Exception):
+    """A call about one container was not answered in time, though the engine answers a
+    ping: the engine is alive and waits on something of that container's (its output, not
+    yet taken). Not a loss; the caller lets go of what the engine waits on."""
 
 
 @dataclass
@@ -211,18 +237,41 @@ class Engine:
             raise engine_unavailable(exc) from exc
 
     async def _leased(
-        self, lease: Lease, method: str, path: str, *, expected: tuple[int, ...], **kwargs: Any
+        self,
+        lease: Lease,
+        method: str,
+        path: str,
+        *,
+        expected: tuple[int, ...],
+        limit: float | None = None,
+        stalls: bool = False,
+        **kwargs: Any,
     ) -> Reply:
-        """A direct call about the lease's container; its reply if its status is one of
-        ``expected``, else a loss of the container (404: gone; anything else: the
-        engine's failure), raised."""
+        """A direct call about the lease's container, answered within ``limit`` seconds
+        (default the client's timeout) and what is left of the lease's budget; its reply
+        if its status is one of ``expected``, else a loss of the container (404: gone;
+        anything else: the engine's failure), raised. With ``stalls``, or within a budget
+        (cleanup), no answer from an engine that answers a ping is :class:`CallStalled`,
+        not a loss."""
+        http = self.direct()
+        timeout = lease.timeout(http.timeout if limit is None else limit)
         try:
-            reply = await self.direct().call(method, path, **kwargs)
+            reply = await http.call(method, path, timeout=timeout, **kwargs)
         except NoAnswer as exc:
+            if (stalls or lease.budget_ends is not None) and await self.answers():
+                raise CallStalled(f"{method} {path}: {exc}") from exc
             raise lease.loss(exc) from exc
         if reply.status not in expected:
             raise lease.loss(f"{reply.status} {reply.message}", gone=reply.status == 404)
         return reply
+
+    async def answers(self) -> bool:
+        """Whether the engine answers a ping within :data:`PING_ANSWER` seconds."""
+        try:
+            reply = await self.direct().call("GET", "/_ping", timeout=PING_ANSWER)
+        except NoAnswer:
+            return False
+        return reply.status == 200
 
     @property
     def base_url(self) -> str:
@@ -306,20 +355,25 @@ class Engine:
         return info
 
     async def kill(self, lease: Lease) -> bool:
-        """SIGKILL the container; ``False`` if it was not running."""
+        """SIGKILL the container; ``False`` if it was not running. Answered within
+        :data:`KILL_ANSWER` seconds, or :class:`CallStalled` (see there)."""
         path = f"/containers/{lease.container_id}/kill"
-        reply = await self._leased(lease, "POST", path, expected=(204, 409))
+        reply = await self._leased(
+            lease, "POST", path, expected=(204, 409), limit=KILL_ANSWER, stalls=True
+        )
         return reply.status == 204
 
     async def remove(self, lease: Lease) -> None:
         """Force-remove the container with its anonymous volumes.
 
         Gone already (404: removed by someone else) or being removed (409: by a sweep) is
-        the end wanted.
+        the end wanted. Not answered in time by a live engine is :class:`CallStalled`.
         """
         path = f"/containers/{lease.container_id}"
         query = {"v": "1", "force": "1"}
-        await self._leased(lease, "DELETE", path, query=query, expected=(204, 404, 409))
+        await self._leased(
+            lease, "DELETE", path, query=query, expected=(204, 404, 409), stalls=True
+        )
 
     async def inspect_image(self, image: str) -> dict[str, Any]:
         """The image's inspect document, or :class:`ImageMissing`."""

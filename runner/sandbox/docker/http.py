@@ -142,14 +142,17 @@ class EngineHttp:
         *,
         query: Mapping[str, str] | None = None,
         body: object = None,
+        timeout: float | None = None,
     ) -> Reply:
-        """Send one request (``body`` as JSON) and read the whole reply."""
+        """Send one request (``body`` as JSON) and read the whole reply, within
+        ``timeout`` seconds (default: the client's)."""
         request = self._request(method, path, query, body)
+        limit = self.timeout if timeout is None else timeout
         try:
-            with anyio.fail_after(self.timeout, shield=True):
+            with anyio.fail_after(limit, shield=True):
                 return await self._exchange(request)
         except TimeoutError as exc:
-            raise NoAnswer(f"no answer in {self.timeout:g} s") from exc
+            raise NoAnswer(f"no answer in {limit:.3g} s") from exc
 
     def call_blocking(
         self,

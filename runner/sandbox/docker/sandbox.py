@@ -47,7 +47,7 @@ from runner.sandbox.base import (
 from runner.sandbox.docker import body
 from runner.sandbox.docker.attach import AttachConnection, open_connection
 from runner.sandbox.docker.container import ATTACHMENTS_DIR, SCRATCH_PATH, Container
-from runner.sandbox.docker.engine import Engine, Lease, open_engine
+from runner.sandbox.docker.engine import CallStalled, Engine, Lease, open_engine
 from runner.sandbox.errors import DockerSandboxError, RuntimeMissing, SandboxLost
 from runner.sandbox.labels import run_labels
 from runner.sandbox.profiles import SandboxProfile
@@ -61,6 +61,9 @@ if TYPE_CHECKING:
     from runner.sandbox.pathmap import HostSource
 
 T = TypeVar("T")
+CLEANUP_BUDGET = 15.0
+"""Seconds that every engine call of a run's cleanup (kill, the reads of its stopped
+state, remove) shares: a run ends within its grace and this, whatever the engine does."""
 
 
 def open_docker(spec: SandboxSpec) -> tuple[DockerSandbox, StopGraces]:
@@ -410,20 +413,32 @@ async def _cleanup(
     connection: AttachConnection | None,
     container: Container | None,
 ) -> None:
-    """Kill, record, remove (with anonymous volumes) and close; run shielded.
+    """Kill, record, remove (with anonymous volumes) and close; run shielded, every engine
+    call of it within one budget (:data:`CLEANUP_BUDGET`).
 
     A loss on the way is kept in ``lease`` and the next step is still tried: a container
     removed by someone else needs nothing more, and an engine that went away refuses the
     removal at once, which leaves the container for the next sweep (``flow-runner gc``).
+    The attach stream is let go before the removal unless the container was seen to stop:
+    an engine removes a container only once its output has been handed over. A removal
+    that a live engine does not answer within the budget leaves the container for the
+    sweep too, noted in the facts (``container_left``), and is not a loss of the run.
     """
     lease.step = "cleanup"
+    lease.spend_within(CLEANUP_BUDGET)
     try:
         if container is not None:
-            with contextlib.suppress(SandboxLost):
+            with contextlib.suppress(SandboxLost, CallStalled):
                 await container.stop()
     finally:
         try:
+            if connection is not None and (container is None or container.facts.exit_code is None):
+                await connection.aclose()
             await engine.remove(lease)
+        except CallStalled:
+            facts = container.facts if container is not None else None
+            if facts is not None:
+                facts.details["container_left"] = True
         except SandboxLost:
             if lease.lost is not None:  # always: this loss, or the earlier one it followed
                 lease.lost.container_left = True
