@@ -1,9 +1,9 @@
 """flow-runner on Kubernetes: the in-pod wrapper, the manifests, batch import.
 
-No cluster can be had here. The wrapper runs for real (as a process, and in a container
-started exactly as a kubelet would start the rendered pod: tests/kubeletkit.py); the
-manifests are validated against the official schemas of Kubernetes
-``KUBERNETES_VERSION`` with ``kubernetes-validate``.
+No cluster can be had here. The wrapper runs for real (as a process, and frozen in the
+pods' containers, started exactly as a kubelet would start the rendered pod, its init
+container first: tests/kubeletkit.py); the manifests are validated against the official
+schemas of Kubernetes ``KUBERNETES_VERSION`` with ``kubernetes-validate``.
 """
 
 from __future__ import annotations
@@ -201,6 +201,14 @@ def test_k8s_job_validates_and_carries_the_profile(tmp_path: Path) -> None:
     assert rules[2] == {"action": "Count", "onExitCodes": {
         "containerName": "component", "operator": "In", "values": [75]}}  # fmt: skip
     (container,) = pod["containers"]
+    assert container["command"] == ["/flow/wrapper/tini", "--", "/flow/wrapper/flow-runner-job"]
+    (init,) = pod["initContainers"]
+    assert init["image"] == "flow-runner:0.1.0" and init["command"][0] == "cp"
+    assert init["securityContext"] == container["securityContext"]
+    assert init["resources"] == container["resources"]
+    assert init["volumeMounts"] == [{"name": "wrapper", "mountPath": "/flow/wrapper"}]
+    assert {"name": "wrapper", "mountPath": "/flow/wrapper", "readOnly": True} in container[
+        "volumeMounts"]  # fmt: skip
     assert container["securityContext"] == {
         "runAsNonRoot": True, "runAsUser": 65534, "runAsGroup": 65534,
         "readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False, "privileged": False,
@@ -211,6 +219,7 @@ def test_k8s_job_validates_and_carries_the_profile(tmp_path: Path) -> None:
     assert container["resources"]["limits"] == {"cpu": "1000m", "memory": "512Mi"}
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes["scratch"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "256Mi"}
+    assert volumes["wrapper"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "64Mi"}
     assert volumes["a0"]["persistentVolumeClaim"] == {"claimName": "inputs", "readOnly": True}
     mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
     assert mounts["/flow/attachments/data"]["subPath"] == "set-1"
@@ -266,9 +275,12 @@ def test_k8s_batch_indexed_job(tmp_path: Path) -> None:
     manifest = tmp_path / "cases.jsonl"
     manifest.write_text('{"id": "a", "input": 1}\n\n{"id": "b", "input": 2, "deadline": "10m"}\n')
     resources, _ = render("batch", str(manifest), "--image", "img:1", "--command", "run it",
-                          "--jobs", "3", "--retries", "2")  # fmt: skip
+                          "--jobs", "3", "--retries", "2", "--runner-image",
+                          "registry.example/flow-runner:0.1.0")  # fmt: skip
     validate(resources)
     spec = resources[1]["spec"]
+    (init,) = spec["template"]["spec"]["initContainers"]
+    assert init["image"] == "registry.example/flow-runner:0.1.0"
     assert (spec["completionMode"], spec["completions"], spec["parallelism"]) == ("Indexed", 2, 2)
     assert spec["backoffLimitPerIndex"] == 2 and spec["maxFailedIndexes"] == 2
     assert spec["podFailurePolicy"]["rules"][1]["action"] == "FailIndex"
@@ -301,17 +313,29 @@ def test_profile_notes_cover_what_a_pod_cannot_set() -> None:
 # ----- the pod, run as a kubelet would (Docker) -----------------------------------------
 
 
+FAKE_IMAGE = "flow-runner/fake-component:latest"
+"""Python and the fake component only: no flow-runner, no tini."""
+HELLO = "flow-runner/examples-hello:latest"
+
+
 @pytest.fixture(scope="module")
-def pod_image() -> str:
-    from kubeletkit import build_pod_image
+def runner_image() -> str:
+    from kubeletkit import build_runner_image
 
-    return build_pod_image()
+    return build_runner_image()
 
 
-def _rendered(*args: str) -> list[dict[str, Any]]:
-    resources, _ = render(*args)
+def _rendered(runner_image: str, *args: str) -> list[dict[str, Any]]:
+    """``k8s job|batch ARGS`` with the runner image under test, validated."""
+    resources, _ = render(args[0], "--runner-image", runner_image, *args[1:])
     validate(resources)
     return resources
+
+
+def _pod(resources: list[dict[str, Any]], workdir: Path, **options: Any) -> Any:
+    from kubeletkit import start_pod
+
+    return start_pod(resources, workdir, **options)
 
 
 def _claim(tmp_path: Path) -> Path:
@@ -322,11 +346,11 @@ def _claim(tmp_path: Path) -> Path:
 
 
 @pytest.mark.docker
-def test_pod_runs_and_reports(pod_image: str, tmp_path: Path) -> None:
+def test_pod_runs_and_reports(runner_image: str, tmp_path: Path) -> None:
     from kubeletkit import start_pod
 
-    resources = _rendered("job", pod_image, "--input", '{"hi": 1}', "--results", "pvc:out",
-                          "--", "python3", "/flow/fake_component.py", "params")  # fmt: skip
+    resources = _rendered(runner_image, "job", FAKE_IMAGE, "--input", '{"hi": 1}', "--results",
+                          "pvc:out", "--", "python3", "/fake/fake_component.py", "params")  # fmt: skip
     claim = _claim(tmp_path)
     code, out, err = start_pod(resources, tmp_path, claims={"out": claim}).wait(60)
     assert code == 0, err
@@ -340,11 +364,50 @@ def test_pod_runs_and_reports(pod_image: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.docker
-def test_pod_sigterm_cancels_within_the_grace(pod_image: str, tmp_path: Path) -> None:
+def test_pod_runs_the_unchanged_hello_image(runner_image: str, tmp_path: Path) -> None:
+    """The example image has neither flow-runner nor tini; its command and package come
+    from the image (the engine here), the wrapper from the init container."""
+    resources = _rendered(runner_image, "job", HELLO, "--input", '{"name": "Ada"}')
+    (container,) = resources[1]["spec"]["template"]["spec"]["containers"]
+    assert container["args"][-3:] == ["--", "python3", "/flow/package/flow.py"]
+    assert container["args"][container["args"].index("--package") + 1] == "/flow/package"
+    code, out, err = _pod(resources, tmp_path).wait(60)
+    assert code == 0, err
+    result = sealed(out, err)
+    assert result["outcome"] == "done" and result["output"] == {"greeting": "Hello, Ada!"}
+    message = termination_message(tmp_path / "termination-log")
+    assert message["class"] == "done" and message["run"] == result["job"]["run"]
+    assert message["reportDigest"] == result["job"]["reportDigest"]
+    anonymous = tmp_path / "anonymous"
+    anonymous.mkdir()
+    custom = _rendered(runner_image, "job", HELLO, "--input", "{}")
+    code, out, err = _pod(custom, anonymous).wait(60)
+    assert code == 3 and sealed(out, err)["outcome"] == "anonymous", err
+    assert termination_message(anonymous / "termination-log")["class"] == "outcome"
+
+
+@pytest.mark.docker
+def test_pod_component_gets_the_pods_environment(runner_image: str, tmp_path: Path) -> None:
+    """Not the frozen wrapper's: its LD_LIBRARY_PATH would load the bundle's libraries
+    into the component's programs."""
+    resources = _rendered(runner_image, "job", FAKE_IMAGE, "--", "sh", "-c",
+                          "env >&2; exec python3 /fake/fake_component.py echo")  # fmt: skip
+    code, out, err = _pod(resources, tmp_path).wait(60)
+    assert code == 0, err
+    sealed(out, err)
+    environment = dict(
+        line.split("=", 1) for line in err.decode().splitlines() if "=" in line and line[0] != "{"
+    )
+    assert "PATH" in environment
+    assert not [name for name in environment if name.startswith(("LD_", "_PYI", "_MEI"))]
+
+
+@pytest.mark.docker
+def test_pod_sigterm_cancels_within_the_grace(runner_image: str, tmp_path: Path) -> None:
     from kubeletkit import start_pod
 
-    resources = _rendered("job", pod_image, "--", "python3", "/flow/fake_component.py",
-                          "ignore-cancel")  # fmt: skip
+    resources = _rendered(runner_image, "job", FAKE_IMAGE, "--", "python3",
+                          "/fake/fake_component.py", "ignore-cancel")  # fmt: skip
     pod = start_pod(resources, tmp_path)
     assert pod.process.stderr is not None
     header = pod.process.stderr.readline()
@@ -360,22 +423,22 @@ def test_pod_sigterm_cancels_within_the_grace(pod_image: str, tmp_path: Path) ->
 
 
 @pytest.mark.docker
-def test_pod_deadline(pod_image: str, tmp_path: Path) -> None:
+def test_pod_deadline(runner_image: str, tmp_path: Path) -> None:
     from kubeletkit import start_pod
 
-    resources = _rendered("job", pod_image, "--deadline", "1s", "--", "python3",
-                          "/flow/fake_component.py", "ignore-cancel")  # fmt: skip
+    resources = _rendered(runner_image, "job", FAKE_IMAGE, "--deadline", "1s", "--", "python3",
+                          "/fake/fake_component.py", "ignore-cancel")  # fmt: skip
     code, _out, err = start_pod(resources, tmp_path).wait(60)
     assert code == 124, err
     assert termination_message(tmp_path / "termination-log")["code"] == "DEADLINE_EXCEEDED"
 
 
 @pytest.mark.docker
-def test_pod_unwritable_results_is_retryable(pod_image: str, tmp_path: Path) -> None:
+def test_pod_unwritable_results_is_retryable(runner_image: str, tmp_path: Path) -> None:
     from kubeletkit import start_pod
 
-    resources = _rendered("job", pod_image, "--results", "pvc:out", "--", "python3",
-                          "/flow/fake_component.py", "echo")  # fmt: skip
+    resources = _rendered(runner_image, "job", FAKE_IMAGE, "--results", "pvc:out", "--", "python3",
+                          "/fake/fake_component.py", "echo")  # fmt: skip
     claim = tmp_path / "claim"
     claim.mkdir()  # owned by root, mode 755: the pod's uid 65534 cannot write the report
     code, _out, err = start_pod(resources, tmp_path, claims={"out": claim}).wait(60)
@@ -384,13 +447,13 @@ def test_pod_unwritable_results_is_retryable(pod_image: str, tmp_path: Path) -> 
 
 
 @pytest.mark.docker
-def test_indexed_rows_and_batch_import(pod_image: str, tmp_path: Path) -> None:
+def test_indexed_rows_and_batch_import(runner_image: str, tmp_path: Path) -> None:
     from kubeletkit import start_pod
 
     manifest = tmp_path / "cases.jsonl"
     manifest.write_text('{"id": "first", "input": 1}\n{"id": "second", "input": 2}\n')
-    resources = _rendered("batch", str(manifest), "--image", pod_image, "--command",
-                          "python3 /flow/fake_component.py forge-result")  # fmt: skip
+    resources = _rendered(runner_image, "batch", str(manifest), "--image", FAKE_IMAGE, "--command",
+                          "python3 /fake/fake_component.py forge-result")  # fmt: skip
     logs = []
     for index in (1, 0):
         code, out, err = start_pod(resources, tmp_path, index=index).wait(60)

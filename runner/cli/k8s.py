@@ -31,6 +31,15 @@ NamespaceOption = Annotated[str | None, typer.Option("--namespace", "-n", help="
 TtlOption = Annotated[
     int, typer.Option("--ttl", min=0, help="ttlSecondsAfterFinished: seconds the Job is kept.")
 ]
+RunnerImageOption = Annotated[
+    str | None,
+    typer.Option(
+        "--runner-image",
+        help="The runner image the init container copies the wrapper from "
+        "(default: flow-runner:VERSION, this version's).",
+        show_default=False,
+    ),
+]
 
 
 @k8s_app.command("job")
@@ -53,6 +62,7 @@ def k8s_job(
         int, typer.Option("--backoff-limit", min=0, help="Retries of the wrapper's failures.")
     ] = 2,
     ttl: TtlOption = 86400,
+    runner_image: RunnerImageOption = None,
     output: OutputOption = "yaml",
 ) -> None:
     """Print a Job (and its ConfigMap and NetworkPolicy) running IMAGE as `exec` would."""
@@ -65,7 +75,7 @@ def k8s_job(
             raise UsageError("--settings must be a JSON object, for example '{}'")
         spec = _job_spec(
             target, attach or [], deadline, profile, results, package, name, namespace,
-            backoff_limit, ttl, value, settings_value,
+            backoff_limit, ttl, value, settings_value, runner_image,
         )  # fmt: skip
         rendered = manifests.render_job(spec)
     except (UsageError, manifests.RenderError) as exc:
@@ -98,6 +108,7 @@ def k8s_batch(
     name: NameOption = None,
     namespace: NamespaceOption = None,
     ttl: TtlOption = 86400,
+    runner_image: RunnerImageOption = None,
     output: OutputOption = "yaml",
 ) -> None:
     """Print an Indexed Job running each row of MANIFEST in its own pod, and the ConfigMap
@@ -110,7 +121,7 @@ def k8s_batch(
         words = shlex.split(command) if command else []
         spec = _job_spec(
             [image, *words], attach or [], deadline, profile, results, package, name,
-            namespace, 0, ttl, None, {},
+            namespace, 0, ttl, None, {}, runner_image,
         )  # fmt: skip
         rows = manifests.batch_rows(manifest, spec)
         rendered = manifests.render_batch(
@@ -134,6 +145,7 @@ def _job_spec(
     ttl: int,
     value: JSONValue,
     settings: dict[str, JSONValue],
+    runner_image: str | None,
 ) -> Any:
     from runner.k8s import manifests
     from runner.sandbox.profiles import ProfileError, load_profile
@@ -153,6 +165,7 @@ def _job_spec(
     return manifests.JobSpec(
         image, command, profile, parse_duration(deadline), value, settings, mounts,
         result_mount, package, name, namespace, backoff_limit, ttl,
+        runner_image or manifests.RUNNER_IMAGE,
     )  # fmt: skip
 
 

@@ -2,8 +2,12 @@
 
 Every resource is plain data (dicts), validated in the tests against the official
 schemas of Kubernetes :data:`KUBERNETES_VERSION` (``kubernetes-validate``). The pod runs
-``flow-runner job`` (under tini) with the component's command; the sandbox profile
-becomes the pod's securityContext, resources and volumes. What a profile sets that a pod
+``flow-runner job`` (under tini) with the component's command, and neither comes from the
+component's image: an init container of the runner image copies the frozen wrapper and a
+static tini into a memory ``emptyDir`` that the component container mounts read-only at
+:data:`WRAPPER_DIR` (as Argo's emissary and Tekton's entrypoint travel), so any image
+with a command and a glibc runs unchanged. The sandbox profile becomes the pod's
+securityContext, resources and volumes, the init container's as well. What a profile sets that a pod
 cannot express is returned as notes: they go into the manifest as a comment (YAML) and
 an annotation (both formats), and to the command's stderr — never dropped silently.
 """
@@ -42,9 +46,17 @@ GRACE_MARGIN = 5
 the kill, the report and the termination message after the component is stopped."""
 CONFIGMAP_LIMIT = 1 << 20
 """Bytes of data a ConfigMap may hold."""
-WRAPPER = ("/usr/bin/tini", "--", "flow-runner", "job")
-"""The pod's command: tini (in the runner image) as PID 1 forwards the kubelet's SIGTERM
-to the wrapper and reaps orphans; the wrapper runs the component."""
+RUNNER_IMAGE = f"flow-runner:{__version__}"
+"""The runner image of this version: its init container brings the wrapper into the pod."""
+RUNNER_WRAPPER_DIR = "/opt/flow-runner/job"
+"""Where the runner image keeps the frozen wrapper and tini (images/job-wrapper/build.sh)."""
+WRAPPER_DIR = "/flow/wrapper"
+"""Where the component container finds them: the read-only ``emptyDir`` they were copied to."""
+WRAPPER = (f"{WRAPPER_DIR}/tini", "--", f"{WRAPPER_DIR}/flow-runner-job")
+"""The component container's command: tini as PID 1 forwards the kubelet's SIGTERM to the
+wrapper and reaps orphans; the wrapper (``flow-runner job``, frozen) runs the component."""
+WRAPPER_SIZE = "64Mi"
+"""The sizeLimit of the wrapper's ``emptyDir`` (the wrapper takes about 30 MiB)."""
 LABEL_KEY = "flow-runner.io/key"
 LABEL_JOB = "flow-runner.io/job"
 NOTES = "flow-runner.io/not-enforced"
@@ -140,6 +152,7 @@ class JobSpec:
     namespace: str | None = None
     backoff_limit: int = 2
     ttl: int = 86400
+    runner_image: str = RUNNER_IMAGE
 
     def key(self, value: JSONValue, settings: dict[str, Any]) -> str:
         """The invocation key of a run of this job with ``value`` and ``settings``."""
@@ -438,6 +451,7 @@ def _pod_template(
     profile = spec.profile
     volumes: list[Any] = [
         {"name": "job", "configMap": {"name": name}},
+        {"name": "wrapper", "emptyDir": {"medium": "Memory", "sizeLimit": WRAPPER_SIZE}},
         {
             "name": "scratch",
             "emptyDir": {"medium": "Memory", "sizeLimit": _quantity(profile.scratch_size)},
@@ -446,6 +460,7 @@ def _pod_template(
     ]
     mounts: list[Any] = [
         {"name": "job", "mountPath": JOB_DIR, "readOnly": True},
+        {"name": "wrapper", "mountPath": WRAPPER_DIR, "readOnly": True},
         {"name": "scratch", "mountPath": SCRATCH_DIR},
         {"name": "tmp", "mountPath": "/tmp"},
     ]
@@ -492,6 +507,7 @@ def _pod_template(
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": termination_grace(profile),
+        "initContainers": [wrapper_container(spec)],
         "containers": [container],
         "volumes": volumes,
     }
@@ -501,6 +517,22 @@ def _pod_template(
         pod["runtimeClassName"] = "gvisor"
     labels = {"app.kubernetes.io/managed-by": "flow-runner", LABEL_JOB: name, LABEL_KEY: key[:63]}
     return {"metadata": {"labels": labels}, "spec": pod}, not_enforced(profile)
+
+
+def wrapper_container(spec: JobSpec) -> dict[str, Any]:
+    """The init container that copies the wrapper into the pod, as locked down as the
+    component (its user, capabilities, read-only root, seccomp profile and limits: the
+    pod's requests stay the component's, an init container's limits count only as a
+    maximum)."""
+    return {
+        "name": "wrapper",
+        "image": spec.runner_image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["cp", "-R", f"{RUNNER_WRAPPER_DIR}/.", f"{WRAPPER_DIR}/"],
+        "resources": _resources_of(spec.profile),
+        "securityContext": security_context(spec.profile),
+        "volumeMounts": [{"name": "wrapper", "mountPath": WRAPPER_DIR}],
+    }
 
 
 def _ids(profile: SandboxProfile) -> tuple[int, int]:
@@ -574,6 +606,8 @@ def not_enforced(profile: SandboxProfile) -> list[str]:
         f"nofile = {profile.nofile}: Kubernetes has no ulimits; the runtime's default applies",
         f"disk_entries = {profile.disk_entries}: an emptyDir has no bound on its entries; "
         "only its sizeLimit applies (and memory-backed emptyDirs count against the memory limit)",
+        f"memory = {_quantity(profile.memory)}: the pod's limit also holds the wrapper copied "
+        "into its memory emptyDir (about 30 MiB) and the wrapper's own memory",
     ]
     if profile.attachment_quota is not None:
         notes.append(
