@@ -350,7 +350,8 @@ def test_pod_runs_and_reports(runner_image: str, tmp_path: Path) -> None:
     from kubeletkit import start_pod
 
     resources = _rendered(runner_image, "job", FAKE_IMAGE, "--input", '{"hi": 1}', "--results",
-                          "pvc:out", "--", "python3", "/fake/fake_component.py", "params")  # fmt: skip
+                          "pvc:out", "--", "python3", "/fake/fake_component.py",
+                          "params")  # fmt: skip
     claim = _claim(tmp_path)
     code, out, err = start_pod(resources, tmp_path, claims={"out": claim}).wait(60)
     assert code == 0, err
