@@ -11,12 +11,14 @@ bound on that overshoot that a component writing 1 GiB at full speed stays withi
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import pytest
 
 from execkit import FAKE_IMAGE, Exec, exec_run, profile_file
-from runner.sandbox.disk import DiskBound, measure
+from runner.sandbox.base import DiskBreach
+from runner.sandbox.disk import DiskBound, DiskWatch, measure
 from runner.sandbox.errors import DockerSandboxError
 
 MIB = 1 << 20
@@ -75,7 +77,7 @@ def test_measure_stops_at_its_entry_cap(tmp_path: Path) -> None:
 
 def test_a_bound_counts_only_what_the_run_added(tmp_path: Path) -> None:
     (tmp_path / "old").write_bytes(b"x" * (2 * MIB))
-    bound = DiskBound.at_launch("scratch", tmp_path, MIB, 10)
+    bound = DiskBound.at_launch("scratch", tmp_path, MIB, 10, "scratch_size")
     assert bound.check() is None  # 2 MiB were there before: not the run's
     (tmp_path / "new").write_bytes(b"x" * (MIB // 2))
     assert bound.check() is None
@@ -94,7 +96,7 @@ def test_a_tree_deeper_than_path_max_is_a_breach_not_a_dead_watch(tmp_path: Path
     """A component can nest directories past PATH_MAX (each mkdir relative to the last):
     the walk cannot reach below, and says so, instead of raising out of the watch thread
     (which then polled no more, and the bound was gone)."""
-    bound = DiskBound.at_launch("scratch", tmp_path, MIB, 10_000)
+    bound = DiskBound.at_launch("scratch", tmp_path, MIB, 10_000, "scratch_size")
     fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         for _ in range(25):  # 25 levels of 200-byte names: 5,025 bytes, past PATH_MAX (4,096)
@@ -112,7 +114,35 @@ def test_a_directory_already_over_the_entry_cap_is_refused_at_launch(tmp_path: P
     for index in range(20):
         (tmp_path / f"f{index}").touch()
     with pytest.raises(DockerSandboxError, match=r"already holds more than 10 entries"):
-        DiskBound.at_launch("scratch", tmp_path, MIB, 10)
+        DiskBound.at_launch("scratch", tmp_path, MIB, 10, "scratch_size")
+
+
+def test_the_watch_polls_sooner_while_a_directory_grows_fast(tmp_path: Path) -> None:
+    """Space allocated at about 800 MiB/s (fallocate: no data written) against a 256 MiB
+    bound polled every 0.2 s: a fixed interval saw it first ~64 MiB past the bound; the
+    watch, polling sooner as the room left shrinks, sees it within a few MiB."""
+    bound = DiskBound.at_launch("scratch", tmp_path, 256 * MIB, 10, "scratch_size")
+    seen: list[DiskBreach] = []
+    breached = threading.Event()
+
+    def on_breach(breach: DiskBreach) -> None:
+        seen.append(breach)
+        breached.set()
+
+    watch = DiskWatch((bound,), 0.2, on_breach)
+    fd = os.open(tmp_path / "big", os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        watch.start()
+        size = 0
+        while not breached.wait(0.01) and size < 1024 * MIB:
+            size += 8 * MIB
+            os.posix_fallocate(fd, 0, size)
+    finally:
+        os.close(fd)
+        watch.stop()
+    [breach] = seen
+    assert breach.reason == "bytes" and breach.knob == "scratch_size"
+    assert 256 * MIB < breach.added_bytes < 256 * MIB + 24 * MIB, breach.added_bytes / MIB
 
 
 # ----- against the engine ------------------------------------------------------------
@@ -131,6 +161,7 @@ def test_a_host_scratch_dir_is_held_to_the_scratch_size(tmp_path: Path) -> None:
     assert (disk["name"], disk["path"], disk["reason"]) == ("scratch", str(scratch), "bytes")
     assert disk["limitBytes"] == 64 * MIB < disk["addedBytes"] <= on_disk(scratch)
     assert on_disk(scratch) < 64 * MIB + OVERSHOOT  # not the 2 GiB it set out to write
+    assert "the sandbox profile's scratch_size" in error["message"]
     assert ran.seconds < 20
 
 
@@ -149,6 +180,7 @@ def test_a_read_write_attachment_is_held_to_its_quota(tmp_path: Path) -> None:
     assert (disk["name"], disk["path"], disk["limitBytes"]) == ("out", str(out), 32 * MIB)
     assert 32 * MIB < (out / "big").stat().st_blocks * 512 < 32 * MIB + OVERSHOOT
     assert "out" in error["message"] and str(32 * MIB) in error["message"]
+    assert "the sandbox profile's attachment_quota" in error["message"]
 
 
 @pytest.mark.docker

@@ -64,7 +64,7 @@ def test_default_profile_values() -> None:
     assert (p.scratch_size, p.cancel_grace, p.exit_grace) == (256 * MIB, 2.0, 2.0)
     assert p.seccomp == ROOT / "sandbox-profiles" / "seccomp-components.json"
     assert p.seccomp_json is not None and p.allowed_mounts == ()
-    assert (p.attachment_quota, p.disk_entries, p.disk_poll) == (None, 65536, 0.2)
+    assert (p.attachment_quota, p.disk_entries, p.disk_poll) == (1 << 30, 65536, 0.2)
 
 
 def test_strict_profile_is_default_on_gvisor_but_tighter() -> None:
@@ -98,6 +98,12 @@ def test_disk_keys_are_validated_with_the_file_named(tmp_path: Path) -> None:
 
 def load_profile_file_text(directory: Path, text: str) -> SandboxProfile:
     return load_profile(write_profile(directory, text))
+
+
+@pytest.mark.parametrize("name", ["default", "dev", "strict"])
+def test_every_shipped_profile_bounds_read_write_attachments(name: str) -> None:
+    quota = load_profile(name).attachment_quota
+    assert quota is not None and MIB <= quota <= 4 << 30
 
 
 def test_a_profile_is_frozen() -> None:

@@ -105,7 +105,7 @@ def test_show_says_how_each_disk_bound_is_enforced(tmp_path: Path) -> None:
     disk = json.loads(flow_runner("profiles", "show", "default").stdout)["enforcement"]["disk"]
     assert "enforced by the kernel" in disk["scratch"]
     assert "polling every 0.2 s" in disk["scratch"] and "overshoot" in disk["scratch"]
-    assert disk["read-write attachments"].startswith("not bounded")
+    assert disk["read-write attachments"].startswith(f"each may grow by {1 << 30} bytes")
     quota = tmp_path / "quota.toml"
     quota.write_text('attachment_quota = "1g"\ndisk_poll = 0.1\n')
     disk = json.loads(flow_runner("profiles", "show", str(quota)).stdout)["enforcement"]["disk"]

@@ -66,6 +66,9 @@ class DiskBreach:
     added_entries: int
     limit_entries: int
     unreadable: str = ""
+    knob: str = ""
+    """The sandbox profile's setting that bounds the bytes (``scratch_size``,
+    ``attachment_quota``), named in the message so a user knows what to raise."""
 
     def message(self) -> str:
         """One sentence for the run's error."""
@@ -76,9 +79,16 @@ class DiskBreach:
                 f"read {self.unreadable}"
             )
         if self.reason == "entries":
-            return f"{where} gained more than {self.limit_entries} files and directories, its bound"
+            return (
+                f"{where} gained more than {self.limit_entries} files and directories, its "
+                "bound (the sandbox profile's disk_entries: raise it, or write fewer files)"
+            )
+        setting = (
+            f" (the sandbox profile's {self.knob}: raise it, or write less)" if self.knob else ""
+        )
         return (
-            f"{where} grew by {self.added_bytes} bytes, past its bound of {self.limit_bytes} bytes"
+            f"{where} grew by {self.added_bytes} bytes, past its bound of "
+            f"{self.limit_bytes} bytes{setting}"
         )
 
     def details(self) -> dict[str, str | int]:

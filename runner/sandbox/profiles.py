@@ -57,9 +57,9 @@ _INSTALLED_DIR = Path(sys.prefix) / "share" / "flow-runner" / PROFILE_DIR_NAME
 
 SHIPPED: Final = frozenset(
     {
-        "063d75266617d587abb9074aae12959d6fe71308e9a798c5276b8f2c1e5207fa",  # default.toml
-        "5933025c3770228b477ee7c7deb65993daccee768918a9b7f4767999b11dbb8b",  # dev.toml
-        "43cecff5f41633219f24dd5b30da179af08d5ab1251ca8ca43e09a9cb514484c",  # strict.toml
+        "fcfaa995ebe07e829cc11332d2fb61079a7c7df05bc4b2ab1ed5e0620277e7ce",  # default.toml
+        "0287796768e86769d136e679805b30c828de780ad9cbbee35ada02bb7b1f2ba6",  # dev.toml
+        "35009407c199376e65e92b34764a0af26f408567e99761b3606612ad7be0ab36",  # strict.toml
     }
 )
 """SHA-256 of each profile file as this version ships it: those bytes were validated
@@ -340,8 +340,9 @@ def disk_summary(profile: SandboxProfile) -> dict[str, str]:
     """How each writable place is bounded under the profile, and by whom."""
     entries, poll = profile.disk_entries, profile.disk_poll
     polled = (
-        f"enforced by polling every {poll:g} s: the run is stopped once over, and what it "
-        "writes within one interval can overshoot the bound"
+        f"enforced by polling every {poll:g} s (sooner while it grows fast): the run is "
+        "stopped once over, and what it writes before the kill takes effect can overshoot "
+        "the bound"
     )
     summary = {
         "scratch": (
