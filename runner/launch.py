@@ -20,6 +20,8 @@ import gc
 import os
 import sys
 
+from runner.exits import EXIT_CANCELLED
+
 TYPE_CHECKING = False  # not typing's: the console script's path does without importing it
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -27,19 +29,30 @@ if TYPE_CHECKING:
 
 
 def main() -> NoReturn:
-    if sys.argv[1:3] == ["daemon", "serve"]:
-        from runner.warm.server import serve
+    """Hand the command to a warm runner, else run it here.
 
-        serve(sys.argv[3:], _load)
-    gc.disable()  # until the command's imports are done: runner.cli.app.collect_from_here
-    from runner.warm.client import hand_off
+    A Ctrl-C that comes before a command has its own handlers (its imports take ~0.2 s)
+    ends it with status 130 (the status of a Ctrl-C'd run) and no traceback. Nothing is
+    left: before the event loop no container exists, and in the loop before the run's
+    handlers, the loop cancels the run (its cleanup removes what it made) before the
+    interrupt reaches here.
+    """
+    try:
+        if sys.argv[1:3] == ["daemon", "serve"]:
+            from runner.warm.server import serve
 
-    status = hand_off()
-    if status is not None:
-        os._exit(status)
-    from runner.cli import main as run_here
+            serve(sys.argv[3:], _load)
+        gc.disable()  # until the command's imports are done: runner.cli.app.collect_from_here
+        from runner.warm.client import hand_off
 
-    run_here()
+        status = hand_off()
+        if status is not None:
+            os._exit(status)
+        from runner.cli import main as run_here
+
+        run_here()
+    except KeyboardInterrupt:
+        os._exit(EXIT_CANCELLED)
 
 
 def _load() -> Callable[[], object]:

@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sqlite3
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from execkit import CLI, LABEL_OWNER, flow_runner, owner, start
+from execkit import CLI, LABEL_OWNER, ROOT, flow_runner, owner, start
 
 HELLO = "flow-runner/examples-hello:latest"
 
@@ -142,3 +144,50 @@ def test_policy_verify_refuses_an_unwritable_output_before_probing(
     assert refused.returncode == 2, refused.stderr
     assert f"{option} {bad}: no directory {bad.parent}" in refused.stderr
     assert "Traceback" not in refused.stderr
+
+
+# --- Ctrl-C before the handlers exist ------------------------------------------------------
+
+SLOW = "flow-runner/examples-slow:latest"
+STAGES = ("/_typing.", "/_opcode.", "/_bz2.", "/_datetime.", "/_json.", "/_ssl.", "/_asyncio.")
+"""When to send the Ctrl-C: once the runner has mapped that extension module, from the
+first its own code imports, through the command line's, docker-py's and the TLS stack's
+imports, to the event loop's. (Before that, Python is still starting: a Ctrl-C in its
+``site`` import, ~10 ms, is the interpreter's to report.)"""
+
+
+def mapped(pid: int, marker: str) -> bool:
+    """Whether process ``pid`` has ``marker`` in its memory map (False once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/maps") as maps:
+            return marker in maps.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("stage", STAGES)
+def test_an_early_ctrl_c_ends_exec_with_130_quietly_leaving_nothing(
+    docker_client: Any, stage: str
+) -> None:
+    """Run as the console script runs it (``runner.launch``), with no warm runner."""
+    signalled = 0
+    for _ in range(4):
+        process = subprocess.Popen(
+            [sys.executable, "-m", "runner.launch", "exec", SLOW, "--input", '{"seconds": 30}'],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, "FLOW_RUNNER_WARM": "0"},
+        )  # fmt: skip
+        while process.poll() is None and not mapped(process.pid, stage):
+            pass  # the runner reaching the stage is the event waited for
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
+            signalled += 1
+        _, err = process.communicate(timeout=60)
+        assert "Traceback" not in err, err[-3000:]
+        assert process.returncode in (130, -signal.SIGINT), (process.returncode, err[-2000:])
+        left = docker_client.containers.list(
+            all=True, sparse=True, filters={"label": f"{LABEL_OWNER}={owner(process.pid)}"}
+        )
+        assert left == [], f"containers left by runner {process.pid}: {left}"
+    assert signalled == 4

@@ -77,7 +77,7 @@ ALLOWED: Mapping[str, frozenset[str]] = {
     "runner.cli": _FLOWS
     | {"runner.batch", "runner.policy", "runner.k8s", "runner.doctor", "runner.warm"},
     "runner.warm": frozenset({"runner", "runner.exits"}),
-    "runner.launch": frozenset({"runner", "runner.warm", "runner.cli"}),
+    "runner.launch": frozenset({"runner", "runner.warm", "runner.cli", "runner.exits"}),
 }
 """The layer map as data: a part may import only itself and the parts its row names."""
 

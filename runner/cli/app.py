@@ -29,7 +29,7 @@ import typer.main
 import typer.models
 
 from runner import __version__
-from runner.exits import EXIT_USAGE
+from runner.exits import EXIT_CANCELLED, EXIT_USAGE
 
 if TYPE_CHECKING:
     import click
@@ -172,6 +172,8 @@ def main() -> NoReturn:
         code: object = 0
     except SystemExit as exit_:
         code = exit_.code
+    except KeyboardInterrupt:  # before (or after) the run's own handlers: see runner.launch
+        code = EXIT_CANCELLED
     if isinstance(code, str):
         print(code, file=sys.stderr)
     sys.stdout.flush()
