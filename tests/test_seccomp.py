@@ -3,9 +3,10 @@
 tests/components/syscalls.py runs in the fake-component image under each profile and
 reports what the kernel answered to calls no component needs, and whether ordinary
 Python work (threads, fork, subprocess, multiprocessing, asyncio) still runs. Every shipped
-profile names the filter; a profile without a ``seccomp`` key gets the engine's built-in
-filter, which lets io_uring through: the contrast shows that the refusals come from our
-filter, not from the dropped capabilities.
+profile names the filter (strict its gVisor variant, which lets gVisor answer clone3); a
+profile without a ``seccomp`` key gets the engine's built-in filter, which lets io_uring
+through: the contrast shows that the refusals come from our filter, not from the dropped
+capabilities.
 """
 
 from __future__ import annotations
@@ -77,10 +78,42 @@ async def test_without_our_filter_the_engines_lets_io_uring_through(
     assert report["work"] == WORK
 
 
+@pytest.mark.docker
+@pytest.mark.anyio
+@pytest.mark.usefixtures("no_leaks")
+async def test_under_gvisor_the_strict_filter_is_applied_and_threads_still_start(
+    docker_client: Any,
+) -> None:
+    report = await probe(docker_client, "strict")  # runsc registered with --oci-seccomp
+    calls = report["calls"]
+    assert calls["io_uring_setup"] == "EPERM", calls  # runsc answers EPERM for any errnoRet
+    assert calls["clone3"] == "ENOSYS"  # gVisor's own answer: glibc falls back to clone
+    assert all(result in REFUSED for result in calls.values()), calls
+    assert report["work"] == WORK
+
+
+def test_the_gvisor_filter_is_the_shipped_one_with_clone3_allowed() -> None:
+    def rules(name: str) -> dict[str, str]:
+        document = json.loads((ROOT / "sandbox-profiles" / name).read_text())
+        found = {}
+        for rule in document["syscalls"]:
+            for call in rule["names"]:
+                found[call] = json.dumps({k: v for k, v in rule.items() if k != "names"
+                                          and k != "comment"}, sort_keys=True)  # fmt: skip
+        return found
+
+    shipped, gvisor = rules("seccomp-components.json"), rules("seccomp-components-gvisor.json")
+    assert set(shipped) == set(gvisor)
+    assert {call for call in shipped if shipped[call] != gvisor[call]} == {"clone3"}
+    assert json.loads(gvisor["clone3"])["action"] == "SCMP_ACT_ALLOW"
+
+
 def test_default_and_strict_name_the_shipped_filter_and_show_summarises_it() -> None:
-    for name in ("default", "strict", "dev"):
+    filters = {"default": "seccomp-components.json", "dev": "seccomp-components.json",
+               "strict": "seccomp-components-gvisor.json"}  # fmt: skip
+    for name, filename in filters.items():
         profile = load_profile(name)
-        assert profile.seccomp is not None and profile.seccomp.name == "seccomp-components.json"
+        assert profile.seccomp is not None and profile.seccomp.name == filename
         assert profile.seccomp_json is not None
     shown = json.loads(flow_runner("profiles", "show", "default").stdout)
     seccomp = shown["enforcement"]["seccomp"]

@@ -46,7 +46,7 @@ SYSCALLS = (
     "mount", "umount2", "pivot_root", "chroot", "unshare.user", "unshare.mount",
     "unshare.net", "setns", "keyctl", "add_key", "bpf", "perf_event_open", "ptrace",
     "process_vm_readv", "kexec_load", "init_module", "finit_module", "reboot", "swapon",
-    "open_by_handle_at", "userfaultfd", "io_uring_setup", "personality",
+    "open_by_handle_at", "userfaultfd", "io_uring_setup", "personality", "clone3",
 )  # fmt: skip
 REFUSED = ("EPERM", "ENOSYS", "EACCES")
 ALLOWED_DEVICES = frozenset(
