@@ -604,3 +604,20 @@ def test_a_sweep_for_runs_removes_only_this_processs_containers_of_those_runs(
 def test_sweep_removes_a_dead_owners_container(docker_client: Any, leftover: str) -> None:
     assert leftover in sweep(docker_client)
     assert labelled(docker_client, "gc-test") == []
+
+
+@docker_test
+@pytest.mark.anyio
+async def test_a_loss_in_cleanup_never_replaces_the_cancellation_on_its_way_out(
+    probe: Any, docker_client: Any
+) -> None:
+    """The container is removed from under a run (its kill in cleanup then finds it gone:
+    a loss), and the run's scope is cancelled: the scope still receives its cancellation,
+    so the cancelling caller, not a SandboxLost raised in its place, decides what follows."""
+    with anyio.CancelScope() as scope:
+        async with probe("sleep").launch(LaunchRequest()) as component:
+            container_id = str(component.facts.details["container_id"])
+            docker_client.api.remove_container(container_id, force=True)
+            scope.cancel()
+            await anyio.sleep_forever()
+    assert scope.cancelled_caught

@@ -10,6 +10,8 @@ could not remove, and ``flow-runner gc`` removes it.
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,8 @@ import pytest
 
 from enginekit import SecondEngine, second_engine
 from execkit import exec_run, finish, flow_runner, of_run, start, wait_running
+from runner.sandbox.docker.engine import KILL_ANSWER, PING_ANSWER
+from runner.sandbox.docker.sandbox import CLEANUP_BUDGET
 
 __all__ = ["second_engine"]  # the fixture, imported to be found by pytest
 
@@ -69,3 +73,36 @@ def test_an_engine_lost_mid_run_is_an_infrastructure_failure_swept_after_restart
     assert swept.returncode == 0, swept.stderr
     assert container.id in swept.stdout
     assert client.containers.list(all=True, filters={"label": of_run(written["run_id"])}) == []
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_a_hung_engine_holds_a_run_no_longer_than_the_kill_and_cleanup_budgets(
+    docker_client: Any, second_engine: SecondEngine, tmp_path: Path
+) -> None:
+    """dockerd stopped (SIGSTOP), not gone: every call hangs. The run ends within its
+    deadline, the cancel grace, one kill's answer and ping, and the cleanup budget; before,
+    each of three calls waited the client's 60 s."""
+    second_engine.load(docker_client, SLOW)
+    client = second_engine.client()
+    report = tmp_path / "report.json"
+    deadline = 3.0
+    started = time.monotonic()
+    runner = start(SLOW, "--input", '{"seconds": 120}', "--deadline", f"{deadline:g}s",
+                   report=report, env=second_engine.env)  # fmt: skip
+    wait_running(client, runner)
+    assert second_engine.process is not None
+    dockerd = second_engine.process.pid
+    os.kill(dockerd, signal.SIGSTOP)
+    try:
+        ran = finish(runner, report, started, timeout=120)
+    finally:
+        os.kill(dockerd, signal.SIGCONT)
+    bound = deadline + 2 + KILL_ANSWER + PING_ANSWER + CLEANUP_BUDGET + 5
+    assert ran.seconds < bound, (ran.seconds, ran.stderr[-2000:])
+    assert "Traceback" not in ran.stderr
+    assert ran.returncode == 5, ran.stderr[-2000:]
+    assert ran.error_code == "CHANNEL_LOST"
+    assert ran.printed["error"]["details"]["lost"] == "engine"
+    swept = flow_runner("gc", env=second_engine.env)
+    assert swept.returncode == 0, swept.stderr

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Mapping
@@ -194,8 +195,11 @@ class DockerSandbox:
                 with anyio.CancelScope(shield=True):
                     cleanup = _cleanup(engine, lease, connection, container)
                     await _timed(facts, "cleanup", cleanup)
-                if lease.lost is not None:
-                    raise lease.lost  # the run's failure, in place of what it caused in the host
+                # The run's failure, in place of what it caused in the host; never in
+                # place of a cancellation (or an interrupt) on its way out, which the
+                # scope that cancelled must still receive.
+                if lease.lost is not None and isinstance(sys.exc_info()[1], Exception | None):
+                    raise lease.lost
 
     def _hold(self, request: LaunchRequest, stack: contextlib.ExitStack) -> dict[str, HeldPath]:
         """Judge and hold every bind source: mount target -> held path (closed by ``stack``)."""
