@@ -59,7 +59,7 @@ SHIPPED: Final = frozenset(
     {
         "fcfaa995ebe07e829cc11332d2fb61079a7c7df05bc4b2ab1ed5e0620277e7ce",  # default.toml
         "0287796768e86769d136e679805b30c828de780ad9cbbee35ada02bb7b1f2ba6",  # dev.toml
-        "35009407c199376e65e92b34764a0af26f408567e99761b3606612ad7be0ab36",  # strict.toml
+        "9f53c87df81cc895fa4609a46fec609f1492097334c011c930dc61413adc599b",  # strict.toml
     }
 )
 """SHA-256 of each profile file as this version ships it: those bytes were validated
