@@ -1,7 +1,8 @@
 """The Docker backend against a real engine: stdio, limits, cleanup and refusals.
 
-Each test launches at most one container from ``flow-runner/probe`` (images/probe) through
-``DockerSandbox.launch`` and looks at raw bytes, exit codes and ``facts``. Without an
+Each test launches containers of ``flow-runner/probe`` (images/probe), or of the base image
+with a ``python3 -c`` program, through ``DockerSandbox.launch`` and looks at raw bytes, exit
+codes and ``facts``. Without an
 engine these tests fail (the ``docker_client`` fixture says how to start one). No container
 may outlive a test: the ``no_leaks`` fixture, or the engine's events for the run, say so.
 """
@@ -15,6 +16,7 @@ import os
 import socket
 import struct
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -51,6 +53,7 @@ from runner.sandbox.labels import (
 from runner.sandbox.profiles import SandboxProfile, load_profile
 
 PROBE = "flow-runner/probe:latest"
+BASE = "flow-runner/base:bookworm"
 MIB = 1 << 20
 docker_test = pytest.mark.docker
 
@@ -343,9 +346,83 @@ async def test_a_memory_hog_ends_oom_killed(probe: Any) -> None:
         _, err = await communicate(component)
         assert await component.wait() == 137
     assert component.facts.oom_killed
+    assert str(component.facts.details["oom_source"]).startswith("cgroup")  # not the engine
     assert not component.facts.killed_by_host
     assert b"256 MiB" in err  # it did grow
     assert b"512 MiB" not in err  # but never past the limit
+
+
+HOG_AFTER_EOF = "import sys; sys.stdin.read(); b = []\nwhile True: b.append(bytearray(16 << 20))"
+"""Grows until the memory limit kills it, once its stdin ends: after the launch has begun
+watching its cgroup (a hog that starts at once may be gone before, on a loaded machine)."""
+
+
+@pytest.fixture
+def engine_without_oom_flag(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An engine whose OOM event comes after the run is judged (or never): its inspect
+    always says ``OOMKilled: false``."""
+    inspect = docker_backend.Engine.inspect
+
+    async def late(self: Any, lease: Any) -> dict[str, Any]:
+        info = await inspect(self, lease)
+        return {**info, "State": {**info["State"], "OOMKilled": False}}
+
+    monkeypatch.setattr(docker_backend.Engine, "inspect", late)
+
+
+@docker_test
+@pytest.mark.anyio
+async def test_an_oom_is_read_from_the_cgroup_not_from_the_engines_flag(
+    probe: Any, docker_client: Any, default: SandboxProfile, engine_without_oom_flag: None
+) -> None:
+    small = dataclasses.replace(default, memory=64 * MIB)
+    hog = DockerSandbox(BASE, small, ["python3", "-c", HOG_AFTER_EOF], client=docker_client)
+    async with hog.launch(LaunchRequest()) as component:
+        await communicate(component)
+        assert await component.wait() == 137
+    assert component.facts.oom_killed
+    assert str(component.facts.details["oom_source"]).startswith("cgroup")
+    # A SIGKILL from outside, with no OOM: the cgroup's removal is not taken for one.
+    async with probe("sleep").launch(LaunchRequest()) as component:
+        assert await component.stdout.receive() == b"sleeping\n"
+        container_id = str(component.facts.details["container_id"])
+        await anyio.to_thread.run_sync(docker_client.api.kill, container_id)
+        assert await component.wait() == 137
+    assert not component.facts.oom_killed
+    assert not component.facts.killed_by_host
+
+
+@pytest.fixture
+def cpu_load() -> Iterator[None]:
+    """Three processes spinning on two cores for as long as the test runs."""
+    hogs = [subprocess.Popen([sys.executable, "-c", "while 1: pass"]) for _ in range(3)]
+    try:
+        yield
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+
+
+@docker_test
+@pytest.mark.anyio
+async def test_twenty_memory_hogs_under_cpu_load_are_each_reported_oom_by_the_cgroup(
+    docker_client: Any,
+    no_leaks: None,
+    default: SandboxProfile,
+    cpu_load: None,
+    request: pytest.FixtureRequest,
+) -> None:
+    small = dataclasses.replace(default, memory=64 * MIB)
+    hog = DockerSandbox(BASE, small, ["python3", "-c", HOG_AFTER_EOF], client=docker_client)
+    for index in range(20):
+        rid = f"{run_id(request)}-{index}"
+        async with hog.launch(LaunchRequest(run_id=rid)) as component:
+            await communicate(component)
+            assert await component.wait() == 137
+        assert component.facts.oom_killed, index
+        assert str(component.facts.details["oom_source"]).startswith("cgroup"), index
+        assert labelled(docker_client, rid) == []
 
 
 @docker_test

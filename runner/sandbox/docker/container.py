@@ -3,7 +3,9 @@
 Exit is seen as the end of the attach stream and confirmed by inspecting the container
 (one engine call once the stream ends, where a ``wait`` would be a second). Every engine
 call goes through the container's :class:`Lease`, so a removed container or a lost engine
-is a :class:`SandboxLost`, never a transport's error.
+is a :class:`SandboxLost`, never a transport's error. Whether it ran out of memory is read
+from its memory cgroup where this process can see it (:mod:`runner.sandbox.docker.oom`),
+else from the engine; ``facts.details["oom_source"]`` says which.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from anyio.abc import ByteReceiveStream, ByteSendStream
 from runner.sandbox.base import Attachment, SandboxFacts
 from runner.sandbox.docker.attach import AttachConnection
 from runner.sandbox.docker.engine import CallStalled, Engine, Lease
+from runner.sandbox.docker.oom import watch_oom
 
 SCRATCH_PATH = "/flow/scratch"
 ATTACHMENTS_DIR = "/flow/attachments"
@@ -48,6 +51,7 @@ class Container:
         }
         self.scratch_path = SCRATCH_PATH
         self.facts = facts
+        self._oom = watch_oom(lease.container_id)
 
     async def wait(self) -> int:
         """Read the attach stream to its end (keeping unread output, within its bounds:
@@ -56,8 +60,12 @@ class Container:
             return self.facts.exit_code
         await self._connection.drain()
         state = await self._stopped_state()
-        if state["ExitCode"] == 137 and not state["OOMKilled"] and not self.facts.killed_by_host:
-            state = await self._late_oom(state)
+        if state["ExitCode"] == 137 and not self.facts.killed_by_host:
+            # A SIGKILL nobody here sent: the OOM killer's, or another's. Ask the cgroup.
+            if self._oom is not None:
+                await anyio.to_thread.run_sync(self._oom.settle)
+            if not state["OOMKilled"] and (self._oom is None or self._oom.verdict is None):
+                state = await self._late_oom(state)
         return self._record(state)
 
     async def kill(self) -> None:
@@ -109,12 +117,12 @@ class Container:
             delay = min(delay * 2, 0.25)
 
     async def _late_oom(self, state: dict[str, Any]) -> dict[str, Any]:
-        """Re-read a SIGKILL nobody here sent: the engine may report the exit before the
-        OOM event of the same container, and an OOM must not be reported as a plain kill.
+        """Re-read a SIGKILL nobody here sent when the cgroup cannot tell: the engine may
+        report the exit before the OOM event of the same container (or never: see
+        :mod:`runner.sandbox.docker.oom`), and an OOM must not be reported as a plain kill.
 
-        With the exit read at once (one direct inspect when the attach stream ends), six
-        runs at once on two cores saw the event come later than 0.25 s; the re-reads back
-        off up to ~3 s in all, which only a SIGKILL from outside (no OOM) pays in full.
+        The re-reads back off up to ~3 s in all, which only a SIGKILL from outside (no
+        OOM) pays in full; a late event beyond that is missed.
         """
         delay = 0.05
         while delay < 2:
@@ -126,8 +134,16 @@ class Container:
         return state
 
     def _record(self, state: dict[str, Any]) -> int:
-        """Note the stopped container's state in the facts; return its exit code."""
+        """Note the stopped container's state in the facts; return its exit code.
+
+        The cgroup's verdict, where it has one, stands over the engine's flag."""
         exit_code = self.facts.exit_code = int(state["ExitCode"])
-        self.facts.oom_killed = bool(state["OOMKilled"])
+        verdict = None if self._oom is None else self._oom.verdict
+        if self._oom is None or verdict is None:
+            self.facts.oom_killed = bool(state["OOMKilled"])
+            self.facts.details["oom_source"] = "engine"
+        else:
+            self.facts.oom_killed = verdict
+            self.facts.details["oom_source"] = self._oom.source
         self.facts.timings["run"] = time.perf_counter() - self._started
         return exit_code
