@@ -152,6 +152,8 @@ async def verify(
             run = await _probe(profile, (), {"stress": test}, image, _STRESS_DEADLINE)
             observations[f"stress.{test}"] = _stress_observation(test, run)
             oom_killed = oom_killed or (test == "memory" and run.oom_killed)
+        if stress:
+            timings["stress"] = time.perf_counter() - probed
         engine = main.facts.details.get("engine")
         ctx = Context(
             profile,
@@ -161,7 +163,7 @@ async def verify(
             oom_killed=oom_killed,
         )
         rows = judge(ctx, stress)
-    timings["verdict"] = time.perf_counter() - probed
+    timings["verdict"] = time.perf_counter() - probed - timings.get("stress", 0.0)
     timings["total"] = time.perf_counter() - started
     return Verification(profile, rows, timings)
 
