@@ -28,7 +28,7 @@ import pytest
 
 from execkit import fake, of_runner, profile_file
 from runner.warm import envwatch, rundir, server, wire
-from runner.warm.client import connect
+from runner.warm.client import ANSWER, connect
 from runner.warm.key import installation_key
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -746,3 +746,39 @@ def test_the_client_ends_by_the_signal_that_ended_the_run(signum: int) -> None:
     code = f"from runner.warm.client import _die_by; _die_by({int(signum)})"
     ended = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True)
     assert ended.returncode == -signum, ended.stderr
+
+
+# ----- a server that does not answer is not waited for ---------------------------------
+
+
+def test_a_stopped_server_is_not_waited_for(install: Install) -> None:
+    found = start_server(install, "--idle", "10m")
+    os.kill(found.pid, signal.SIGSTOP)  # Ctrl-Z on a server in the foreground
+    try:
+        ran = install.run("--version")
+    finally:
+        os.kill(found.pid, signal.SIGCONT)
+        stop(found)
+    assert (ran.returncode, ran.where) == (0, "cold"), ran.stderr
+
+
+def test_a_server_that_never_answers_is_given_up_on(install: Install, tmp_path: Path) -> None:
+    """The command's descriptors went with its request and stay queued at the silent
+    socket until it closes, so the output goes to files here, not to pipes whose end
+    would wait for that."""
+    found = start_server(install, "--idle", "10m")
+    path = found.socket
+    stop(found)
+    path.unlink(missing_ok=True)
+    out, err = tmp_path / "out", tmp_path / "err"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as silent:
+        silent.bind(str(path))  # accepts (the kernel queues), reads nothing, says nothing
+        silent.listen()
+        started = time.monotonic()
+        with out.open("wb") as stdout, err.open("wb") as stderr:
+            process = install.start("--version", stdout=stdout, stderr=stderr)
+            process.wait(timeout=ANSWER + 30)
+        seconds = time.monotonic() - started
+    assert (process.returncode, install.where(process)) == (0, "cold"), err.read_bytes()
+    assert out.read_bytes().startswith(b"flow-runner ")
+    assert ANSWER <= seconds < ANSWER + 10

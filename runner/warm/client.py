@@ -39,6 +39,11 @@ has ended and written everything it wrote). ``exec``'s status for an infrastruct
 failure: retrying may succeed."""
 DISABLE = "FLOW_RUNNER_WARM"
 """``FLOW_RUNNER_WARM=0`` runs every command in its own process."""
+ANSWER = 10.0
+"""Seconds the server has to answer a request (for a run: that it started). A server
+stopped after the connection, or one that hangs, is then given up on: the command runs
+in its own process (nothing was started) instead of waiting for ever. Should the server
+start the run later all the same, its handler finds the client gone and cancels it."""
 
 
 def hand_off() -> int | None:
@@ -82,8 +87,12 @@ def connect(environ: Mapping[str, str]) -> tuple[socket.socket, str] | None:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     try:
         sock.connect(path)
-        if peer.credentials(sock)[1] != os.getuid():
+        pid, uid, _ = peer.credentials(sock)
+        if uid != os.getuid():
             raise PermissionError("the warm runner's socket is another user's")
+        if peer.stopped(pid):  # the kernel still queues connections for a stopped server
+            raise ConnectionRefusedError("the warm runner is stopped")
+        sock.settimeout(ANSWER)
     except OSError:
         sock.close()
         return None
@@ -129,6 +138,7 @@ def _run(sock: socket.socket, key: str, caller: types.FrameType) -> int | None:
         for fd in pidfds:
             os.close(fd)
         return None  # refused: nothing ran
+    sock.settimeout(None)  # the run takes as long as it takes
     return _wait(sock, pidfds[0])
 
 

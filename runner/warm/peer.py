@@ -33,3 +33,14 @@ def groups(sock: socket.socket) -> frozenset[int]:
 
 def own_groups() -> frozenset[int]:
     return frozenset({os.getegid(), *os.getgroups()})
+
+
+def stopped(pid: int) -> bool:
+    """Whether process ``pid`` is stopped (Ctrl-Z, SIGSTOP, a tracer): it answers nothing
+    until continued. A pid that cannot be read is not known to be stopped."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat_file:
+            state = stat_file.read().rpartition(b")")[2].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state in (b"T", b"t")
