@@ -88,6 +88,7 @@ build_runner() {
   rm -f "$log"
 }
 $RECIPES_ONLY || build_base
+$RECIPES_ONLY || images/busybox.sh # .build/busybox-static: examples/shell-hello's one program
 if [ "${1:-}" = runner ]; then # `make image`: the base and the runner image only
   build_runner
   exit 0

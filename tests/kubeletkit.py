@@ -16,6 +16,7 @@ kubelet's: SIGTERM, then SIGKILL after ``terminationGracePeriodSeconds``.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
@@ -42,8 +43,10 @@ def build_runner_image() -> str:
     assert frozen.returncode == 0, frozen.stderr.decode(errors="replace")[-4000:]
     with tempfile.TemporaryDirectory() as context:
         ctx = Path(context)
-        subprocess.run(["cp", "-R", str(ROOT / ".build" / "job-wrapper"), str(ctx / "job")],
-                       check=True)  # fmt: skip
+        with (ROOT / ".build" / "job-wrapper.lock").open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # not while another checkout test freezes it
+            subprocess.run(["cp", "-R", str(ROOT / ".build" / "job-wrapper"), str(ctx / "job")],
+                           check=True)  # fmt: skip
         (ctx / "Dockerfile").write_text(
             "FROM flow-runner:latest\n"
             "RUN rm -rf /opt/flow-runner/job\n"

@@ -316,10 +316,13 @@ def test_profile_notes_cover_what_a_pod_cannot_set() -> None:
 FAKE_IMAGE = "flow-runner/fake-component:latest"
 """Python and the fake component only: no flow-runner, no tini."""
 HELLO = "flow-runner/examples-hello:latest"
+SHELL_HELLO = "flow-runner/examples-shell-hello:latest"
+"""A static busybox and a shell script: no Python, no libc (examples/shell-hello)."""
 
 
 @pytest.fixture(scope="module")
-def runner_image() -> str:
+def runner_image(docker_client: Any) -> str:
+    """The runner image of this checkout; the component images are built by then."""
     from kubeletkit import build_runner_image
 
     return build_runner_image()
@@ -483,3 +486,39 @@ def test_indexed_rows_and_batch_import(runner_image: str, tmp_path: Path) -> Non
     foreign.write_text("hello\n")
     refused = cli("batch", "import", "--results", str(store), str(foreign))
     assert refused.returncode == 2 and b"no flow-runner job header" in refused.stderr
+
+
+@pytest.mark.docker
+def test_indexed_rows_of_an_image_without_python_or_libc(runner_image: str, tmp_path: Path) -> None:
+    """examples/shell-hello as an Indexed Job: the wrapper brings its own glibc, so an
+    image with no libc at all runs; the rows' pod logs go into a store by batch import."""
+    manifest = tmp_path / "greetings.jsonl"
+    manifest.write_text('{"id": "ada", "input": {"name": "Ada"}}\n{"id": "nobody", "input": {}}\n')
+    resources = _rendered(runner_image, "batch", str(manifest), "--image", SHELL_HELLO)
+    (container,) = resources[1]["spec"]["template"]["spec"]["containers"]
+    assert container["args"][-3:] == ["--", "/bin/sh", "/flow/package/flow.sh"]
+    logs, classes = [], []
+    for index in (0, 1):
+        workdir = tmp_path / f"pod-{index}"
+        workdir.mkdir()
+        code, out, err = _pod(resources, workdir, index=index).wait(60)
+        assert code == (0, 3)[index], err
+        assert b"shell-hello: answering the flow/run request" in err
+        assert sealed(out, err)["output"]["greeting"].startswith("Hello, ")
+        classes.append(termination_message(workdir / "termination-log")["class"])
+        log = tmp_path / f"pod-{index}.log"
+        log.write_bytes(err + out)
+        logs.append(log)
+    assert classes == ["done", "outcome"]
+    store = tmp_path / "results.sqlite"
+    imported = cli("batch", "import", "--results", str(store), *map(str, logs))
+    assert imported.returncode == 0, imported.stderr
+    rows = (
+        sqlite3.connect(store)
+        .execute("SELECT id, status, outcome, output FROM runs ORDER BY line")
+        .fetchall()
+    )
+    assert rows == [
+        ("ada", "succeeded", "done", '{"greeting":"Hello, Ada!"}'),
+        ("nobody", "succeeded", "anonymous", '{"greeting":"Hello, whoever you are!"}'),
+    ]
