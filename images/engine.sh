@@ -4,7 +4,8 @@
 # `start` is idempotent; `stop` stops only the dockerd this script started, by its pid.
 # `runsc` registers gVisor (Debian's runsc package) as the runtime `runsc` with the flags
 # the `strict` sandbox profile needs; it is idempotent, a no-op once the engine lists runsc
-# with those flags, and updates a registration that lacks one.
+# with those flags, and updates a registration that lacks one. `runsc-config FILE` only
+# writes that registration into a daemon.json FILE (no engine is touched).
 set -euo pipefail
 
 PIDFILE=/run/flow-runner-dockerd.pid
@@ -35,20 +36,44 @@ start() {
   exit 1
 }
 
-# The flags the `strict` profile needs from runsc. --oci-seccomp: without it runsc ignores
-# the container's seccomp profile (the component would run with no filter at all).
-# ptrace is the platform that works here; --network=none: containers have no network
-# anyway, and runsc cannot set up network namespaces on this kind of host ("cannot run with
-# network enabled in root namespace").
-RUNSC_ARGS='["--platform=ptrace", "--network=none", "--oci-seccomp"]'
+# The flag the `strict` profile needs from runsc: without --oci-seccomp runsc ignores the
+# container's seccomp profile (the component runs with no filter at all).
+RUNSC_NEEDS='["--oci-seccomp"]'
+# Added where a registration names no platform or network of its own: ptrace is the
+# platform that works here; --network=none: containers have no network anyway, and runsc
+# cannot set up network namespaces on this kind of host ("cannot run with network enabled
+# in root namespace").
+RUNSC_DEFAULTS='["--platform=ptrace", "--network=none"]'
 
-# True when the engine offers runsc with every flag in RUNSC_ARGS.
+# True when the engine offers runsc with every flag in RUNSC_NEEDS.
 engine_has_runsc() {
   docker info --format '{{json .Runtimes}}' 2>/dev/null | python3 -c '
 import json, sys
 runsc = json.load(sys.stdin).get("runsc") or {}
 sys.exit(0 if set(json.loads(sys.argv[1])) <= set(runsc.get("runtimeArgs") or []) else 1)
-' "$RUNSC_ARGS"
+' "$RUNSC_NEEDS"
+}
+
+# Merge the runsc registration into the daemon.json FILE, keeping whatever else it holds:
+# an existing runsc entry keeps its flags (its platform too) and gains what it lacks.
+write_runsc_config() { # FILE RUNSC-BINARY
+  mkdir -p "$(dirname "$1")"
+  python3 - "$1" "$2" "$RUNSC_NEEDS" "$RUNSC_DEFAULTS" <<'PY'
+import json, os, sys
+path, binary = sys.argv[1], sys.argv[2]
+needs, defaults = json.loads(sys.argv[3]), json.loads(sys.argv[4])
+config = json.load(open(path)) if os.path.exists(path) else {}
+old = config.setdefault("runtimes", {}).get("runsc") or {}
+args = list(old.get("runtimeArgs") or [])
+named = {arg.split("=")[0] for arg in args}
+args += [arg for arg in needs if arg not in args]
+args += [arg for arg in defaults if arg.split("=")[0] not in named]
+config["runtimes"]["runsc"] = {**old, "path": old.get("path", binary), "runtimeArgs": args}
+with open(path + ".tmp", "w") as f:
+    json.dump(config, f, indent=2)
+    f.write("\n")
+os.replace(path + ".tmp", path)
+PY
 }
 
 register_runsc() {
@@ -60,23 +85,8 @@ register_runsc() {
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends runsc >/dev/null
   fi
-  echo "engine: registering runsc in $DAEMON_JSON with $RUNSC_ARGS"
-  mkdir -p "$(dirname "$DAEMON_JSON")"
-  # Merge, keeping whatever else the file holds; an older runsc entry lacking a flag is
-  # replaced, any other flag it had is kept.
-  python3 - "$DAEMON_JSON" "$(type -P runsc)" "$RUNSC_ARGS" <<'PY'
-import json, os, sys
-path, binary, wanted = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-config = json.load(open(path)) if os.path.exists(path) else {}
-old = config.setdefault("runtimes", {}).get("runsc") or {}
-kept = [arg for arg in old.get("runtimeArgs") or [] if arg.split("=")[0]
-        not in {w.split("=")[0] for w in wanted}]
-config["runtimes"]["runsc"] = {**old, "path": binary, "runtimeArgs": wanted + kept}
-with open(path + ".tmp", "w") as f:
-    json.dump(config, f, indent=2)
-    f.write("\n")
-os.replace(path + ".tmp", path)
-PY
+  echo "engine: registering runsc in $DAEMON_JSON with $RUNSC_NEEDS"
+  write_runsc_config "$DAEMON_JSON" "$(type -P runsc)"
   # dockerd reloads its runtimes on SIGHUP (running containers are not touched); only the
   # dockerd this script started is signalled.
   if [ -f "$PIDFILE" ] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; then
@@ -85,7 +95,7 @@ PY
       engine_has_runsc && return 0
       sleep 0.2
     done
-    echo "engine: dockerd did not pick up runsc with $RUNSC_ARGS; see $LOG" >&2
+    echo "engine: dockerd did not pick up runsc with $RUNSC_NEEDS; see $LOG" >&2
     exit 1
   fi
   echo "engine: this dockerd was not started by $0; reload it (SIGHUP or" \
@@ -104,5 +114,6 @@ case "${1:-start}" in
   start) start ;;
   stop) stop ;;
   runsc) register_runsc ;;
-  *) echo "usage: $0 start|stop|runsc" >&2; exit 2 ;;
+  runsc-config) write_runsc_config "${2:?usage: $0 runsc-config FILE}" "$(type -P runsc || echo /usr/bin/runsc)" ;;
+  *) echo "usage: $0 start|stop|runsc|runsc-config FILE" >&2; exit 2 ;;
 esac

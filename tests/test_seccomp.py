@@ -12,6 +12,7 @@ capabilities.
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -144,3 +145,18 @@ def test_show_says_how_each_disk_bound_is_enforced(tmp_path: Path) -> None:
     disk = json.loads(flow_runner("profiles", "show", str(quota)).stdout)["enforcement"]["disk"]
     assert f"may grow by {1 << 30} bytes" in disk["read-write attachments"]
     assert "polling every 0.1 s" in disk["read-write attachments"]
+
+
+def test_engine_sh_gives_an_old_runsc_registration_the_seccomp_flag(tmp_path: Path) -> None:
+    daemon = tmp_path / "daemon.json"
+    old = {"path": "/usr/bin/runsc", "runtimeArgs": ["--platform=kvm", "--network=none"]}
+    daemon.write_text(json.dumps({"log-level": "warn", "runtimes": {"runsc": old}}))
+    for _ in range(2):  # the second run changes nothing
+        subprocess.run([ROOT / "images" / "engine.sh", "runsc-config", daemon], check=True,
+                       timeout=60)  # fmt: skip
+        config = json.loads(daemon.read_text())
+        assert config["log-level"] == "warn"
+        assert config["runtimes"]["runsc"] == {
+            "path": "/usr/bin/runsc",
+            "runtimeArgs": ["--platform=kvm", "--network=none", "--oci-seccomp"],
+        }
