@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Literal, cast
+from typing import Literal, Protocol, cast
 
 from runner import json1
 from runner.json1 import JSONValue
@@ -22,6 +22,13 @@ Identity = tuple[str, str, str]
 """A Channel Contract/1 source identity: (id, version, digest)."""
 
 
+class FirstError(Protocol):
+    """A Schema/1 validator's ``first_error``: the first violation or ``None``; with
+    ``units`` fewer than Schema/1's limit, ``meter.Unfinished`` once they are spent."""
+
+    def __call__(self, instance: JSONValue, units: int = ..., /) -> object: ...
+
+
 class ItemSchema:
     """An item constraint: a compiled Schema/1 validator and its canonical bytes.
 
@@ -31,7 +38,7 @@ class ItemSchema:
 
     __slots__ = ("canonical", "document", "first_error")
 
-    def __init__(self, document: JSONValue, first_error: Callable[[JSONValue], object]) -> None:
+    def __init__(self, document: JSONValue, first_error: FirstError) -> None:
         self.document = document
         self.canonical = json1.canonical(document)
         self.first_error = first_error

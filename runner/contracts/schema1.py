@@ -42,6 +42,7 @@ from referencing import Registry
 from referencing.jsonschema import DRAFT202012
 
 from runner import json1
+from runner.contracts.meter import Unfinished
 from runner.json1 import JSONValue
 
 SCHEMA_1_URI: Final = "https://flow.jig.md/schemas/schema-1.json"
@@ -209,13 +210,16 @@ class Schema1Validator:
     def __init__(self, root: _Node) -> None:
         self._root = root
 
-    def first_error(self, instance: JSONValue) -> Violation | None:
+    def first_error(self, instance: JSONValue, units: int = MAX_WORK_UNITS) -> Violation | None:
         """The first violation, or ``None`` when ``instance`` is valid.
 
         Raises :class:`SchemaError` ``SCHEMA_LIMIT_EXCEEDED`` when the evaluation needs
         more than 1,000,000 work units: the instance is then neither valid nor invalid.
+        Given fewer ``units``, raises :class:`Unfinished` once they are spent: a caller
+        that must not be held long (an event loop) tries a slice and, failing that,
+        evaluates in full elsewhere.
         """
-        failure = _Evaluation().evaluate(self._root, instance, ())
+        failure = _Evaluation(units).evaluate(self._root, instance, ())
         if failure is None:
             return None
         path, schema_pointer, keyword, message = failure
@@ -581,19 +585,23 @@ _Failure = tuple[Path, str, str | None, str]  # instance path, schema pointer, k
 class _Evaluation:
     """One instance's evaluation: the work meter and the memo of definition results."""
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int = MAX_WORK_UNITS) -> None:
         self.units = 0
+        self.limit = min(limit, MAX_WORK_UNITS)
         self.memo: dict[tuple[int, Path], _Failure | None] = {}
 
     def charge(self, units: int, node: _Node, path: Path) -> None:
         self.units += units
-        if self.units > MAX_WORK_UNITS:
-            raise SchemaError(
-                "SCHEMA_LIMIT_EXCEEDED",
-                node.pointer,
-                f"validating the value at {json_pointer(path) or 'the root'} needs more than "
-                f"{MAX_WORK_UNITS:,} work units; send a smaller value or simplify the schema",
-            )
+        if self.units <= self.limit:
+            return
+        if self.limit < MAX_WORK_UNITS:
+            raise Unfinished(self.limit)
+        raise SchemaError(
+            "SCHEMA_LIMIT_EXCEEDED",
+            node.pointer,
+            f"validating the value at {json_pointer(path) or 'the root'} needs more than "
+            f"{MAX_WORK_UNITS:,} work units; send a smaller value or simplify the schema",
+        )
 
     def evaluate(self, node: _Node, value: Any, path: Path) -> _Failure | None:
         if not node.memo:

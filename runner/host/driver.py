@@ -21,8 +21,17 @@ it started in (:class:`_Eager`), so reading never waits on a call.
 Answers leave the same way, without a task: everything the session queued by the end of a
 loop step goes out in one write, made by the pump before it waits to read again or, for
 answers made elsewhere, by one loop callback; only when stdin cannot take it at once (the
-component is not reading) does a writer task take over, and then everything after it
+component is not reading), or when it is large, does a writer task take over, handing the
+transport :data:`~runner.host.bounds.WRITE_SLICE` at a time, and then everything after it
 queues behind it, in order.
+
+What the run holds for its component is bounded with the rest of its run tree
+(:mod:`runner.host.bounds`): the answers it owes (the session's outbox and the output not
+yet handed to stdin) are charged to the tree's budget, and the pump runs no call and reads
+no more while the component leaves more than :data:`STDIN_BACKLOG` of them unread, or any
+while the tree's budget is spent; a large request is refused ``RESOURCE_EXHAUSTED`` when
+the budget cannot hold it. The pump yields to the loop between calls once it has run for
+:data:`PUMP_SLICE` seconds: nothing a component asks for holds the loop long.
 """
 
 from __future__ import annotations
@@ -36,6 +45,7 @@ from collections.abc import Callable, Coroutine, Generator
 from contextlib import suppress
 from dataclasses import dataclass, field
 from functools import partial
+from itertools import islice
 from typing import Any, Generic, TypeVar
 
 import anyio
@@ -43,6 +53,7 @@ import anyio.lowlevel
 from anyio.abc import TaskGroup
 
 from runner import json1
+from runner.host.bounds import SMALL_REQUEST, WRITE_SLICE, TreeBudget, offload
 from runner.host.broker import Broker, CallContext
 from runner.host.channels import ChannelParty
 from runner.host.operations import RETAINED_BYTES, OperationLedger, Ticket
@@ -87,10 +98,14 @@ _decoding = threading.BoundedSemaphore(BIG_DECODES)
 its thread, and still counts."""
 _big_decodes: anyio.lowlevel.RunVar[anyio.CapacityLimiter] = anyio.lowlevel.RunVar("big_decodes")
 STDIN_BACKLOG = 1 << 24
-"""Bytes of answers the host holds for a component that does not read its stdin; past
-it the pump reads no more until they leave. So a component that never reads, and asks
-(replays of a large result, reads of a full channel), holds at most this, one frame and
-the write in progress, instead of every answer it asked for."""
+"""Bytes of answers the host holds for a component that does not read its stdin (the
+session's outbox and the output not yet in the transport); past it the pump runs no more
+calls and reads no more until they leave. So a component that never reads, and asks
+(replays of a large result, reads of a full channel), holds at most this and one answer,
+instead of every answer it asked for."""
+PUMP_SLICE = 0.02
+"""Seconds the pump runs calls before it lets the loop serve others (the deadline, a
+signal, the other runs of the tree)."""
 READ_BYTES = 1 << 16
 """The most stdout the pump takes at once (all that is there, up to this): one read of
 the transport (runner/sandbox/pipes.py, docker/attach.py), so a take is never a join of
@@ -186,7 +201,8 @@ async def drive(
     """
     run = _Run(component, HostSession(params), broker, run_id, depth, graces, control)
     run.channels = channels
-    run.ledger.budget = retained_bytes
+    run.tree = tree = TreeBudget() if channels is None else channels.hub.budget
+    run.ledger = OperationLedger(retained_bytes, tree)
     run.stderr_sink = stderr_sink
     try:
         await run.run()
@@ -195,6 +211,8 @@ async def drive(
             await run.stop_after_cancellation()
         run.control.stopped = run.outcome()
         raise
+    finally:
+        run.release()
     return run.outcome()
 
 
@@ -231,8 +249,11 @@ class _Run:
         self.condition: Condition | None = None
         self.started = time.monotonic()
         self.timings: dict[str, float] = {}
-        self.output: list[bytes] = []  # frames for stdin, not yet taken by the writer
-        self.output_bytes = 0  # their size: the pump waits past STDIN_BACKLOG
+        self.output: deque[bytes] = deque()  # answers for stdin the transport has not taken
+        self.output_offset = 0  # how much of the first of them it took
+        self.output_bytes = 0  # what it has not: with the outbox, the answers owed
+        self.owed_charged = 0  # the answers owed as last charged to the tree's budget
+        self.charges: dict[str, int] = {}  # large pending requests' sizes, charged too
         self.output_room: anyio.Event | None = None  # set to wake the waiting pump
         self.output_ready: anyio.Event | None = None  # set to wake the idle writer
         self.writing = False  # the writer task is in a send: nothing may pass it
@@ -244,7 +265,9 @@ class _Run:
         self.write_handle: asyncio.Handle | None = None  # the scheduled _write_out
         self.pumping = False  # the pump's pass runs (until it waits): it writes at the end
         self.unwritten = False  # the session queued frames during that pass
+        self.tree = TreeBudget()  # the run tree's (drive() gives the hub's)
         self.ledger = OperationLedger()
+        self.resumed = 0.0  # when the pump last came back from the loop (PUMP_SLICE)
         self.task_group: TaskGroup | None = None
         self.stopping = False  # the driving task was cancelled: no new work starts
         self.channels: ChannelParty | None = None
@@ -370,16 +393,49 @@ class _Run:
             self.ledger.dispatches,
         )
 
+    def release(self) -> None:
+        """The run is over: what it held leaves its tree's budget."""
+        self.ledger.close()
+        self.tree.held -= self.owed_charged + sum(self.charges.values())
+        self.owed_charged = 0
+        self.charges.clear()
+
     # ----- pumps ----------------------------------------------------------------------
 
     def _flush(self) -> None:
         """The session queued frames: they leave at the end of this loop step, in one
         write with whatever else is queued by then (see :meth:`_write_out`): the pump's
         pass writes before the pump waits; anything else schedules one loop callback."""
+        self._charge_owed()
         if self.pumping:
             self.unwritten = True
         elif self.write_handle is None:
             self.write_handle = self.loop.call_soon(self._write_out)
+
+    def _charge_owed(self) -> int:
+        """Bring the tree's charge for the answers this run owes up to date; return them."""
+        owed = self.session.outbox_bytes + self.output_bytes
+        self.tree.held += owed - self.owed_charged
+        self.owed_charged = owed
+        return owed
+
+    def _held_back(self) -> bool:
+        """Whether the pump must wait before it runs a call or reads more: the component
+        leaves more than :data:`STDIN_BACKLOG` of answers unread, or any while the tree's
+        budget is spent (a run that owes nothing may always go on)."""
+        owed = self._charge_owed()
+        if owed == 0 or self.stdin_failed:
+            return False
+        return owed > STDIN_BACKLOG or self.tree.spent
+
+    async def _room(self) -> None:
+        """Wait until the pump is no longer :meth:`_held_back` (the answers left, or were
+        dropped), letting what was queued leave first."""
+        self._write_out()
+        while self._held_back():
+            if self.output_room is None:
+                self.output_room = anyio.Event()
+            await self.output_room.wait()
 
     def _pause_pumping(self) -> None:
         """The pump is about to wait (or hand its role over): what its pass queued leaves."""
@@ -390,23 +446,31 @@ class _Run:
 
     def _write_out(self) -> None:
         """Write what the session queued: at once when the writer task holds nothing and
-        stdin takes it without waiting, else through the writer task, which keeps the
-        order (dropped once stdin is closing or broken)."""
+        stdin takes it without waiting (up to :data:`WRITE_SLICE`), else through the
+        writer task, which keeps the order (dropped once stdin is closing or broken)."""
         if self.write_handle is not None:
             self.write_handle.cancel()
             self.write_handle = None
-        data = self.session.data_to_send()
-        if not data or self.stdin_closing or self.stdin_failed:
-            return
-        if self.write_now is not None and not self.output and not self.writing:
+        size = self.session.outbox_bytes
+        pieces = self.session.frames_to_send()
+        if pieces and not self.stdin_closing and not self.stdin_failed:
+            self._output(pieces, size)
+        self._charge_owed()
+
+    def _output(self, pieces: list[bytes], size: int) -> None:
+        immediate = self.write_now is not None and not self.output and not self.writing
+        if immediate and size <= WRITE_SLICE:
+            assert self.write_now is not None
+            data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
             try:
                 if self.write_now(data):
                     return
             except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
                 self.stdin_failed = True
                 return
-        self.output.append(data)
-        self.output_bytes += len(data)
+            pieces = [data]
+        self.output.extend(pieces)
+        self.output_bytes += size
         self._wake_writer()
 
     def _close_stdin(self) -> None:
@@ -422,7 +486,8 @@ class _Run:
 
     async def _write_stdin(self) -> None:
         """Write, in order, what stdin could not take at once (the component is not
-        reading): everything queued behind it by the time it runs leaves in one write."""
+        reading, or it is large): up to :data:`WRITE_SLICE` a write, small answers
+        queued behind one another joined into one."""
         stdin = self.component.stdin
         try:
             while self.output or not self.stdin_closing:
@@ -431,13 +496,13 @@ class _Run:
                     # while the child's own request/cancel waits here): leave the frames
                     # to the writer that stop_after_cancellation starts, or they are lost.
                     await anyio.lowlevel.checkpoint_if_cancelled()
-                    data = b"".join(self.output)
-                    self._output_taken()
+                    data, ended, offset = self._next_write()
                     self.writing = True
                     try:
-                        await stdin.send(data)
+                        await stdin.send(data)  # type: ignore[arg-type]  # any buffer
                     finally:
                         self.writing = False
+                    self._written(len(data), ended, offset)
                 else:
                     self.output_ready = ready = anyio.Event()
                     await ready.wait()
@@ -447,10 +512,42 @@ class _Run:
         with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             await stdin.aclose()
 
+    def _next_write(self) -> tuple[bytes | memoryview, int, int]:
+        """The next write of the output: (its data, how many pieces it ends, how much of
+        the piece after them it takes). Taken only once written: a writer cancelled in
+        its send leaves the output whole for the next."""
+        output, offset = self.output, self.output_offset
+        head = output[0]
+        if len(head) - offset > WRITE_SLICE:
+            return memoryview(head)[offset : offset + WRITE_SLICE], 0, offset + WRITE_SLICE
+        parts: list[bytes | memoryview] = [memoryview(head)[offset:] if offset else head]
+        total = len(parts[0])
+        for piece in islice(output, 1, None):
+            if total + len(piece) > WRITE_SLICE:
+                break
+            parts.append(piece)
+            total += len(piece)
+        data = parts[0] if len(parts) == 1 else b"".join(parts)
+        return data, len(parts), 0
+
+    def _written(self, size: int, ended: int, offset: int) -> None:
+        """A write of :meth:`_next_write` left: take it from the output."""
+        for _ in range(ended):
+            self.output.popleft()
+        self.output_offset = offset
+        self.output_bytes -= size
+        self._charge_owed()
+        self._wake_pump()
+
     def _output_taken(self) -> None:
-        """What waited for stdin is gone (sent, or dropped): the pump may read again."""
+        """What waited for stdin is gone (dropped): the pump may read again."""
         self.output.clear()
+        self.output_offset = 0
         self.output_bytes = 0
+        self._charge_owed()
+        self._wake_pump()
+
+    def _wake_pump(self) -> None:
         if self.output_room is not None:
             self.output_room.set()
             self.output_room = None
@@ -473,17 +570,19 @@ class _Run:
         cancellation and the calls already running; admitted calls are started before such
         a decode, not after it. Only the pure decoding leaves the loop: the session changes
         state here alone. A decode abandoned by cancellation finishes in its thread and is
-        dropped.
+        dropped. Before each call and each read the pump waits while it is
+        :meth:`_held_back`, and after :data:`PUMP_SLICE` of calls it lets the loop run.
         """
         session, payloads, queued = self.session, self.payloads, self.queued
         stdout = self.component.stdout
         self.pumping = True
+        self.resumed = time.monotonic()
         while True:
-            if self.output_bytes > STDIN_BACKLOG:  # the component does not read: wait
+            if (queued or not payloads) and self._held_back():
                 self._pause_pumping()
-                self.output_room = room = anyio.Event()
-                await room.wait()
+                await self._room()
                 self.pumping = True
+                self.resumed = time.monotonic()
                 continue
             if payloads and (len(payloads[0]) < DECODE_IN_THREAD or not queued):
                 payload = payloads.popleft()
@@ -497,8 +596,14 @@ class _Run:
                         _decode_held, payload, abandon_on_cancel=True, limiter=_decode_limiter()
                     )
                     self.pumping = True
+                    self.resumed = time.monotonic()
                     self._handle(session.receive_decoded(frame))
             elif queued:
+                if time.monotonic() - self.resumed > PUMP_SLICE:
+                    self._pause_pumping()
+                    await anyio.lowlevel.checkpoint()
+                    self.pumping = True
+                    self.resumed = time.monotonic()
                 event, ticket = queued.popleft()
                 waiting = None
                 if event.method in CHANNEL_METHODS:
@@ -523,6 +628,7 @@ class _Run:
                     self.stdout_done.set()
                     return True
                 self.pumping = True
+                self.resumed = time.monotonic()
                 framed, events = session.receive_bytes(chunk)
                 payloads.extend(framed)
                 self._handle(events)
@@ -584,16 +690,34 @@ class _Run:
                 rid, OperationError("OWNER_CLOSED", "the run is being stopped")
             )
             return
+        size = event.size
+        if size > SMALL_REQUEST:  # its params are held until it is answered
+            if not self.tree.fits(size):
+                what = f"a {size:,}-byte {event.method} request"
+                self.session.respond_error(
+                    rid, OperationError("RESOURCE_EXHAUSTED", self.tree.refusal(what))
+                )
+                return
+            self.tree.held += size
+            self.charges[rid] = size
         scope = anyio.CancelScope()
         ticket = None
         if event.method in OPERATION_METHODS:
+            digest = event.note if isinstance(event.note, bytes) else None
             try:
-                ticket = self.ledger.admit(rid, event.method, event.params, scope)
+                ticket = self.ledger.admit(rid, event.method, event.params, scope, digest)
             except OperationError as exc:
+                self._finished(rid)
                 self.session.respond_error(rid, exc)
                 return
         self.calls[rid] = scope
         self.queued.append((event, ticket))
+
+    def _finished(self, rid: str) -> None:
+        """The call ``rid`` is answered: it holds nothing any more."""
+        self.calls.pop(rid, None)
+        if self.charges:
+            self.tree.held -= self.charges.pop(rid, 0)
 
     def _answer_now(self, event: CallRequested) -> Coroutine[Any, Any, bytes] | None:
         """Answer a channel call here when it needs no wait (no task, no cancel scope
@@ -604,19 +728,19 @@ class _Run:
         """
         rid = event.request_id
         if not self.session.owes(rid):
-            self.calls.pop(rid, None)
+            self._finished(rid)
             return None
         try:
             if self.channels is None:
                 raise OperationError("UNAVAILABLE", "channels are not enabled for this run")
-            answer = self.channels.answer(event.method, event.params)
+            answer = self.channels.answer(event.method, event.params, event.size)
         except Exception as exc:
             self._respond_failure(rid, exc)
         else:
             if not isinstance(answer, bytes):
                 return answer
             self._respond(rid, answer)
-        self.calls.pop(rid, None)
+        self._finished(rid)
         self._flush()
         return None
 
@@ -627,16 +751,19 @@ class _Run:
         waiting: Coroutine[Any, Any, bytes] | None = None,
     ) -> None:
         """Run one call in its cancel scope and answer it; ``waiting`` is a channel
-        call's wait, begun by :meth:`_answer_now`."""
+        call's wait, begun by :meth:`_answer_now`. An answer made while the pump is
+        :meth:`_held_back` waits for room too (it may be a replay of a large result)."""
         rid = event.request_id
         with self.calls[rid] as scope:
             try:
                 result = await (self._dispatch(event, ticket) if waiting is None else waiting)
+                if self._held_back():
+                    await self._room()
             except Exception as exc:  # EN-06: a host-side failure is never a -32603
                 self._respond_failure(rid, exc)
             else:
                 self._respond(rid, result)
-        self.calls.pop(rid, None)
+        self._finished(rid)
         if scope.cancelled_caught:
             code = self.condition or "CANCELLED"
             self.session.respond_error(rid, OperationError(code, "the call was stopped"))
@@ -660,18 +787,15 @@ class _Run:
             self.session.respond_error(rid, OperationError("EXECUTION_FAILED", message))
 
     async def _dispatch(self, event: CallRequested, ticket: Ticket | None) -> bytes:
-        """An operation's success result, encoded once, as the ledger keeps it."""
+        """An operation's success result, encoded once, as the ledger keeps it (a child's
+        away from the loop: a component chose it)."""
         method = event.method
         work = partial(self.broker.handle, method, event.params, self.context)
         if ticket is None:
             return json1.dumps(await work())
-        result = await self.ledger.settle(ticket, work)
-        check = validate_run_result if method == "flow/run-child" else validate_capability_result
-        reason = check(result)
-        if reason is not None:
-            message = bounded_message(f"the {method} result is invalid: {reason}")
-            raise OperationError("INVALID_RESULT", message)
-        return ticket.encoded_result()
+        if method == "flow/run-child":
+            return await self.ledger.settle_encoded(ticket, work, _run_problem, _encode_away)
+        return await self.ledger.settle_encoded(ticket, work, _capability_problem)
 
 
 class _Eager(Generic[_T]):
@@ -719,9 +843,41 @@ class _Eager(Generic[_T]):
 
 
 def _decode_held(payload: bytes) -> Decoded:
-    """:func:`decode`, in a worker thread, holding one of the :data:`BIG_DECODES` slots."""
+    """:func:`decode`, in a worker thread, holding one of the :data:`BIG_DECODES` slots;
+    an operation's identity digest is noted too (for the ledger: megabytes of params take
+    a while to put in canonical form)."""
     with _decoding:
-        return decode(payload)
+        frame = decode(payload)
+        value = frame.value
+        if not isinstance(value, dict) or value.get("method") not in OPERATION_METHODS:
+            return frame
+        method, params = value["method"], value.get("params")
+        if not isinstance(params, dict) or not isinstance(params.get("operationId"), str):
+            return frame
+        assert isinstance(method, str)
+        try:
+            digest = OperationLedger.digest(method, params)
+        except json1.JSON1Error:
+            return frame
+        return Decoded(value, None, frame.size, digest)
+
+
+def _run_problem(result: JSONValue) -> str | None:
+    reason = validate_run_result(result)
+    return None if reason is None else _invalid("flow/run-child", reason)
+
+
+def _capability_problem(result: JSONValue) -> str | None:
+    reason = validate_capability_result(result)
+    return None if reason is None else _invalid("capability/call", reason)
+
+
+def _invalid(method: str, reason: str) -> str:
+    return bounded_message(f"the {method} result is invalid: {reason}")
+
+
+async def _encode_away(result: JSONValue) -> bytes:
+    return await offload(json1.dumps, result)
 
 
 def _decode_limiter() -> anyio.CapacityLimiter:

@@ -17,7 +17,9 @@ per-call scope, handed to :meth:`OperationLedger.admit`), which spares a scope p
 Every operation is kept until the Run ends, so what it keeps is small and bounded: the
 SHA-256 of its canonical identity (never the params, which may be megabytes), and once
 settled its result as encoded JSON/1 bytes (or its error, without a traceback that would
-hold the call's frames and params), charged with a fixed overhead to a byte budget.
+hold the call's frames and params), charged with a fixed overhead to a byte budget, the
+Run's own and its run tree's (:class:`~runner.host.bounds.TreeBudget`). A join or a
+replay is answered with those bytes as they are: nothing is decoded or encoded again.
 """
 
 from __future__ import annotations
@@ -31,10 +33,15 @@ from typing import Final
 import anyio
 
 from runner import json1
+from runner.host.bounds import TreeBudget
 from runner.json1 import JSONValue
 from runner.protocol.codes import OperationError
 
 Work = Callable[[], Awaitable[JSONValue]]
+Check = Callable[[JSONValue], "str | None"]
+"""Judges a settled result: the reason it is invalid, or None."""
+Encode = Callable[[JSONValue], Awaitable[bytes]]
+"""Encodes a valid result for keeping (``json1.dumps``, maybe away from the loop)."""
 _UNSCOPED: Final = nullcontext()  # the caller runs the work in the operation's scope
 RETAINED_BYTES: Final = 64 << 20
 """Default budget of one Run's ledger: 65,535 small operations (the lifetime request
@@ -59,13 +66,14 @@ class _Operation:
     # Set once done; made only when a waiter has to wait (most operations have none).
     finished: anyio.Event | None = None
     result: bytes = b"null"
-    """The settled result, encoded: compact, its size known, decoded fresh per replay."""
+    """The settled result, encoded: compact, its size known, the answer of every replay."""
     error: OperationError | None = None
 
-    def settled(self) -> JSONValue:
+    def answer(self) -> bytes:
+        """The settled result, encoded; or its error, raised."""
         if self.error is not None:
             raise _bare(self.error)  # raised anew: the kept one gathers no tracebacks
-        return json1.loads(self.result)
+        return self.result
 
     async def wait(self) -> None:
         if not self.done:
@@ -109,8 +117,11 @@ class OperationLedger:
     is exceeded by at most the results of the calls in flight then (64 on the wire).
     """
 
-    def __init__(self, budget: int = RETAINED_BYTES) -> None:
+    def __init__(self, budget: int = RETAINED_BYTES, tree: TreeBudget | None = None) -> None:
         self.budget = budget
+        self.tree = tree or TreeBudget()
+        """The run tree's budget: charged with what this ledger retains, until
+        :meth:`close`; a new ``operationId`` is refused once it is spent too."""
         self.retained = 0
         """Bytes charged so far: :data:`ENTRY_BYTES` per operation plus settled results."""
         self._operations: dict[str, _Operation] = {}
@@ -124,12 +135,24 @@ class OperationLedger:
         rest.pop("operationId", None)
         return method.encode() + b"\n" + json1.canonical(rest)
 
+    @classmethod
+    def digest(cls, method: str, params: dict[str, JSONValue]) -> bytes:
+        """The SHA-256 of :meth:`identity`: what an operation keeps to tell a conflict.
+        Pure: a caller may work it out in a worker thread and hand it to :meth:`admit`."""
+        return hashlib.sha256(cls.identity(method, params)).digest()
+
+    def close(self) -> None:
+        """The Run ended: what its operations kept leaves the tree's budget."""
+        self.tree.held -= self.retained
+        self.retained = 0
+
     def admit(
         self,
         request_id: str,
         method: str,
         params: dict[str, JSONValue],
         scope: anyio.CancelScope | None = None,
+        digest: bytes | None = None,
     ) -> Ticket:
         """Decide at once, in arrival order, whether ``request_id`` dispatches or joins.
 
@@ -140,10 +163,13 @@ class OperationLedger:
         ``scope`` is the cancel scope in which the caller will settle this request, if it
         has one: should the request dispatch, work abandoned by every waiter is cancelled
         through it, and the ledger spares a scope of its own (a cost on the hot path).
+        ``digest`` is :meth:`digest` of the call, if the caller worked it out already
+        (away from its loop: the identity of megabytes of params takes a while).
         """
         operation_id = params["operationId"]
         assert isinstance(operation_id, str)
-        digest = hashlib.sha256(self.identity(method, params)).digest()
+        if digest is None:
+            digest = self.digest(method, params)
         operation = self._operations.get(operation_id)
         if operation is None:
             if self.retained + ENTRY_BYTES > self.budget:
@@ -153,7 +179,9 @@ class OperationLedger:
                     f"{self.retained} of the {self.budget} bytes kept for replay; "
                     "no new operationId is admitted",
                 )
-            self.retained += ENTRY_BYTES
+            if not self.tree.fits(ENTRY_BYTES):
+                raise OperationError("RESOURCE_EXHAUSTED", self.tree.refusal("a new operationId"))
+            self._keep(ENTRY_BYTES)
             operation = _Operation(digest, request_id, scope or anyio.CancelScope(), scope is None)
             self._operations[operation_id] = operation
             self._by_request[request_id] = operation
@@ -173,9 +201,23 @@ class OperationLedger:
 
     async def settle(self, ticket: Ticket, work: Work) -> JSONValue:
         """Run the work (for the dispatching request) or wait for it, then answer."""
+        return json1.loads(await self.settle_encoded(ticket, work))
+
+    async def settle_encoded(
+        self,
+        ticket: Ticket,
+        work: Work,
+        check: Check = lambda _: None,
+        encode: Encode | None = None,
+    ) -> bytes:
+        """:meth:`settle`, answered with the result as kept: encoded once by ``encode``
+        (``json1.dumps`` on the loop by default) when it settles, never decoded or encoded
+        again. A result ``check`` refuses settles as ``INVALID_RESULT``, for every waiter
+        and every replay."""
         operation = ticket.operation
         if ticket.dispatch:
-            return await self._execute(operation, work)
+            await self._execute(operation, work, check, encode)
+            return operation.result
         try:
             await operation.wait()
         finally:
@@ -183,7 +225,7 @@ class OperationLedger:
                 operation.waiters.discard(ticket.request_id)
             self._by_request.pop(ticket.request_id, None)
             operation.abandon_if_unwatched()
-        return operation.settled()
+        return operation.answer()
 
     async def run(
         self, request_id: str, method: str, params: dict[str, JSONValue], work: Work
@@ -205,14 +247,22 @@ class OperationLedger:
         operation.abandon_if_unwatched()
         return not operation.done and bool(operation.waiters)
 
-    async def _execute(self, operation: _Operation, work: Work) -> JSONValue:
+    async def _execute(
+        self, operation: _Operation, work: Work, check: Check, encode: Encode | None
+    ) -> None:
         scope = operation.scope if operation.own_scope else None
         try:
             with scope or _UNSCOPED:
                 result = await work()
-                operation.result = json1.dumps(result)
-                self.retained += len(operation.result)
-                return result
+                reason = check(result)
+                if reason is not None:
+                    raise OperationError("INVALID_RESULT", reason)
+                if encode is None:
+                    operation.result = json1.dumps(result)
+                else:
+                    operation.result = await encode(result)
+                self._keep(len(operation.result))
+                return
             raise _uncertain()  # our own scope was cancelled
         except OperationError as exc:
             self._keep_error(operation, exc)
@@ -233,7 +283,11 @@ class OperationLedger:
     def _keep_error(self, operation: _Operation, error: OperationError) -> None:
         operation.error = _bare(error)
         details = 0 if error.details is None else len(json1.dumps(error.details))
-        self.retained += len(error.message.encode()) + details
+        self._keep(len(error.message.encode()) + details)
+
+    def _keep(self, size: int) -> None:
+        self.retained += size
+        self.tree.held += size
 
 
 def _uncertain() -> OperationError:

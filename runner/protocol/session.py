@@ -41,6 +41,8 @@ MAX_PENDING = 64
 MAX_LIFETIME_REQUESTS = 65_536
 """Request-form messages one sender may originate per channel incarnation."""
 ROOT_ID = "host:1"
+SPLICE_BYTES = 1 << 16
+"""Results from this size on are queued uncopied (:meth:`HostSession.respond_encoded`)."""
 
 Condition = Literal["CANCELLED", "DEADLINE_EXCEEDED"]
 
@@ -64,6 +66,11 @@ class CallRequested:
     request_id: str
     method: str
     params: dict[str, JSONValue]
+    size: int = 0
+    """The byte length of the request's frame payload (the decoded params take about
+    as much again): what the host holds for the call while it is pending."""
+    note: object = None
+    """Whatever the decoder attached to the frame (:attr:`Decoded.note`), handed on."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,15 +110,21 @@ class Decoded:
 
     value: JSONValue
     violation: ProtocolViolation | None = None
+    size: int = 0
+    """The payload's byte length."""
+    note: object = None
+    """Anything the decoding side worked out from the value while it had it (a driver
+    decoding in a worker thread also does there what would be slow on its loop); a
+    request's :class:`CallRequested` carries it on. The session never reads it."""
 
 
 def decode(payload: bytes) -> Decoded:
     """Decode one frame payload. Pure and touching no session, so a driver may run it in a
     worker thread: a hostile 16 MiB frame can take seconds to refuse."""
     try:
-        return Decoded(decode_payload(payload))
+        return Decoded(decode_payload(payload), None, len(payload))
     except ProtocolViolation as exc:
-        return Decoded(None, exc)
+        return Decoded(None, exc, len(payload))
 
 
 class HostSession:
@@ -124,6 +137,8 @@ class HostSession:
         self.params = params
         self._decoder = FrameDecoder()
         self._outbox: list[bytes] = []
+        self.outbox_bytes = 0
+        """The size of the frames queued and not yet taken: answers the host owes."""
         self._started = False
         self._seen_ids: set[str] = set()
         self._pending: set[str] = set()
@@ -164,10 +179,16 @@ class HostSession:
 
     def data_to_send(self) -> bytes:
         """Pop every frame queued for the component's stdin, in order."""
-        data = b"".join(self._outbox)
-        self._outbox.clear()
-        self.bytes_sent += len(data)
-        return data
+        return b"".join(self.frames_to_send())
+
+    def frames_to_send(self) -> list[bytes]:
+        """Pop every frame queued for the component's stdin, in order, unjoined (a join
+        of large answers would hold them twice): a large answer comes in pieces."""
+        frames = self._outbox
+        self._outbox = []
+        self.bytes_sent += self.outbox_bytes
+        self.outbox_bytes = 0
+        return frames
 
     # ----- host actions ---------------------------------------------------------------
 
@@ -204,11 +225,27 @@ class HostSession:
 
         Raises :class:`LocalProtocolError`, the request still owed, if that frame would
         exceed the frame bound (a result near 16 MiB under a long request id).
+
+        A large result is queued as it is, between the frame's head and tail, not copied
+        into a frame of its own: the answers to 64 replays of one kept result hold it
+        once.
         """
-        if request_id in self._pending:
+        if request_id not in self._pending:
+            return
+        if len(result) < SPLICE_BYTES:
             frame = encode_result_frame(request_id, result)
             if self._settle(request_id):
                 self._queue_frame(frame)
+            return
+        shell = encode_result_frame(request_id, b"")
+        size = len(shell) - 1 + len(result)
+        if size > MAX_PAYLOAD_BYTES:
+            raise LocalProtocolError(
+                f"frame payload of {size:,} bytes exceeds {MAX_PAYLOAD_BYTES:,}"
+            )
+        if self._settle(request_id):
+            for piece in (shell[:-2], result, shell[-2:]):
+                self._queue_frame(piece)
 
     def respond_error(self, request_id: str, error: OperationError) -> None:
         """Answer a dispatched component request with a ``-32000`` operational error."""
@@ -258,7 +295,7 @@ class HostSession:
                 reply = {**reply, "id": None}
             return self._fatal(exc.reason, reply)
         if isinstance(message, Request):
-            return self._receive_request(message)
+            return self._receive_request(message, frame)
         if isinstance(message, Notification):
             return self._receive_notification(message)
         return self._receive_response(message)
@@ -279,11 +316,14 @@ class HostSession:
 
     def _queue(self, message: dict[str, JSONValue]) -> None:
         if not self.closed:
-            self._outbox.append(encode_frame(message))
+            self._queue_frame(encode_frame(message))
 
     def _queue_frame(self, frame: bytes) -> None:
+        """Queue ``frame``, or one piece of one (the pieces of a frame are queued one
+        right after another)."""
         if not self.closed:
             self._outbox.append(frame)
+            self.outbox_bytes += len(frame)
 
     def _settle(self, request_id: str) -> bool:
         if request_id not in self._pending:
@@ -298,7 +338,7 @@ class HostSession:
         self._pending.clear()
         return [Violation(reason)]
 
-    def _receive_request(self, request: Request) -> list[Event]:
+    def _receive_request(self, request: Request, frame: Decoded) -> list[Event]:
         rid = request.id
         if rid in self._seen_ids:
             return self._fatal(f"reused request ID {rid!r}")
@@ -340,7 +380,7 @@ class HostSession:
             )
             return []
         self._pending.add(rid)
-        return [CallRequested(rid, request.method, request.params)]
+        return [CallRequested(rid, request.method, request.params, frame.size, frame.note)]
 
     def _admits(self, method: str) -> bool:
         # Settlement of channels stays possible after cancellation (PROTOCOL.md §10).

@@ -8,11 +8,13 @@ declared port with the rule of :mod:`runner.contracts.ports`.
 from __future__ import annotations
 
 from collections.abc import Coroutine, Mapping
+from functools import partial
 from typing import Any
 
 import anyio
 
 from runner import json1
+from runner.contracts.meter import Unfinished
 from runner.contracts.ports import (
     ContractResolver,
     Delivery,
@@ -23,7 +25,9 @@ from runner.contracts.ports import (
     check_required,
     compatible,
 )
+from runner.host.bounds import SLICE_UNITS, SMALL_REQUEST, offload
 from runner.host.channels.queues import (
+    Checked,
     Endpoint,
     HubState,
     PendingSend,
@@ -91,27 +95,30 @@ class ChannelParty:
         return self._settle(method, params)
 
     def answer(
-        self, method: str, params: dict[str, JSONValue]
+        self, method: str, params: dict[str, JSONValue], size: int = 0
     ) -> bytes | Coroutine[Any, Any, bytes]:
-        """A component's ``channel/*`` request, ``params`` taken from its decoded frame:
-        the result, encoded as ``json1.dumps`` would, when it needs no wait; else the
-        coroutine that waits for it (to be awaited at once, in the call's cancel scope).
-        Raises ``OperationError`` as :meth:`handle` does.
+        """A component's ``channel/*`` request, ``params`` taken from its decoded frame of
+        ``size`` bytes: the result, encoded as ``json1.dumps`` would, when it needs no
+        wait; else the coroutine that waits for it (to be awaited at once, in the call's
+        cancel scope). Raises ``OperationError`` as :meth:`handle` does.
 
-        Nothing waits, and nothing is half done, before that coroutine runs: the driver
-        answers most sends and reads where it read them, with no task and no cancel scope.
-        A read's item is spliced in from the encoding made when it was sent (for a 1 MiB
-        item that spares a millisecond a read).
+        The driver answers most sends and reads where it read them, with no task and no
+        cancel scope. A read's item is spliced in from the encoding made when it was sent
+        (for a 1 MiB item that spares a millisecond a read). A send whose value is large
+        (``size``), or whose item schema needs more than a slice of work, is encoded and
+        checked in a worker thread (:func:`~runner.host.bounds.offload`): the coroutine
+        returned does that, and places the value in arrival order.
         """
         if self.closed:
             raise OperationError("OWNER_CLOSED", "this invocation's channels are closed")
         if method == "channel/send":
-            pending = self._offer(_ref(params, "endpoint"), params["value"])
-            return b"null" if pending is None else self._accepted_null(*pending)
+            return self._send(_ref(params, "endpoint"), params["value"], size)
         if method == "channel/next":
             receiver = self._begin_read(_ref(params, "endpoint"))
             answer = self._read_now(receiver)
             return self._read_encoded(receiver) if answer is None else _encoded(answer)
+        if method == "channel/create" and params.get("schema", True) is not True:
+            return self._create_with_schema(params)
         return json1.dumps(self._settle(method, params))
 
     def _settle(self, method: str, params: dict[str, JSONValue]) -> JSONValue:
@@ -129,9 +136,12 @@ class ChannelParty:
 
     # ----- create / subscribe --------------------------------------------------------
 
-    def create(self, params: Mapping[str, JSONValue]) -> dict[str, JSONValue]:
+    def create(
+        self, params: Mapping[str, JSONValue], kind: SourceType | None = None
+    ) -> dict[str, JSONValue]:
+        """``channel/create``; ``kind`` is its source type if worked out already."""
         delivery: Delivery = "broadcast" if params.get("delivery") == "broadcast" else "direct"
-        kind = self._source_type(params)
+        kind = kind or self._source_type(params)
         self._allocate(2)
         source = Source(self.hub, delivery, kind)
         self.hub.sources.add(source)
@@ -162,6 +172,14 @@ class ChannelParty:
         source.readers.append(receiver)
         return self._mint(receiver)
 
+    async def _create_with_schema(self, params: Mapping[str, JSONValue]) -> bytes:
+        """A ``channel/create`` whose item schema (up to 256 KiB, 4,096 nodes) is compiled
+        in a worker thread: the first one also loads the Schema/1 machinery."""
+        kind = await offload(_schema_type, params["schema"])
+        if self.closed:
+            raise OperationError("OWNER_CLOSED", "this invocation's channels are closed")
+        return json1.dumps(self.create(params, kind))
+
     def _source_type(self, params: Mapping[str, JSONValue]) -> SourceType:
         if "contract" in params:
             path = params["contract"]
@@ -173,14 +191,7 @@ class ChannelParty:
                 )
             return self.resolve_contract(path)
         if "schema" in params:
-            from runner.contracts.schema1 import SchemaError  # loaded with the first schema
-
-            try:
-                return SourceType(ItemSchema.compile(params["schema"]))
-            except SchemaError as exc:
-                raise OperationError(
-                    "INVALID_INPUT", f"schema{exc.pointer}: {exc.code}: {exc.message}"
-                ) from None
+            return _schema_type(params["schema"])
         return SourceType()
 
     def _allocate(self, count: int) -> None:
@@ -195,40 +206,105 @@ class ChannelParty:
     # ----- send / next / close / release ---------------------------------------------
 
     async def send(self, token: str, value: JSONValue) -> None:
-        pending = self._offer(token, value)
-        if pending is not None:
-            await self._accepted(*pending)
+        """A provider's send: checked away from the loop, as a large one of a component."""
+        answer = self._send(token, value, MAX_PAYLOAD_BYTES)
+        if not isinstance(answer, bytes):
+            await answer
 
-    def _offer(self, token: str, value: JSONValue) -> tuple[Source, PendingSend] | None:
-        """A ``channel/send`` up to its wait: None once the value is accepted, else the
-        send queued behind the reader, to wait for with :meth:`_accepted`."""
+    def _send(self, token: str, value: JSONValue, size: int) -> bytes | Coroutine[Any, Any, bytes]:
+        """A ``channel/send``: ``b"null"`` once accepted here, else the coroutine that
+        finishes it (checks in a worker thread, the wait for room)."""
+        writer = self._writer(token)
+        source = writer.source
+        if not source.turns and size <= SMALL_REQUEST:
+            encoded = json1.dumps(value)  # at most 64 KiB of JSON: about a millisecond
+            try:
+                constraints, readers = _constraints(source, writer), _readers(source)
+                verdict = _check(value, source, constraints, readers, SLICE_UNITS)
+            except Unfinished:
+                pass
+            else:
+                pending = self._place(source, value, encoded, *verdict)
+                return b"null" if pending is None else self._accepted_null(source, pending)
+        turn = anyio.Event()
+        source.turns.append(turn)
+        return self._send_in_turn(writer, value, turn)
+
+    def _writer(self, token: str) -> Endpoint:
+        """The writer ``token`` names, claimed, if its source may take a value now."""
         writer = self._endpoint(token, "send")
         writer.used = True
+        _writable(writer.source)
+        return writer
+
+    async def _send_in_turn(self, writer: Endpoint, value: JSONValue, turn: anyio.Event) -> bytes:
+        """Encode and check ``value`` in a worker thread, then place it once every send
+        that arrived before it on the source has placed its own (``turn``)."""
         source = writer.source
-        if source.failure is not None:
-            raise again(source.failure)
-        if source.sealed:
-            raise OperationError("INVALID_INPUT", "the writer is closed; nothing more is accepted")
-        if source.delivery == "direct" and source.receiver_gone:
-            raise disconnected()
-        encoded = self._admit_value(source, writer, value)
+        try:
+            constraints, readers = _constraints(source, writer), _readers(source)
+            encoded, violation, checked = await offload(
+                _encode_and_check, value, source, constraints, readers
+            )
+            while source.turns[0] is not turn:
+                await source.turns[0].wait()
+            _writable(source)
+            pending = self._place(source, value, encoded, violation, checked)
+        finally:
+            source.turns.remove(turn)
+            turn.set()
+        if pending is not None:
+            await self._accepted(source, pending)
+        return b"null"
+
+    def _place(
+        self,
+        source: Source,
+        value: JSONValue,
+        encoded: bytes,
+        violation: str | None,
+        checked: Checked,
+    ) -> PendingSend | None:
+        """Accept a checked value, or queue it behind the reader (returned, to wait for
+        with :meth:`_accepted`); a value over the bounds or against the source's schemas
+        fails the source, one the tree's budget cannot hold is refused."""
+        limits = self.hub.limits
         size = len(encoded)
+        committed = source.accepted_bytes + source.pending_bytes
+        item_bytes = min(limits.item_bytes, MAX_ITEM_BYTES)
+        if size > item_bytes or committed + size > limits.source_bytes:
+            error = OperationError(
+                "RESOURCE_EXHAUSTED",
+                f"a {size}-byte value is over the channel's bounds "
+                f"({item_bytes} per item, {limits.source_bytes} per source)",
+            )
+            fail(source, error)
+            raise error
+        if violation is not None:
+            error = OperationError(
+                "INVALID_INPUT", f"the value does not fit the channel's item schema: {violation}"
+            )
+            fail(source, error)
+            raise error
+        if not self.hub.budget.fits(size):
+            raise OperationError(
+                "RESOURCE_EXHAUSTED", self.hub.budget.refusal(f"a {size}-byte channel item")
+            )
         if source.delivery == "broadcast":
-            self._accept(source, value, encoded)
+            self._accept(source, value, encoded, checked)
             return None
         receiver = source.readers[0]
-        if not source.pending and receiver.has_room(size, self.hub.limits):
-            self._accept(source, value, encoded)
+        if not source.pending and receiver.has_room(size, limits):
+            self._accept(source, value, encoded, checked)
             return None
-        if len(source.pending) >= self.hub.limits.pending_sends:
+        if len(source.pending) >= limits.pending_sends:
             raise OperationError(
                 "RESOURCE_EXHAUSTED",
-                f"{self.hub.limits.pending_sends} sends already wait for the reader",
+                f"{limits.pending_sends} sends already wait for the reader",
             )
-        pending = PendingSend(value, encoded)
-        source.pending.append(pending)
-        source.pending_bytes += size
-        return source, pending
+        pending = PendingSend(value, encoded, checked)
+        source.hold(pending)
+        return pending
 
     async def _accepted(self, source: Source, pending: PendingSend) -> None:
         """Wait until the reader made room for a queued send; cancelled, withdraw it."""
@@ -237,7 +313,7 @@ class ChannelParty:
         finally:
             if not pending.done.is_set():  # cancelled: withdraw the value, never half-send
                 source.pending.remove(pending)
-                source.pending_bytes -= pending.size
+                source.let_go(pending)
         if pending.error is not None:
             raise again(pending.error)
 
@@ -274,8 +350,7 @@ class ChannelParty:
         if receiver.failure is not None:
             raise again(receiver.failure)
         if receiver.queue:
-            item = receiver.queue.popleft()
-            receiver.queued_bytes -= len(item[1])
+            item = receiver.take()
             receiver.delivered = item[0]
             receiver.committed = True
             return item
@@ -429,7 +504,7 @@ class ChannelParty:
                 fail(source, abort_error(error, self.name, owner=True))
             for receiver in source.readers:
                 receiver.disposed = True
-                receiver.queue.clear()
+                receiver.drop()
                 receiver._wake()
             self.hub.sources.discard(source)
         self.endpoints.clear()
@@ -475,45 +550,17 @@ class ChannelParty:
             )
         return endpoint
 
-    def _admit_value(self, source: Source, writer: Endpoint, value: JSONValue) -> bytes:
-        """Check a value against the source's bounds and constraints; a failure aborts it.
-        Returns its encoding: its size, kept to answer reads with."""
-        limits = self.hub.limits
-        encoded = json1.dumps(value)
-        size = len(encoded)
-        committed = source.accepted_bytes + source.pending_bytes
-        item_bytes = min(limits.item_bytes, MAX_ITEM_BYTES)
-        if size > item_bytes or committed + size > limits.source_bytes:
-            error = OperationError(
-                "RESOURCE_EXHAUSTED",
-                f"a {size}-byte value is over the channel's bounds "
-                f"({item_bytes} per item, {limits.source_bytes} per source)",
-            )
-            fail(source, error)
-            raise error
-        constraints = [source.schema, writer.schema]
-        if source.delivery == "direct":
-            constraints.append(source.readers[0].schema)
-        for schema in constraints:
-            if schema is not None and (violation := schema.first_error(value)) is not None:
-                error = OperationError(
-                    "INVALID_INPUT",
-                    f"the value does not fit the channel's item schema: {violation}",
-                )
-                fail(source, error)
-                raise error
-        return encoded
-
-    def _accept(self, source: Source, value: JSONValue, encoded: bytes) -> None:
-        """Number the value and hand it to the readers (broadcast: those with room)."""
+    def _accept(self, source: Source, value: JSONValue, encoded: bytes, checked: Checked) -> None:
+        """Number the value and hand it to the readers (broadcast: those with room, in
+        their queue and in the tree's budget)."""
         size = len(encoded)
         source.last += 1
         source.accepted_bytes += size
-        limits = self.hub.limits
+        limits, budget = self.hub.limits, self.hub.budget
         for receiver in source.readers:
             if receiver.finished:
                 continue
-            if receiver.schema is not None and receiver.schema.first_error(value) is not None:
+            if not _fits_reader(receiver, value, checked):
                 receiver.fail(
                     OperationError("INVALID_INPUT", "a value does not fit this reader's schema")
                 )
@@ -523,6 +570,8 @@ class ChannelParty:
                         "LAGGED", f"this reader fell {limits.queue_items} items behind the writer"
                     )
                 )
+            elif source.delivery == "broadcast" and not budget.fits(size):
+                receiver.fail(OperationError("LAGGED", budget.refusal("this reader's next item")))
             else:
                 receiver.push(source.last, encoded)
 
@@ -533,8 +582,8 @@ class ChannelParty:
         receiver = source.readers[0]
         while source.pending and receiver.has_room(source.pending[0].size, self.hub.limits):
             pending = source.pending.popleft()
-            source.pending_bytes -= pending.size
-            self._accept(source, pending.value, pending.encoded)
+            source.let_go(pending)
+            self._accept(source, pending.value, pending.encoded, pending.checked)
             pending.finish(None)
 
     def _dispose(self, endpoint: Endpoint) -> dict[str, JSONValue]:
@@ -543,8 +592,7 @@ class ChannelParty:
         endpoint.disposed = True
         if isinstance(endpoint, Receiver):
             failure = endpoint.failure
-            endpoint.queue.clear()
-            endpoint.queued_bytes = 0
+            endpoint.drop()
             endpoint._wake()  # a pending read is answered CANCELLED
             if source.delivery == "direct":
                 source.receiver_gone = True
@@ -567,6 +615,92 @@ class ChannelParty:
 
 
 # ----- helpers ------------------------------------------------------------------------
+
+
+def _schema_type(schema: JSONValue) -> SourceType:
+    """The source type of a ``channel/create``'s item ``schema``, compiled."""
+    from runner.contracts.schema1 import SchemaError  # loaded with the first schema
+
+    try:
+        return SourceType(ItemSchema.compile(schema))
+    except SchemaError as exc:
+        raise OperationError(
+            "INVALID_INPUT", f"schema{exc.pointer}: {exc.code}: {exc.message}"
+        ) from None
+
+
+def _writable(source: Source) -> None:
+    """Raise what a send to ``source`` gets if it cannot take a value now."""
+    if source.failure is not None:
+        raise again(source.failure)
+    if source.sealed:
+        raise OperationError("INVALID_INPUT", "the writer is closed; nothing more is accepted")
+    if source.delivery == "direct" and source.receiver_gone:
+        raise disconnected()
+
+
+def _constraints(source: Source, writer: Endpoint) -> list[ItemSchema]:
+    """The source's and the writer's schemas: a value must fit them or the source fails."""
+    return [schema for schema in (source.schema, writer.schema) if schema is not None]
+
+
+def _readers(source: Source) -> list[tuple[Receiver, ItemSchema]]:
+    """The live readers with schemas of their own. A value that does not fit a direct
+    source's one reader fails the source; a broadcast reader fails alone."""
+    return [(r, r.schema) for r in source.readers if r.schema is not None and not r.finished]
+
+
+def _check(
+    value: JSONValue,
+    source: Source,
+    constraints: list[ItemSchema],
+    readers: list[tuple[Receiver, ItemSchema]],
+    units: int | None = None,
+) -> tuple[str | None, Checked]:
+    """The first violation that fails the source (or None), and how ``value`` fits each
+    of ``readers``. Given ``units`` (the loop's slice), each schema may spend only that
+    many, and :class:`Unfinished` is raised for a check that needs more."""
+    if units is not None and len(constraints) + len(readers) > 3:
+        raise Unfinished(units)  # many slices would hold the loop as long as one check
+    first_error = _first_error if units is None else partial(_first_error, units=units)
+    for schema in constraints:
+        violation = first_error(schema, value)
+        if violation is not None:
+            return str(violation), {}
+    checked: Checked = {}
+    for receiver, schema in readers:
+        violation = first_error(schema, value)
+        if violation is not None and source.delivery == "direct":
+            return str(violation), {}
+        checked[receiver] = (schema, violation is None)
+    return None, checked
+
+
+def _first_error(schema: ItemSchema, value: JSONValue, units: int | None = None) -> object:
+    return schema.first_error(value) if units is None else schema.first_error(value, units)
+
+
+def _encode_and_check(
+    value: JSONValue,
+    source: Source,
+    constraints: list[ItemSchema],
+    readers: list[tuple[Receiver, ItemSchema]],
+) -> tuple[bytes, str | None, Checked]:
+    """What a large or costly send needs done away from the loop (in a worker thread:
+    the value and the compiled schemas are only read, ``source`` only for its delivery)."""
+    return (json1.dumps(value), *_check(value, source, constraints, readers))
+
+
+def _fits_reader(receiver: Receiver, value: JSONValue, checked: Checked) -> bool:
+    """Whether the value fits ``receiver``'s own schema: as checked before, or now if its
+    schema was added since (a right moved to a port with one while the value waited)."""
+    schema = receiver.schema
+    if schema is None:
+        return True
+    seen = checked.get(receiver)
+    if seen is not None and seen[0] is schema:
+        return seen[1]
+    return schema.first_error(value) is None
 
 
 def _match(where: str, endpoint: Endpoint, spec: PortSpec) -> ItemSchema | None:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated, ClassVar, cast
 import anyio
 
 from runner.contracts.ports import Delivery, Direction, ItemSchema, SourceType
+from runner.host.bounds import TreeBudget
 from runner.json1 import JSONValue
 from runner.protocol.codes import LOCAL_CODES, OperationError, WireCode
 
@@ -56,14 +57,20 @@ class ChannelLimits:
 
 
 class HubState:
-    """The channel state of one run tree: its limits and every live source.
+    """The channel state of one run tree: its limits, every live source, and the tree's
+    :class:`~runner.host.bounds.TreeBudget` (every invocation of the tree shares the hub,
+    so the tree's other holders find the budget here too).
 
     :class:`~runner.host.channels.party.ChannelHub` adds the invocations' views; a source
     knows only this, so the state never imports the views.
     """
 
-    def __init__(self, limits: ChannelLimits | None = None) -> None:
+    def __init__(
+        self, limits: ChannelLimits | None = None, budget: TreeBudget | None = None
+    ) -> None:
         self.limits = limits or ChannelLimits()
+        self.budget = budget or TreeBudget()
+        """Charged with every queued item and every waiting send's value."""
         self.sources: set[Source] = set()
         """Live sources; empty again once every invocation of the tree has concluded."""
 
@@ -73,12 +80,18 @@ class HubState:
         return sum(len(r.queue) for s in self.sources for r in s.readers)
 
 
+Checked = dict["Receiver", tuple[ItemSchema, bool]]
+"""Readers whose own schema a value was checked against: the schema then, and whether the
+value fit it. A reader missing, or whose schema changed since, is checked on acceptance."""
+
+
 @dataclass(eq=False)
 class PendingSend:
     value: JSONValue
     encoded: bytes
     """The value as ``json1.dumps`` wrote it when it was admitted (its size, and the
     bytes a ``channel/next`` answer carries)."""
+    checked: Checked
     done: anyio.Event = field(default_factory=anyio.Event)
     error: OperationError | None = None
     accepted: bool = False
@@ -111,12 +124,26 @@ class Source:
         self.writer: Endpoint | None = None
         self.readers: list[Receiver] = []
         self.pending: deque[PendingSend] = deque()
+        self.turns: deque[anyio.Event] = deque()
+        """Sends being checked away from the loop, in arrival order: each places its value
+        once it is first, and a send arriving meanwhile queues behind them."""
         self.receiver_gone = False
         """Direct only: the receiver was disposed; sends and close are DISCONNECTED."""
 
     @property
     def open(self) -> bool:
         return not self.sealed and self.failure is None
+
+    def hold(self, pending: PendingSend) -> None:
+        """Queue a send behind the reader; its value counts against the budgets."""
+        self.pending.append(pending)
+        self.pending_bytes += pending.size
+        self.hub.budget.held += pending.size
+
+    def let_go(self, pending: PendingSend) -> None:
+        """A waiting send left the queue (accepted, withdrawn or dropped)."""
+        self.pending_bytes -= pending.size
+        self.hub.budget.held -= pending.size
 
 
 class Endpoint:
@@ -168,15 +195,29 @@ class Receiver(Endpoint):
     def push(self, sequence: int, encoded: bytes) -> None:
         self.queue.append((sequence, encoded))
         self.queued_bytes += len(encoded)
+        self.source.hub.budget.held += len(encoded)
         self._wake()
+
+    def take(self) -> tuple[int, bytes]:
+        """The first queued item, out of the queue (and of the tree's budget: the answer
+        that carries it counts from here on)."""
+        item = self.queue.popleft()
+        self.queued_bytes -= len(item[1])
+        self.source.hub.budget.held -= len(item[1])
+        return item
+
+    def drop(self) -> None:
+        """Drop every queued item."""
+        self.queue.clear()
+        self.source.hub.budget.held -= self.queued_bytes
+        self.queued_bytes = 0
 
     def fail(self, error: OperationError) -> None:
         """A sticky failure: uncommitted items are dropped, the next read reports it."""
         if self.finished:
             return
         self.failure = error
-        self.queue.clear()
-        self.queued_bytes = 0
+        self.drop()
         self._wake()
 
     def _wake(self) -> None:
@@ -188,6 +229,7 @@ def drop_pending(source: Source, error: OperationError) -> None:
     """Answer every waiting send with ``error``; none of their values is accepted."""
     for pending in source.pending:
         pending.finish(error)
+    source.hub.budget.held -= source.pending_bytes
     source.pending.clear()
     source.pending_bytes = 0
 
