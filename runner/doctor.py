@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import secrets
 import stat
-import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -132,6 +131,7 @@ def _example_images(client: Any) -> Iterator[Finding]:
 def _prove(client: Any, path_map: Any, directory: Path) -> Finding:
     """Write a nonce into ``directory`` and read it back through a sibling container."""
     from runner.sandbox.attachments import AttachmentError
+    from runner.sandbox.docker.service import read_through_sibling
 
     name = f"prove {directory}"
     path = directory.resolve()
@@ -149,7 +149,10 @@ def _prove(client: Any, path_map: Any, directory: Path) -> Finding:
         fix = "name a directory this user can write"
         return Finding(name, f"cannot write there ({exc.strerror})", False, fix)
     try:
-        seen = _read_through_sibling(client, _probe_image(client, path_map), source, note.name)
+        image = _probe_image(client, path_map)
+        seen = read_through_sibling(
+            client, image, source.source, source.type, PROBE_TARGET, note.name
+        )
     finally:
         note.unlink(missing_ok=True)
     where = f"{source.type}:{source.source}"
@@ -169,34 +172,3 @@ def _probe_image(client: Any, path_map: Any) -> str:
     if path_map.container_id:
         return str(client.api.inspect_container(path_map.container_id)["Image"])
     return _FALLBACK_PROBE_IMAGE
-
-
-def _read_through_sibling(client: Any, image: str, source: Any, filename: str) -> str:
-    import docker.errors
-    from docker.types import Mount
-
-    from runner.sandbox.labels import run_labels
-
-    try:
-        container = client.containers.create(
-            image,
-            entrypoint=["cat"],
-            command=[f"{PROBE_TARGET}/{filename}"],
-            user=f"{os.getuid()}:{os.getgid()}",  # reads what this process could write
-            network_mode="none",
-            read_only=True,
-            cap_drop=["ALL"],
-            security_opt=["no-new-privileges"],
-            mounts=[Mount(PROBE_TARGET, source.source, type=source.type, read_only=True)],
-            labels=run_labels(f"doctor-{uuid.uuid4().hex}"),
-        )
-    except docker.errors.ImageNotFound:
-        return f"image {image} is missing; run `make image`"
-    except docker.errors.APIError as exc:
-        return f"the engine refused the mount: {exc.explanation}"
-    try:
-        container.start()
-        container.wait(timeout=30)
-        return bytes(container.logs(stdout=True, stderr=True)).decode(errors="replace")
-    finally:
-        container.remove(force=True)

@@ -72,8 +72,9 @@ class FlowHost:
         deadline_seconds: float,
         control: RunControl | None = None,
         scratch_dir: Path | None = None,
+        run_id: str | None = None,
     ) -> Execution:
-        """Run flow ``name`` as a root run."""
+        """Run flow ``name`` as a root run (under ``run_id``, else a new one)."""
         flow = self.config.flow(name)
         cap = flow.deadline_seconds
         seconds = min(deadline_seconds, cap) if cap is not None else deadline_seconds
@@ -82,7 +83,7 @@ class FlowHost:
         hub = ChannelHub(self.config.limits.channels.limits())
         return await self._run(
             name, input, deadline, budget, hub, depth=0, parent=None, control=control,
-            scratch_dir=scratch_dir, reports=_Kept(CHILD_REPORTS),
+            scratch_dir=scratch_dir, reports=_Kept(CHILD_REPORTS), run_id=run_id,
         )  # fmt: skip
 
     async def _run(
@@ -101,10 +102,11 @@ class FlowHost:
         giver: ChannelParty | None = None,
         mapping: Mapping[str, str] | None = None,
         reports: _Kept,
+        run_id: str | None = None,
     ) -> Execution:
         flow = self.config.flow(name)
         children = _Children(reports)
-        run_id = new_run_id()
+        run_id = run_id or new_run_id()
         party = hub.party(run_id)
 
         async def run_child(

@@ -619,3 +619,49 @@ def test_a_container_whose_removal_failed_is_removed_at_the_batch_end(
     assert refused and result.statuses
     left = {c.id for c in containers(docker_client, f"{LABEL_OWNER}={owner(os.getpid())}")}
     assert refused[0] not in left
+
+
+def test_a_flow_rows_container_whose_removal_failed_is_removed_at_the_batch_end(
+    tmp_path: Path, docker_client: Any, fast: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The end-of-batch sweep covers flow rows too: a flow row's root run carries the
+    batch's run id (the one its row records), so the container the engine would not
+    remove is found by it once no run is in flight."""
+    import anyio
+
+    from runner.batch import BatchOptions, run_batch
+    from runner.config import load_config
+    from runner.sandbox.docker import engine
+
+    remove = engine.Engine.remove
+    refused: list[str] = []
+
+    async def refusing(self: Any, lease: Any) -> None:
+        if not refused:
+            refused.append(lease.container_id)
+            raise lease.loss("simulated: the engine did not answer the removal")
+        await remove(self, lease)
+
+    monkeypatch.setattr(engine.Engine, "remove", refusing)
+    (tmp_path / "flow-runner.toml").write_text(
+        f'[flows.echo]\nimage = "{FAKE_IMAGE}"\nprofile = "{fast}"\n'
+    )
+    manifest = write_manifest(tmp_path / "flows.jsonl", [{"id": "f", "flow": "echo"}])
+    options = BatchOptions(
+        manifest, results=tmp_path / "flows.sqlite", jobs=1, retries=0, prepare=0,
+        config=load_config(tmp_path / "flow-runner.toml"), progress="plain",
+    )  # fmt: skip
+    result = anyio.run(run_batch, options)
+    assert refused and result.statuses
+    (row,) = rows(tmp_path / "flows.sqlite").values()
+    left = {c.id for c in containers(docker_client, f"{LABEL_OWNER}={owner(os.getpid())}")}
+    assert refused[0] not in left, row
+    assert row["run_id"].endswith("-f")
+
+
+def test_the_docker_engine_names_an_images_id_or_none(docker_client: Any) -> None:
+    from runner.sandbox.registry import sandbox_engine
+
+    engine = sandbox_engine("docker")
+    assert engine.image_id(FAKE_IMAGE) == docker_client.images.get(FAKE_IMAGE).id
+    assert engine.image_id("flow-runner/no-such-image:latest") is None

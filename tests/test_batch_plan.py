@@ -9,7 +9,6 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-import docker.errors
 import pytest
 
 from runner import json1
@@ -26,18 +25,21 @@ TAG = "flow-runner/fake-component:latest"
 
 
 class Engine:
-    """docker-py's client as ImageIds asks it: a tag names an id, or no image."""
+    """A backend's engine as planning asks it: a tag names an id, or no image."""
 
     def __init__(self, ids: dict[str, str]) -> None:
         self.ids = ids
         self.asked: list[str] = []
-        self.api = SimpleNamespace(inspect_image=self.inspect_image)
 
-    def inspect_image(self, tag: str) -> dict[str, Any]:
+    def image_id(self, tag: str) -> str | None:
         self.asked.append(tag)
-        if tag not in self.ids:
-            raise docker.errors.ImageNotFound(f"No such image: {tag}")
-        return {"Id": self.ids[tag]}
+        return self.ids.get(tag)
+
+    def sweep(self, runs: Any = None) -> list[str]:
+        return []
+
+    def transient(self, exc: BaseException) -> bool:
+        return False
 
 
 def manifest_rows(tmp_path: Path, lines: list[dict[str, Any]], **defaults: Any) -> list[Row]:
@@ -62,7 +64,7 @@ def test_a_key_is_the_sha256_of_the_whole_canonical_document(tmp_path: Path) -> 
             {"id": "missing-image", "image": "flow-runner/no-such:latest"},
         ],
     )
-    keys = Keys(ImageIds(lambda: Engine({TAG: IMAGE_ID})), Digests(), None)
+    keys = Keys(ImageIds(Engine({TAG: IMAGE_ID})), Digests(), None)
     for row in rows:
         document = keys.document(row)
         assert keys(row) == hashlib.sha256(json1.canonical(document)).hexdigest(), row.id
@@ -84,7 +86,7 @@ def test_the_key_covers_the_deadline_and_the_seccomp_files_text(tmp_path: Path) 
         manifest = tmp_path / "m.jsonl"
         manifest.write_text(json.dumps({"id": "r", "profile": str(profile)}) + "\n")
         (row,) = check(manifest, Defaults(image=TAG, deadline=deadline), None)
-        return Keys(ImageIds(lambda: Engine({TAG: IMAGE_ID})), Digests(), None)(row)
+        return Keys(ImageIds(Engine({TAG: IMAGE_ID})), Digests(), None)(row)
 
     first = key("5m")
     assert key("5m") == first
@@ -102,7 +104,7 @@ def test_a_flow_rows_key_covers_the_configuration_and_the_flows_images(tmp_path:
     path.write_text('{"id": "a", "flow": "hello", "input": 1}\n{"id": "b", "flow": "other"}\n')
     rows = list(check(path, Defaults(), config))
     engine = Engine({TAG: IMAGE_ID})
-    keys = Keys(ImageIds(lambda: engine), Digests(), config)
+    keys = Keys(ImageIds(engine), Digests(), config)
     for row in rows:
         assert keys(row) == hashlib.sha256(json1.canonical(keys.document(row))).hexdigest()
     assert keys.document(rows[0])["images"] == {
@@ -118,7 +120,7 @@ def test_an_input_near_json1s_bounds_still_gets_a_key(tmp_path: Path) -> None:
     items = json1.MAX_ITEMS - 6
     big = [list(range(items)) for _ in range(json1.MAX_NODES // items)]
     (row,) = manifest_rows(tmp_path, [{"id": "big", "input": big}])
-    keys = Keys(ImageIds(lambda: Engine({TAG: IMAGE_ID})), Digests(), None)
+    keys = Keys(ImageIds(Engine({TAG: IMAGE_ID})), Digests(), None)
     with pytest.raises(json1.JSON1Error):
         json1.canonical(keys.document(row))
     assert len(keys(row)) == 64 and keys(row) != keys(manifest_rows(tmp_path, [{"id": "x"}])[0])
@@ -145,12 +147,12 @@ def test_rows_share_their_sandbox_and_it_runs_the_planned_image_id(tmp_path: Pat
         ],
     )
     engine = Engine({TAG: IMAGE_ID})
-    image_ids = ImageIds(lambda: engine)
+    image_ids = ImageIds(engine)
     for row in rows:
         assert row.image is not None
         image_ids(row.image)  # as planning does, for every row
     engine.ids[TAG] = "sha256:" + "cd" * 32  # the tag rebuilt after planning
-    sandboxes = Sandboxes(image_ids, lambda: engine)
+    sandboxes = Sandboxes(image_ids)
     (a, _), (b, _), (other, _), (missing, _) = (sandboxes(row) for row in rows)
     assert a is b and a is not other
     assert isinstance(a, PinnedSandbox) and isinstance(a._sandbox, DockerSandbox)
@@ -231,3 +233,86 @@ def test_a_results_file_is_held_by_one_batch_at_a_time(tmp_path: Path) -> None:
     first.close()
     second.claim()
     second.close()
+
+
+def test_a_sweep_for_runs_takes_the_runs_below_them_at_any_depth() -> None:
+    """A batch names its flow rows' runs at its end: their children's and grandchildren's
+    containers are this process's too, linked to the row's run by their parent labels
+    (a child whose container is gone is named by the batch itself, from the report)."""
+    import secrets
+
+    from runner.sandbox.gc import Sweeper
+    from runner.sandbox.labels import (
+        LABEL_PARENT_RUN_ID,
+        LABEL_RUN_ID,
+        Process,
+        owner_labels,
+        signed,
+    )
+
+    here = Process.current()
+    sweeper = Sweeper(secrets.token_bytes(32), here, 0)
+    other = Process(here.boot_id, here.pid_ns, here.pid + 1, here.start_ticks)
+
+    def labels(run: str, parent: str | None = None, owner: Process = here) -> dict[str, str]:
+        own = {LABEL_RUN_ID: run} | ({LABEL_PARENT_RUN_ID: parent} if parent else {})
+        return signed(own | owner_labels(owner), sweeper.key)
+
+    tree = {
+        "root": labels("row-run"),
+        "child": labels("child", "row-run"),
+        "grandchild": labels("grandchild", "child"),
+        "orphan": labels("orphan", "gone-child"),  # its parent's container was removed
+        "unrelated": labels("other-row", None),
+        "elsewhere": labels("foreign", "row-run", other),  # another process's
+        "forged": {**labels("forged", "row-run"), LABEL_RUN_ID: "forged-2"},
+    }
+    summaries = [{"Labels": value} for value in tree.values()]
+    removable = sweeper.made_here_for({"row-run", "gone-child"}, summaries)
+    taken = {name for name, value in tree.items() if removable(value, "running", lambda _: False)}
+    assert taken == {"root", "child", "grandchild", "orphan"}
+
+
+def test_which_sandbox_errors_a_batch_retries() -> None:
+    """The backend says which of its errors another attempt may get past: an engine that
+    failed or did not answer, not a cause every attempt meets."""
+    import docker.errors
+    import requests.exceptions
+
+    from runner.batch.retry import is_infrastructure_failure
+    from runner.package.errors import PackageError
+    from runner.sandbox.attachments import AttachmentError
+    from runner.sandbox.errors import (
+        CommandNotFound,
+        DockerSandboxError,
+        EngineUnavailable,
+        FilesTooLarge,
+        ProfileError,
+        RuntimeMissing,
+    )
+    from runner.sandbox.registry import BackendUnknown, sandbox_engine
+
+    engine = sandbox_engine("docker")
+    retried = [
+        EngineUnavailable("no answer"),
+        DockerSandboxError("refused"),
+        ConnectionResetError(),
+        docker.errors.APIError("500 Server Error"),
+        requests.exceptions.ConnectionError(),
+        requests.exceptions.ReadTimeout(),
+        ExceptionGroup("one of them", [ValueError(), EngineUnavailable("gone")]),
+    ]
+    final = [
+        ImageMissing("no image"),
+        RuntimeMissing("no runsc"),
+        ProfileError("bad profile"),
+        AttachmentError("bad attachment"),
+        CommandNotFound("no command"),
+        FilesTooLarge("too large"),
+        BackendUnknown("no backend"),
+        docker.errors.ImageNotFound("no image"),
+        PackageError("FLOW.md", "", "bad package"),
+        ValueError("anything else"),
+    ]
+    assert [is_infrastructure_failure(exc, engine) for exc in retried] == [True] * len(retried)
+    assert [is_infrastructure_failure(exc, engine) for exc in final] == [False] * len(final)

@@ -22,12 +22,12 @@ import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from runner import __version__, json1
 from runner.config import HostConfig
 from runner.json1 import JSONValue
 from runner.sandbox.base import Attachment
+from runner.sandbox.registry import SandboxEngine
 
 from .manifest import Row
 
@@ -38,18 +38,13 @@ CONTENT_LIMIT = 64 << 20
 class ImageIds:
     """Tag -> image id, asked of the engine once per tag per batch (``None``: missing)."""
 
-    def __init__(self, client: Callable[[], Any]) -> None:
-        self._client = client
+    def __init__(self, engine: SandboxEngine) -> None:
+        self._engine = engine
         self._ids: dict[str, str | None] = {}
 
     def __call__(self, tag: str) -> str | None:
         if tag not in self._ids:
-            import docker.errors
-
-            try:
-                self._ids[tag] = str(self._client().api.inspect_image(tag)["Id"])
-            except docker.errors.ImageNotFound:
-                self._ids[tag] = None
+            self._ids[tag] = self._engine.image_id(tag)
         return self._ids[tag]
 
     def planned(self, tag: str) -> str:

@@ -10,59 +10,25 @@ place, so a new classification (a run report that says "infrastructure") is one 
 from __future__ import annotations
 
 from runner.api import Execution
-from runner.sandbox.attachments import AttachmentError
-from runner.sandbox.errors import (
-    CommandNotFound,
-    FilesTooLarge,
-    ImageMissing,
-    RuntimeMissing,
-    SandboxError,
-)
-from runner.sandbox.profiles import ProfileError
-from runner.sandbox.registry import BackendUnknown
-
-_NOT_INFRASTRUCTURE = (
-    ImageMissing,
-    RuntimeMissing,
-    CommandNotFound,
-    AttachmentError,
-    ProfileError,
-    FilesTooLarge,
-    BackendUnknown,
-)
-"""Sandbox errors that the same invocation meets again every time: final."""
+from runner.sandbox.registry import SandboxEngine
 
 
-def is_infrastructure_failure(outcome: Execution | BaseException) -> bool:
+def is_infrastructure_failure(outcome: Execution | BaseException, engine: SandboxEngine) -> bool:
     """True if ``outcome`` failed because of the engine, not because of the component.
 
     Recognised: a judged execution whose report says the sandbox was lost under it
     (``report.lost``: the container removed from outside, or the engine gone; ``exec``
-    exits 4 or 5 for those), the sandbox errors of an engine that does not answer or
-    fails an API call before the run (``EngineUnavailable``, ``DockerSandboxError``; not
-    a missing image or runtime, which no retry fixes), docker-py's API errors, and
-    connection errors of docker-py's HTTP transport (the engine restarting). An
-    exception group is infrastructure if any of its exceptions is. Any other judged
-    execution is the component's own result.
+    exits 4 or 5 for those), and an error the engine's backend calls transient (an
+    engine that does not answer or fails a call before the run; not a missing image or
+    runtime, a bad profile or attachment, which no retry fixes). An exception group is
+    infrastructure if any of its exceptions is. Any other judged execution is the
+    component's own result.
     """
     if isinstance(outcome, Execution):
         return outcome.report.lost is not None
     if isinstance(outcome, BaseExceptionGroup):
-        return any(is_infrastructure_failure(e) for e in outcome.exceptions)
-    if isinstance(outcome, SandboxError):
-        return not isinstance(outcome, _NOT_INFRASTRUCTURE)
-    import docker.errors
-    import requests.exceptions
-
-    if isinstance(outcome, docker.errors.ImageNotFound):
-        return False
-    return isinstance(
-        outcome,
-        docker.errors.APIError
-        | requests.exceptions.ConnectionError
-        | requests.exceptions.Timeout
-        | ConnectionError,
-    )
+        return any(is_infrastructure_failure(e, engine) for e in outcome.exceptions)
+    return engine.transient(outcome)
 
 
 def backoff(attempt: int, base: float) -> float:

@@ -59,9 +59,8 @@ class PinnedSandbox:
 class Sandboxes:
     """The image rows' sandboxes of one batch, by (image, command, profile)."""
 
-    def __init__(self, image_ids: ImageIds, client: Any) -> None:
+    def __init__(self, image_ids: ImageIds) -> None:
         self._image_ids = image_ids
-        self._client = client
         self._built: dict[tuple[str, tuple[str, ...] | None, int], _Built] = {}
 
     def __call__(self, row: Row) -> tuple[Sandbox, StopGraces]:
@@ -75,7 +74,6 @@ class Sandboxes:
                 image=self._image_ids.planned(row.image),
                 command=row.command,
                 profile=row.profile,
-                client=self._client(),
             )
             sandbox, graces = open_sandbox(spec)
             built = self._built[key] = _Built(row.profile, PinnedSandbox(sandbox), graces)

@@ -43,6 +43,7 @@ from runner.package.errors import InvocationRefused, PackageError
 from runner.sandbox.attachments import AttachmentError
 from runner.sandbox.base import LaunchRequest
 from runner.sandbox.errors import ImageMissing, SandboxError
+from runner.sandbox.registry import SandboxEngine, sandbox_engine
 
 from .keys import Digests, ImageIds, Keys, input_digest, shard_of
 from .manifest import Defaults, Row, check, rows_on
@@ -108,8 +109,9 @@ class BatchOptions:
     progress_every: float = 5.0
     backoff: float = 0.5
     """Seconds before the first retry; doubles with each further attempt."""
-    client: Any = None
-    """A docker-py client; the process-wide default when ``None``."""
+    engine: SandboxEngine | None = None
+    """The engine the rows' images are looked up on and left containers swept from;
+    ``None``: the Docker backend's (the process-wide engine)."""
     prepare: int | None = None
     """Containers prepared ahead of their runs (created and started, not yet sent
     ``flow/run``): at most this many beyond the runs in flight; ``None``: ``jobs``;
@@ -208,7 +210,7 @@ class _Batch:
         self.result = BatchResult()
         self.counts = Counts()
         self.name = manifest_name(options.manifest)
-        self._client = options.client
+        self._engine = options.engine or sandbox_engine("docker")
         self._flows: FlowHost | None = None
         jobs = max(1, options.jobs)
         ahead = jobs if options.prepare is None else options.prepare
@@ -218,19 +220,12 @@ class _Batch:
         """Tokens for cleanups of finished runs that nobody waits for."""
         self._prepared: set[Prepared] = set()
         self._suspects: set[str] = set()
-        """Run ids whose container may be left (an infrastructure failure, a removal that
-        failed): looked for at the end (:meth:`_remove_left`)."""
+        """Run ids whose containers may be left (an infrastructure failure, a removal that
+        failed, a flow row's tree): looked for at the end (:meth:`_remove_left`)."""
         self._shown: Any = None
-        self._image_ids = ImageIds(self.client)
-        self._sandbox = Sandboxes(self._image_ids, self.client)
+        self._image_ids = ImageIds(self._engine)
+        self._sandbox = Sandboxes(self._image_ids)
         """Each row's sandbox, running the image id its key was planned with."""
-
-    def client(self) -> Any:
-        if self._client is None:
-            from runner.sandbox.docker.engine import default_client
-
-            self._client = default_client()
-        return self._client
 
     def plan(self, rows: Any) -> set[int]:
         """Key every row; queue those of the shard that have no final result for their key.
@@ -278,7 +273,7 @@ class _Batch:
             )
             shown.close()
             return
-        await anyio.to_thread.run_sync(_sweep)
+        await anyio.to_thread.run_sync(self._engine.sweep)  # what dead batches or execs left
         shown = self._shown = progress(
             self.options.progress, self.counts, self.options.progress_every
         )
@@ -315,12 +310,13 @@ class _Batch:
         """Remove what this batch's runs left, now that none is in flight. A run does not
         try a removal that failed again (the engine slow or away then), a create the
         engine never answered may still have made its container, and no sweep takes a
-        live batch's containers: the runs with an infrastructure failure are looked for
-        by their run ids."""
+        live batch's containers: the runs with an infrastructure failure, and every flow
+        row's tree (whose children's cleanup the batch does not see), are looked for by
+        their run ids."""
         if not self._suspects:
             return
         try:
-            removed = await anyio.to_thread.run_sync(_sweep_runs, self._suspects, self._client)
+            removed = await anyio.to_thread.run_sync(self._engine.sweep, self._suspects)
         except SandboxError as exc:
             shown.note(
                 f"could not look for containers this batch left ({_first_line(str(exc))}); "
@@ -442,14 +438,14 @@ class _Batch:
             self.store.start(row.id, run_id)
             attempt += 1
             outcome = await self._attempt(row, run_id, prepared)
-            if is_infrastructure_failure(outcome):
-                self._suspects.add(run_id)  # its container may be left: see _remove_left
+            if is_infrastructure_failure(outcome, self._engine) or row.flow is not None:
+                self._suspects.update(_run_ids(run_id, outcome))  # may be left: _remove_left
             prepared = None
             took = time.monotonic() - started
             if self.control.stopping and _cancelled(outcome):
                 stopped = "the batch was stopped before the run finished"
                 return Final(INTERRUPTED, error_code="CANCELLED", error_message=stopped), took
-            if not is_infrastructure_failure(outcome):
+            if not is_infrastructure_failure(outcome, self._engine):
                 return _final(outcome), took
             if attempt > self.options.retries or self.control.stopping:
                 message = _final(outcome).error_message
@@ -469,7 +465,7 @@ class _Batch:
         try:
             if row.flow is not None:
                 return await self._flow_host().run(
-                    row.flow, row.input, deadline_seconds=row.deadline, control=run
+                    row.flow, row.input, deadline_seconds=row.deadline, control=run, run_id=run_id
                 )
             assert row.image is not None and row.profile is not None
             sandbox, graces = self._sandbox(row)
@@ -501,17 +497,16 @@ class _Batch:
         self.result.statuses[status] = self.result.statuses.get(status, 0) + 1
 
 
-def _sweep() -> None:
-    """Remove containers of batches (or execs) that died, before starting more."""
-    from runner.sandbox.gc import sweep
-
-    sweep()
-
-
-def _sweep_runs(runs: set[str], client: Any) -> list[str]:
-    from runner.sandbox.gc import sweep
-
-    return sweep(client, runs=runs)
+def _run_ids(run_id: str, outcome: Execution | Exception) -> list[str]:
+    """The attempt's run id and those of the runs below it that its report keeps."""
+    found = [run_id]
+    if isinstance(outcome, Execution):
+        reports = list(outcome.report.children)
+        while reports:
+            report = reports.pop()
+            found.append(report.run_id)
+            reports += report.children
+    return found
 
 
 def _cancelled(outcome: Execution | Exception) -> bool:

@@ -93,6 +93,8 @@ SCAN_LIMIT = 10_000
 class AttachmentError(SandboxError, ValueError):
     """An attachment spec is malformed, or names a host path that must not be attached."""
 
+    transient = False
+
 
 def parse_attach(spec: str) -> Attachment:
     """Parse ``NAME=HOSTPATH[:ro|:rw]``; the access defaults to read-only.

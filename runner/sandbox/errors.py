@@ -18,17 +18,28 @@ from typing import Literal
 class SandboxError(RuntimeError):
     """A backend could not prepare its sandbox; the message names the cause and the fix."""
 
+    transient: bool = True
+    """Whether the same invocation may get past it when tried again (an engine that failed
+    or did not answer: a batch retries it); each kind whose cause an invocation meets
+    every time (a missing image, a bad profile) says ``False``."""
+
 
 class ProfileError(SandboxError, ValueError):
     """A sandbox profile could not be found, read or validated."""
+
+    transient = False
 
 
 class CommandNotFound(SandboxError):
     """The process backend's command cannot be started (missing, not executable)."""
 
+    transient = False
+
 
 class FilesTooLarge(SandboxError):
     """Files read out of an image exceed the caller's bound."""
+
+    transient = False
 
 
 class DockerSandboxError(SandboxError):
@@ -42,9 +53,13 @@ class EngineUnavailable(DockerSandboxError):
 class ImageMissing(DockerSandboxError):
     """The image is not on the engine (flow-runner never pulls)."""
 
+    transient = False
+
 
 class RuntimeMissing(DockerSandboxError):
     """The profile's container runtime (e.g. gVisor's runsc) is not registered."""
+
+    transient = False
 
 
 class SandboxLost(RuntimeError):

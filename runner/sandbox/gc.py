@@ -27,7 +27,7 @@ through); remove those by hand.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -108,18 +108,38 @@ class Sweeper:
         process_state, start_ticks = found
         return start_ticks != owner.start_ticks or process_state in ("Z", "X")
 
-    def made_here_for(self, runs: Collection[str]) -> Removable:
-        """Whether labels are ours, name this very process as the owner and one of
-        ``runs`` as the run (a run's own container, or a child's of it)."""
+    def made_here_for(
+        self, runs: Collection[str], summaries: Sequence[Mapping[str, Any]]
+    ) -> Removable:
+        """Whether labels are ours, name this very process as the owner, and name as the
+        run one of ``runs`` or a run below one of them (a child flow's, at any depth), as
+        the parent run ids on this process's listed containers (``summaries``) link them.
+        A run whose own container is gone links none of its children to its parent: a
+        caller that knows such runs names them in ``runs`` too."""
+        here = self.here.label()
+        parents: dict[str, str] = {}
+        for summary in summaries:
+            labels = summary.get("Labels") or {}
+            run, parent = labels.get(LABEL_RUN_ID), labels.get(LABEL_PARENT_RUN_ID)
+            if run and parent and labels.get(LABEL_PROCESS) == here and is_signed(labels, self.key):
+                parents[run] = parent
+
+        def below(run: str | None) -> bool:
+            seen: set[str] = set()
+            while run is not None and run not in seen:
+                if run in runs:
+                    return True
+                seen.add(run)
+                run = parents.get(run)
+            return False
 
         def removable(
             labels: Mapping[str, str], state: str | None, gone: Callable[[str], bool]
         ) -> bool:
-            run = labels.get(LABEL_RUN_ID)
             return (
                 is_signed(labels, self.key)
-                and labels.get(LABEL_PROCESS) == self.here.label()
-                and (run in runs or labels.get(LABEL_PARENT_RUN_ID) in runs)
+                and labels.get(LABEL_PROCESS) == here
+                and (below(labels.get(LABEL_RUN_ID)) or below(labels.get(LABEL_PARENT_RUN_ID)))
             )
 
         return removable
@@ -135,8 +155,9 @@ def sweep(
 ) -> list[str]:
     """Force-remove (with anonymous volumes) the provably abandoned containers; return ids.
 
-    With ``runs``, the containers this very process made for those runs instead, once the
-    runs are over (a batch, at its end, for the runs that failed on the engine's side).
+    With ``runs``, the containers this very process made for those runs (and for the runs
+    below them: child flows at any depth) instead, once the runs are over (a batch, at
+    its end, for the runs that failed on the engine's side and for its flow rows).
     The run does not try its removal again when it failed (the engine slow or away then),
     an engine that never answered a create may still have made the container, and a
     sweep spares a live owner's containers: without this they would stay until the
@@ -153,7 +174,6 @@ def sweep(
 def sweep_engine(http: EngineHttp, *, runs: Collection[str] | None = None) -> list[str]:
     """:func:`sweep` of the engine at ``http``."""
     sweeper = Sweeper.current()
-    removable = sweeper.abandoned if runs is None else sweeper.made_here_for(runs)
     summaries: list[dict[str, Any]] = []
     for label in (LABEL_RUN_ID, LABEL_INSPECT):
         query = {"limit": "-1", "all": "1", "size": "0", "trunc_cmd": "0"}
@@ -162,6 +182,7 @@ def sweep_engine(http: EngineHttp, *, runs: Collection[str] | None = None) -> li
         if not isinstance(found, list):
             raise engine_unavailable(RuntimeError("the engine's container list is not a list"))
         summaries += [summary for summary in found if isinstance(summary, dict)]
+    removable = sweeper.abandoned if runs is None else sweeper.made_here_for(runs, summaries)
     removed: list[str] = []
     for summary in summaries:
         labels = summary.get("Labels") or {}

@@ -18,10 +18,10 @@ a cold ``exec``).
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final, Protocol
 
 from runner.sandbox.base import Sandbox
 from runner.sandbox.errors import SandboxError
@@ -34,10 +34,14 @@ SHIPPED: Final = {
     "docker": "runner.sandbox.docker.sandbox:open_docker",
     "process": "runner.sandbox.process:open_process",
 }
+ENGINES: Final = {"docker": "runner.sandbox.docker.service:DockerSandboxEngine"}
+"""The backends whose sandboxes run on an engine a caller may ask about (:class:`SandboxEngine`)."""
 
 
 class BackendUnknown(SandboxError):
     """No backend is registered under the name asked for."""
+
+    transient = False
 
 
 @dataclass(frozen=True)
@@ -56,9 +60,8 @@ class SandboxSpec:
     ``command`` replaces an image's command (``docker``) or is the argv itself
     (``process``). ``profile`` is a profile name, a TOML path, or a loaded profile;
     ``base_dir`` is where a relative profile path starts (a configuration's directory).
-    ``user`` (``UID[:GID]``) replaces the profile's user. ``client`` is a docker-py
-    client to use instead of the process-wide one; ``record_engine`` asks the Docker
-    backend to keep what the engine put in effect (``policy verify``).
+    ``user`` (``UID[:GID]``) replaces the profile's user. ``record_engine`` asks the
+    Docker backend to keep what the engine put in effect (``policy verify``).
     """
 
     backend: str
@@ -69,7 +72,6 @@ class SandboxSpec:
     cwd: Path | None = None
     env: Mapping[str, str] | None = None
     user: str | None = None
-    client: Any = None
     record_engine: bool = False
 
 
@@ -83,6 +85,42 @@ def open_sandbox(spec: SandboxSpec) -> tuple[Sandbox, StopGraces]:
     command): nothing has run yet.
     """
     return _factory(spec.backend)(spec)
+
+
+class SandboxEngine(Protocol):
+    """What a caller of many sandboxes of one backend (a batch) asks of the engine behind
+    them, besides launches: which image a tag names, and the removal of what runs left.
+    The calls block (a worker thread's); a backend's engine is the process-wide one."""
+
+    def image_id(self, image: str) -> str | None:
+        """The id of the image ``image`` (a tag or an id) names now; ``None`` if the engine
+        has none. Raises :class:`SandboxError` when the engine does not answer."""
+        ...
+
+    def sweep(self, runs: Collection[str] | None = None) -> list[str]:
+        """Remove the sandboxes whose owner provably died (``flow-runner gc``); with
+        ``runs``, instead every one this very process made for those runs or for a run
+        below them (a child flow's, at any depth), once they are over. The ids removed."""
+        ...
+
+    def transient(self, exc: BaseException) -> bool:
+        """Whether ``exc``, raised by the backend, is a failure of the engine that the same
+        call may get past when tried again (a :class:`SandboxError` says so itself)."""
+        ...
+
+
+def sandbox_engine(backend: str) -> SandboxEngine:
+    """The engine behind ``backend``'s sandboxes; :class:`BackendUnknown` if it has none
+    a caller may ask about (the ``process`` backend runs on no engine)."""
+    target = ENGINES.get(backend)
+    if target is None:
+        raise BackendUnknown(
+            f"the sandbox backend {backend!r} has no engine to ask about images and left "
+            f"sandboxes (backends with one: {', '.join(sorted(ENGINES))}); run it with one of them"
+        )
+    module, _, attribute = target.partition(":")
+    engine: SandboxEngine = getattr(importlib.import_module(module), attribute)()
+    return engine
 
 
 def backends() -> list[str]:

@@ -74,9 +74,7 @@ def open_docker(spec: SandboxSpec) -> tuple[DockerSandbox, StopGraces]:
         raise DockerSandboxError("the docker backend needs an image: exec IMAGE [COMMAND...]")
     profile = load_spec_profile(spec)
     command = list(spec.command) if spec.command is not None else None
-    sandbox = DockerSandbox(
-        spec.image, profile, command, client=spec.client, record_engine=spec.record_engine
-    )
+    sandbox = DockerSandbox(spec.image, profile, command, record_engine=spec.record_engine)
     return sandbox, StopGraces(cancel=profile.cancel_grace, exit=profile.exit_grace)
 
 
