@@ -47,7 +47,7 @@ from pathlib import Path
 from exec_overhead import secure_flags
 from rawrun import root_frame
 
-from runner.batch.store import SUCCEEDED, Final, Store
+from runner.batch.store import SUCCEEDED, RowResult, Store
 from runner.sandbox.profiles import load_profile
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -207,7 +207,7 @@ def bench_store(work: Path, rows: int = 2000) -> float:
     for i in range(rows):
         started = time.perf_counter()
         store.start(f"r-{i}", f"run-{i}")
-        final = Final(SUCCEEDED, "done", output='{"n": 1}', exit_code=0, report=report)
+        final = RowResult(SUCCEEDED, "done", output='{"n": 1}', exit_code=0, report=report)
         store.finish(f"r-{i}", final, seconds=0.1)
         times.append(time.perf_counter() - started)
     store.close()

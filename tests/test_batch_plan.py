@@ -200,13 +200,13 @@ def test_junit_of_hostile_messages_and_stderr_is_well_formed_xml(tmp_path: Path)
     import xml.etree.ElementTree as ET
 
     from runner.batch.junit import write_junit
-    from runner.batch.store import FAILED, Final, Store
+    from runner.batch.store import FAILED, RowResult, Store
 
     store = Store(tmp_path / "r.sqlite")
     store.queue({"id": "r-\x07", "manifest": "m", "line": 1, "key": "k", "input_digest": "d",
                  "target": "img", "image_id": None})  # fmt: skip
     store.start("r-\x07", "run-1")
-    final = Final(FAILED, error_code="EXECUTION_FAILED", error_message="boom \x1b[31mred\x00",
+    final = RowResult(FAILED, error_code="EXECUTION_FAILED", error_message="boom \x1b[31mred\x00",
                   stderr_tail="\x1b[0mtail \x7f é")  # fmt: skip
     store.finish("r-\x07", final, seconds=1.0)
     write_junit(store, tmp_path / "j.xml")

@@ -93,9 +93,6 @@ class Prepared:
         """Not to be run (refused, stopped, retried): leave the launch, removing it."""
         self._release.set()
 
-    async def wait_removed(self) -> None:
-        await self._done.wait()
-
     @asynccontextmanager
     async def take(self) -> AsyncIterator[RunningComponent]:
         """The launch, as the backend's ``launch`` context would be for the run.

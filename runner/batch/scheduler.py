@@ -51,7 +51,7 @@ from .prepare import Prepared, PreparedSandbox
 from .progress import Counts, Mode, progress
 from .retry import backoff, is_infrastructure_failure
 from .sandboxes import Sandboxes
-from .store import FAILED, INFRA_FAILED, INTERRUPTED, SUCCEEDED, Final, Store
+from .store import FAILED, INFRA_FAILED, INTERRUPTED, SUCCEEDED, RowResult, Store
 
 if TYPE_CHECKING:
     from runner.flows import FlowHost
@@ -422,7 +422,7 @@ class _Batch:
 
     async def _run_row(
         self, row: Row, shown: Any, prepared: Prepared | None
-    ) -> tuple[Final, float]:
+    ) -> tuple[RowResult, float]:
         """Run a row's attempts: retry infrastructure failures only, with backoff.
 
         The first attempt takes the prepared launch (its run id is the prepared one);
@@ -444,12 +444,14 @@ class _Batch:
             took = time.monotonic() - started
             if self.control.stopping and _cancelled(outcome):
                 stopped = "the batch was stopped before the run finished"
-                return Final(INTERRUPTED, error_code="CANCELLED", error_message=stopped), took
+                return RowResult(INTERRUPTED, error_code="CANCELLED", error_message=stopped), took
             if not is_infrastructure_failure(outcome, self._engine):
                 return _final(outcome), took
             if attempt > self.options.retries or self.control.stopping:
                 message = _final(outcome).error_message
-                return Final(INFRA_FAILED, error_code="INFRASTRUCTURE", error_message=message), took
+                return RowResult(
+                    INFRA_FAILED, error_code="INFRASTRUCTURE", error_message=message
+                ), took
             self.counts.retried += 1
             shown.retry(row.id, attempt, _first_line(str(outcome)))
             await anyio.sleep(backoff(attempt, self.options.backoff))
@@ -516,22 +518,22 @@ def _cancelled(outcome: Execution | Exception) -> bool:
     return True  # anything that broke while the batch stopped it: run it again on resume
 
 
-def _final(outcome: Execution | Exception) -> Final:
+def _final(outcome: Execution | Exception) -> RowResult:
     """A run's result as the store keeps it."""
     if isinstance(outcome, Execution):
         report, verdict = outcome.report, outcome.verdict
         tail = report.stderr[-STDERR_TAIL:]
         if verdict.result is not None:
-            return Final(
+            return RowResult(
                 SUCCEEDED, outcome=report.outcome, output=_json(verdict.result.get("output")),
                 exit_code=report.exit_code, stderr_tail=tail, report=report.dumps(indent=None),
             )  # fmt: skip
         assert report.error is not None
-        return Final(
+        return RowResult(
             FAILED, error_code=report.error.code, error_message=report.error.message,
             exit_code=report.exit_code, stderr_tail=tail, report=report.dumps(indent=None),
         )  # fmt: skip
-    return Final(FAILED, error_code=_code_of(outcome), error_message=str(outcome))
+    return RowResult(FAILED, error_code=_code_of(outcome), error_message=str(outcome))
 
 
 def _code_of(exc: Exception) -> str:
@@ -559,5 +561,5 @@ def _first_line(text: str) -> str:
     return text.strip().partition("\n")[0][:300]
 
 
-def _summary(final: Final) -> str:
+def _summary(final: RowResult) -> str:
     return f"{final.error_code}: {_first_line(final.error_message or '')}"

@@ -71,7 +71,7 @@ class Known:
 
 
 @dataclass(frozen=True)
-class Final:
+class RowResult:
     """A run's final (or interrupted) result, as the store keeps it."""
 
     status: str
@@ -174,7 +174,7 @@ class Store:
             (run_id, time.time(), row_id),
         )
 
-    def finish(self, row_id: str, final: Final, *, seconds: float) -> None:
+    def finish(self, row_id: str, final: RowResult, *, seconds: float) -> None:
         """Commit a result: ``done``, or ``pending`` again if it was interrupted."""
         state = "pending" if final.status == INTERRUPTED else "done"
         self.db.execute(

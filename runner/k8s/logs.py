@@ -181,7 +181,7 @@ def _object(line: bytes) -> dict[str, JSONValue] | None:
 
 def import_runs(runs: list[ImportedRun], store_path: Path) -> dict[str, int]:
     """Write each row with its attempts and final result into the batch result store."""
-    from runner.batch.store import Final, Store, StoreError
+    from runner.batch.store import RowResult, Store, StoreError
 
     try:
         store = Store(store_path)
@@ -201,7 +201,7 @@ def import_runs(runs: list[ImportedRun], store_path: Path) -> dict[str, int]:
                 store.start(row_id, attempt.run_id)
             store.finish(
                 row_id,
-                Final(
+                RowResult(
                     final.status, outcome=final.outcome, error_code=final.error_code,
                     error_message=final.error_message, output=final.output,
                     exit_code=final.exit_code, report=json.dumps({"job": final.job}),
