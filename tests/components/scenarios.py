@@ -102,7 +102,7 @@ async def cancel_one(ctx: RunContext, args: dict[str, Any]) -> Any:
 async def cancel_queued(ctx: RunContext, args: dict[str, Any]) -> Any:
     """65 calls; the 65th, still queued, is cancelled: it must never reach the wire."""
     calls = [asyncio.ensure_future(store(ctx, n)) for n in range(1, 66)]
-    await asyncio.sleep(0.2)
+    await asyncio.sleep(0)  # each task's first step admits its call: 64 on the wire, 1 queued
     calls[64].cancel()
     results = await asyncio.gather(*calls, return_exceptions=True)
     return {"cancelled": sum(isinstance(r, asyncio.CancelledError) for r in results)}
@@ -139,7 +139,7 @@ async def swallow_cancel(ctx: RunContext, args: dict[str, Any]) -> Any:
 @scenario
 async def abandon(ctx: RunContext, args: dict[str, Any]) -> Any:
     LEFT_BEHIND.add(asyncio.ensure_future(store(ctx, 1)))
-    await asyncio.sleep(0.2)
+    await asyncio.sleep(0)  # the task's first step puts the call on the wire
     return "left a call behind"
 
 

@@ -54,7 +54,7 @@ async def pair_send_close(ctx: RunContext, args: dict[str, Any]) -> Any:
 @scenario
 async def cancel_create(ctx: RunContext, args: dict[str, Any]) -> Any:
     creating = asyncio.ensure_future(ctx.channel())
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(0)  # the task's first step puts the create on the wire
     creating.cancel()
     await asyncio.wait([creating])
     return creating.cancelled()
@@ -138,7 +138,7 @@ async def release_after_end(ctx: RunContext, args: dict[str, Any]) -> Any:
 async def cancel_read(ctx: RunContext, args: dict[str, Any]) -> Any:
     receiver = ctx.receiver("in")
     read = asyncio.ensure_future(receiver.__anext__())
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(0)  # the task's first step puts the read on the wire
     read.cancel()
     await asyncio.wait([read])
     status = await receiver.aclose()  # joins the disposal the cancellation started
@@ -162,7 +162,7 @@ async def close_while_sending(ctx: RunContext, args: dict[str, Any]) -> Any:
 async def cancel_close(ctx: RunContext, args: dict[str, Any]) -> Any:
     sender = ctx.sender("out")
     closing = asyncio.ensure_future(sender.close())
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(0)  # the task's first step puts the close on the wire
     closing.cancel()
     await asyncio.wait([closing])
     await sender.close()  # joins the close still on the wire
@@ -216,7 +216,7 @@ async def offered_subscription(ctx: RunContext, args: dict[str, Any]) -> Any:
 async def reserve(ctx: RunContext, args: dict[str, Any]) -> Any:
     """64 ordinary calls with a root grant held: 63 go out, the close still gets through."""
     calls = [asyncio.ensure_future(store(ctx, n)) for n in range(1, 65)]
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0)  # each task's first step admits its call: 63 on the wire, 1 queued
     await ctx.sender("out").close()
     await asyncio.gather(*calls)
     return "settled"
