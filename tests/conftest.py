@@ -19,6 +19,32 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+_built: list[subprocess.CompletedProcess[bytes]] = []
+"""The session's run of images/build.sh, once made."""
+
+
+def _build_images() -> subprocess.CompletedProcess[bytes]:
+    """Run images/build.sh once per session (it skips every image whose recipe is built)."""
+    if not _built:
+        # PYTHON: whose pip downloads the runner image's wheels, if they are not there yet.
+        env = {**os.environ, "PYTHON": sys.executable}
+        _built.append(subprocess.run([str(ROOT / "images" / "build.sh")], env=env, check=False))
+    return _built[0]
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Build the images before the first test starts, when a selected test uses the
+    engine: a first build (minutes) then counts against no test's timeout."""
+    if any("docker_client" in getattr(item, "fixturenames", ()) for item in session.items):
+        import docker
+
+        try:
+            docker.from_env().ping()
+        except Exception:  # the docker_client fixture says so, test by test
+            return
+        _build_images()
+
+
 @pytest.fixture(scope="session")
 def docker_client() -> Iterator[Any]:
     """A docker-py client for an engine that answers, with the local images built."""
@@ -29,9 +55,7 @@ def docker_client() -> Iterator[Any]:
         client.ping()
     except Exception as exc:  # the engine is part of the test set-up: fail loudly
         pytest.fail(f"Docker engine not reachable ({exc}); run `make engine` or `make test`")
-    # PYTHON: whose pip downloads the runner image's wheels, if they are not there yet.
-    env = {**os.environ, "PYTHON": sys.executable}
-    subprocess.run([str(ROOT / "images" / "build.sh")], check=True, env=env)
+    _build_images().check_returncode()
     yield client
     client.close()
 
