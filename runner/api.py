@@ -12,8 +12,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import anyio
-
 from runner.contracts.ports import required_ports
 from runner.host.broker import Broker, UnavailableBroker
 from runner.host.channels import ChannelHub, ChannelOffer, ChannelParty
@@ -95,15 +93,16 @@ async def execute(
     control: RunControl | None = None,
     stderr_sink: Callable[[bytes], None] | None = None,
     depth: int = 0,
-    on_stopped: Callable[[Execution], None] | None = None,
     retained_bytes: int = RETAINED_BYTES,
 ) -> Execution:
     """Launch the component, drive Run/1 to the end and judge it.
 
     ``depth`` is 0 for a root run and grows by one for each level of child flows. If the
     task running this is cancelled, the run is stopped (root cancel, grace, kill, cleanup)
-    and, before the cancellation goes on, ``on_stopped`` gets its judged execution: a
-    parent's report keeps the children its cancellation stopped.
+    before the cancellation goes on; ``control`` stops it without cancelling the task, as
+    :mod:`runner.flows` stops every level of a tree of child flows at once. The report's
+    ``timings.total`` is the run's wall time from the launch of its component to the
+    removal of its container, the teardown of its children's included.
 
     The report's ``backend`` is the sandbox's name. When the sandbox's image carries a
     FLOW package (or the invocation names one), the run is held to it: settings and
@@ -166,11 +165,6 @@ async def execute(
         execution = _lost(lost, run)
         offer.party.conclude(execution.verdict.error)
         return execution
-    except anyio.get_cancelled_exc_class():
-        stopped = control.stopped
-        if on_stopped is not None and stopped is not None:
-            on_stopped(Execution(stopped.verdict, _report(stopped, stopped.verdict, run, {})))
-        raise
     finally:  # a no-op once the run was judged; else it was stopped or failed to launch
         offer.party.conclude(OperationError("CANCELLED", "the invocation was stopped"))
 
@@ -202,6 +196,7 @@ async def _launch_and_drive(
     grants: dict[str, JSONValue],
 ) -> Execution:
     package = run.package
+    launched = time.monotonic()
     async with sandbox.launch(request) as component:
         run.facts = component.facts
         paths = component.attachment_paths
@@ -217,6 +212,9 @@ async def _launch_and_drive(
             retained_bytes=retained_bytes,
             channels=channels,
         )
+    # The driver's own total ends with its component's exit; the run's wall time also
+    # holds its children's teardown (the driver waits for their calls) and its own.
+    wall = time.monotonic() - launched
     facts = component.facts
     verdict = outcome.verdict
     if package is not None and verdict.result is not None:
@@ -228,7 +226,7 @@ async def _launch_and_drive(
     if facts.disk_breach is not None:
         verdict = _disk_failure(facts.disk_breach, verdict)
     verdict = _settle_channels(channels, verdict)
-    return Execution(verdict, _report(outcome, verdict, run, facts.timings))
+    return Execution(verdict, _report(outcome, verdict, run, {**facts.timings, "total": wall}))
 
 
 def _disk_failure(breach: DiskBreach, verdict: Verdict) -> Verdict:

@@ -10,7 +10,7 @@ deadline. A child's report nests in its parent's.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -99,15 +99,22 @@ class FlowHost:
         control: RunControl | None = None,
         scratch_dir: Path | None = None,
         on_stopped: Callable[[Execution], None] | None = None,
+        stop_grace: float | None = None,
         giver: ChannelParty | None = None,
         mapping: Mapping[str, str] | None = None,
         reports: _Kept,
         run_id: str | None = None,
     ) -> Execution:
+        """Run flow ``name``; stopped through ``control`` (see :func:`_stopped_as_one`),
+        killed ``stop_grace`` seconds (its own cancel grace if ``None``; a child's is its
+        parent's) after the task running it is cancelled."""
         flow = self.config.flow(name)
         children = _Children(reports)
         run_id = run_id or new_run_id()
         party = hub.party(run_id)
+        control = control or RunControl()
+        running: set[RunControl] = set()
+        """The controls of this run's children while they run: its kill kills them."""
 
         async def run_child(
             child: str, child_input: JSONValue, call: CallContext, channels: Mapping[str, str]
@@ -116,10 +123,15 @@ class FlowHost:
             deadline = call.deadline_unix_ms
             if child_flow.deadline_seconds is not None:
                 deadline = min(deadline, int((time.time() + child_flow.deadline_seconds) * 1000))
+            own = RunControl()
+            if control.kill_requested.is_set():
+                own.kill()
+            running.add(own)
             try:
                 execution = await self._run(
                     child, child_input, deadline, budget, hub, depth=call.depth + 1,
-                    parent=call.run_id, on_stopped=lambda stopped: children.add(stopped.report),
+                    parent=call.run_id, control=own, stop_grace=graces.cancel,
+                    on_stopped=lambda stopped: children.add(stopped.report),
                     giver=party, mapping=channels, reports=reports,
                 )  # fmt: skip
             except (InvocationRefused, PackageError) as exc:
@@ -129,6 +141,8 @@ class FlowHost:
                 raise OperationError(
                     "EXECUTION_FAILED", f"child flow {child!r} was not started: {exc}"
                 ) from exc
+            finally:
+                running.discard(own)
             children.add(execution.report)
             if execution.verdict.result is not None:
                 return execution.verdict.result
@@ -159,7 +173,8 @@ class FlowHost:
             channels=ChannelOffer(party, giver, mapping or {}),
             package=package,
         )
-        execution = await execute(
+        start = partial(
+            execute,
             sandbox,
             invocation,
             target=f"{name} ({flow.image or ' '.join(flow.command or [])})",
@@ -168,8 +183,14 @@ class FlowHost:
             control=control,
             stderr_sink=self.stderr_sink,
             depth=depth,
-            on_stopped=None if on_stopped is None else partial(_nest, children, on_stopped),
             retained_bytes=self.config.limits.retained_result_bytes,
+        )
+        execution = await _stopped_as_one(
+            start,
+            control,
+            running,
+            graces.cancel if stop_grace is None else stop_grace,
+            None if on_stopped is None else partial(_nest, children, on_stopped),
         )
         children.into(execution)
         return execution
@@ -293,6 +314,70 @@ class FlowHost:
         for binding in self.bound:
             await binding.aclose()
         self.bound.clear()
+
+
+async def _stopped_as_one(
+    start: Callable[[], Awaitable[Execution]],
+    control: RunControl,
+    running: set[RunControl],
+    grace: float,
+    on_stopped: Callable[[Execution], None] | None,
+) -> Execution:
+    """Run ``start`` (one flow's execution) so that its whole tree stops as one.
+
+    A cancelled task cancels every task under it at once, but a run's own stop (its
+    ``request/cancel``, grace and kill) begins only when the task group driving it has
+    ended, that is after its children's stops: down a tree of nested children the graces
+    and teardowns add up. So the execution goes on in a shielded task, and cancelling the
+    task that awaits this becomes ``control.cancel()``: the run sends its component
+    ``request/cancel`` and cancels its own calls, whose children stop the same way, every
+    level at once. ``grace`` seconds later (the canceller's grace: one grace for the tree)
+    the run is killed; a kill of ``control``, from here or from its owner (a second
+    signal), kills the controls in ``running`` too, so every level dies in parallel. The
+    cancellation goes on once the run has ended, its execution handed to ``on_stopped``.
+    """
+    ended = anyio.Event()
+    finished: list[Execution | Exception] = []
+
+    async def run() -> None:
+        try:
+            with anyio.CancelScope(shield=True):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(_kill_with, control, running)
+                    try:
+                        finished.append(await start())
+                    except Exception as exc:  # raised where it was awaited, not in a group
+                        finished.append(exc)
+                    tg.cancel_scope.cancel()
+        finally:
+            ended.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run)
+        try:
+            await ended.wait()
+        except anyio.get_cancelled_exc_class():
+            control.cancel()
+            with anyio.CancelScope(shield=True):
+                with anyio.move_on_after(grace):
+                    await ended.wait()
+                control.kill()
+                await ended.wait()
+            stopped = finished[0] if finished else None
+            if on_stopped is not None and isinstance(stopped, Execution):
+                on_stopped(stopped)
+            raise
+    (outcome,) = finished
+    if isinstance(outcome, Exception):
+        raise outcome
+    return outcome
+
+
+async def _kill_with(control: RunControl, running: set[RunControl]) -> None:
+    """Once ``control`` is killed, kill the controls in ``running`` (a run's children)."""
+    await control.kill_requested.wait()
+    for child in list(running):
+        child.kill()
 
 
 def _nest(children: _Children, report_to: Callable[[Execution], None], stopped: Execution) -> None:
