@@ -316,3 +316,51 @@ def test_which_sandbox_errors_a_batch_retries() -> None:
     ]
     assert [is_infrastructure_failure(exc, engine) for exc in retried] == [True] * len(retried)
     assert [is_infrastructure_failure(exc, engine) for exc in final] == [False] * len(final)
+
+
+def test_a_flow_rows_key_follows_what_the_configurations_files_say(tmp_path: Path) -> None:
+    """The same names and paths with other contents are another key: the profile (and
+    its seccomp file), a capability's contract, a read-only attachment, a process flow's
+    package and script. A read-write attachment is an output: its contents are not."""
+    files = {
+        "p.toml": "cpus = 0.5\n",
+        "filter.json": '{"defaultAction": "SCMP_ACT_ALLOW"}',
+        "c.json": '{"contract": 1}',
+        "data/in.txt": "one",
+        "out/o.txt": "written by a run",
+        "pkg/FLOW.md": "---\nname: local\n---\n",
+        "flow.py": "print(1)\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    (tmp_path / "p.toml").write_text(f'cpus = 0.5\nseccomp = "{tmp_path / "filter.json"}"\n')
+    (tmp_path / "flow-runner.toml").write_text(
+        f'[flows.boxed]\nimage = "{TAG}"\nprofile = "p.toml"\n'
+        'attachments = { data = "data:ro", out = "out:rw" }\n'
+        '[flows.boxed.capabilities.store]\nprovider = "kv"\ncontract = "c.json"\n'
+        '[flows.local]\ncommand = ["python3", "flow.py"]\npackage = "pkg"\n'
+    )
+    config = load_config(tmp_path / "flow-runner.toml")
+    path = tmp_path / "m.jsonl"
+    path.write_text('{"id": "a", "flow": "boxed"}\n{"id": "b", "flow": "local"}\n')
+    rows = list(check(path, Defaults(), config))
+
+    def key(row: Row) -> str:  # a new batch: nothing digested yet
+        return Keys(ImageIds(Engine({TAG: IMAGE_ID})), Digests(), config)(row)
+
+    first = [key(row) for row in rows]
+    assert [key(row) for row in rows] == first
+    for name, text in [
+        ("out/o.txt", "written by another run"),
+        ("p.toml", f'cpus = 0.25\nseccomp = "{tmp_path / "filter.json"}"\n'),
+        ("filter.json", '{"defaultAction": "SCMP_ACT_ERRNO"}'),
+        ("c.json", '{"contract": 2}'),
+        ("data/in.txt", "two"),
+        ("pkg/FLOW.md", "---\nname: other\n---\n"),
+        ("flow.py", "print(2)\n"),
+    ]:
+        before = [key(row) for row in rows]
+        (tmp_path / name).write_text(text)
+        changed = name != "out/o.txt"
+        assert ([key(row) for row in rows] != before) is changed, name

@@ -5,8 +5,10 @@ The key is the sha256 of the RFC 8785 canonical JSON of :meth:`Keys.document`: t
 and settings, the deadline, each read-only attachment by path and a digest of its content,
 each read-write attachment by path only (it is an output), the profile's effective
 settings and a digest of its seccomp file's text, the command, and flow-runner's version.
-A flow row puts the whole host configuration and the image ids of every configured flow
-in place of image, profile and command.
+A flow row puts the host configuration and the image ids of every configured flow in
+place of image, profile and command: the configuration by what its files say, too
+(:func:`config_document`), so an edited profile, contract, package or attachment under
+the same name is another key.
 
 A read-only attachment's digest (:class:`Digests`) covers the bytes of every regular file
 under it, with relative paths, modes and symlink targets, while the tree holds at most
@@ -27,7 +29,8 @@ from runner import __version__, json1
 from runner.config import HostConfig
 from runner.json1 import JSONValue
 from runner.sandbox.base import Attachment
-from runner.sandbox.registry import SandboxEngine
+from runner.sandbox.errors import SandboxError
+from runner.sandbox.registry import SandboxEngine, SandboxSpec, load_spec_profile
 
 from .manifest import Row
 
@@ -156,9 +159,7 @@ class Keys:
             config = self._config
             assert config is not None
             doc["flow"] = row.flow
-            doc["config"] = self._share(
-                config, lambda: config.model_dump(mode="json", exclude={"base_dir"})
-            )
+            doc["config"] = self._share(config, lambda: config_document(config, self._digests))
             doc["images"] = {
                 name: self._image_ids(flow.image) or f"missing:{flow.image}"
                 for name, flow in sorted(config.flows.items())
@@ -202,6 +203,68 @@ def _attachment(att: Attachment, digests: Digests) -> JSONValue:
     else:
         entry["access"] = "read-write"
     return entry
+
+
+def config_document(config: HostConfig, digests: Digests) -> JSONValue:
+    """The configuration as a key sees it: its values, and for each flow what the files
+    it names say. A sandboxed flow's profile is its effective settings (as an image row's)
+    with its seccomp file's digest; its read-only attachments, its package directory, its
+    capabilities' contracts and every command argument that names a file (from the
+    configuration's directory) get their content's digest (:class:`Digests`). A file
+    that cannot be read or a profile that does not load is named as such: the run
+    itself reports it."""
+    doc = config.model_dump(mode="json", exclude={"base_dir"})
+    for name, flow in config.flows.items():
+        entry = doc["flows"][name]
+        if flow.sandbox_backend != "process":
+            entry["profile"] = _profile(config, flow.sandbox_backend, flow.profile)
+        if flow.package is not None:
+            entry["package"] = _digest(config.resolve(flow.package), digests)
+        for slot, spec in flow.attachments.items():
+            path, sep, mode = spec.rpartition(":")
+            if not sep or mode not in ("ro", "rw"):
+                path, mode = spec, "ro"
+            if mode == "ro":
+                entry["attachments"][slot] = {
+                    "path": spec, "digest": _digest(config.resolve(path), digests)
+                }  # fmt: skip
+        for slot, binding in flow.capabilities.items():
+            if binding.contract is not None:
+                contract = _digest(config.resolve(binding.contract), digests)
+                entry["capabilities"][slot]["contract"] = contract
+        if flow.command is not None:
+            entry["files"] = {
+                arg: _digest(config.resolve(arg), digests)
+                for arg in flow.command
+                if _names_file(config.base_dir / arg)
+            }
+    return doc
+
+
+def _profile(config: HostConfig, backend: str, profile: str) -> JSONValue:
+    try:
+        loaded = load_spec_profile(SandboxSpec(backend, profile=profile, base_dir=config.base_dir))
+    except SandboxError as exc:
+        return {"unloadable": str(exc)}
+    seccomp = loaded.seccomp_json
+    return {
+        "settings": loaded.as_json(),
+        "seccomp": hashlib.sha256(seccomp.encode()).hexdigest() if seccomp is not None else None,
+    }
+
+
+def _names_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except OSError:  # a name too long for a path, say: an argument, not a file
+        return False
+
+
+def _digest(path: Path, digests: Digests) -> str:
+    try:
+        return digests(path)
+    except OSError as exc:
+        return f"unreadable:{exc.strerror or exc}"
 
 
 def input_digest(row: Row) -> str:
