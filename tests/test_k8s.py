@@ -271,6 +271,39 @@ def test_k8s_job_refuses_host_paths_and_bad_names(tmp_path: Path) -> None:
         manifests.parse_mount("d=pvc:claim\n", load_profile("default"))
 
 
+@pytest.mark.docker
+def test_k8s_job_checks_the_image_it_can_read(docker_client: Any, tmp_path: Path) -> None:
+    """Refused: an image with nothing to run, one of another architecture than the
+    wrapper's; said: what could not be read (no engine, an image not on it)."""
+    (tmp_path / "Dockerfile").write_text("FROM scratch\nCOPY Dockerfile /Dockerfile\n")
+    tag = f"flow-runner/k8s-check-{os.getpid()}"
+    for platform, cmd in (("linux/amd64", ""), ("linux/arm64", 'CMD ["/x"]\n')):
+        (tmp_path / "Dockerfile").write_text(f"FROM scratch\nCOPY Dockerfile /Dockerfile\n{cmd}")
+        subprocess.run(["docker", "build", "-q", "--network", "none", "--platform", platform,
+                        "-t", f"{tag}:{platform[6:]}", str(tmp_path)],
+                       check=True, capture_output=True)  # fmt: skip
+    try:
+        empty = cli("k8s", "job", f"{tag}:amd64")
+        assert empty.returncode == 2 and b"has no ENTRYPOINT or CMD" in empty.stderr
+        arm = cli("k8s", "job", f"{tag}:arm64")
+        assert arm.returncode == 2, arm.stderr
+        assert b"built for linux/arm64, and the wrapper" in arm.stderr
+        assert b"--runner-image" in arm.stderr and b"Traceback" not in arm.stderr
+        resources, stderr = render("job", f"{tag}:amd64", "--", "/x")
+        validate(resources)
+        assert "was not inspected" not in stderr
+    finally:
+        subprocess.run(["docker", "rmi", f"{tag}:amd64", f"{tag}:arm64"], capture_output=True)
+    missing = cli("k8s", "job", f"{tag}:gone", "--", "/x")
+    assert missing.returncode == 0 and b"was not inspected (not on the local engine)" in (
+        missing.stderr)  # fmt: skip
+    no_engine = {**ENV, "DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"}
+    unread = cli("k8s", "job", HELLO, "--", "python3", "/flow/package/flow.py", env=no_engine)
+    assert unread.returncode == 0 and b"was not inspected (no engine" in unread.stderr
+    refused = cli("k8s", "job", HELLO, env=no_engine)
+    assert refused.returncode == 2 and b"name the component's command" in refused.stderr
+
+
 def test_k8s_batch_indexed_job(tmp_path: Path) -> None:
     manifest = tmp_path / "cases.jsonl"
     manifest.write_text('{"id": "a", "input": 1}\n\n{"id": "b", "input": 2, "deadline": "10m"}\n')

@@ -155,36 +155,59 @@ def _job_spec(
     except ProfileError as exc:
         raise UsageError(str(exc)) from exc
     image, command = target[0], tuple(target[1:])
-    if not command:
-        command, label = _image_command(image)
-        package = package or label
+    runner_image = runner_image or manifests.RUNNER_IMAGE
+    command, label = _checked_command(image, command, runner_image)
+    package = package or label
     mounts = tuple(manifests.parse_mount(spec, profile) for spec in attach)
     result_mount = None
     if results is not None:
         result_mount = manifests.parse_mount(f"results={results}:rw", profile, "--results")
     return manifests.JobSpec(
         image, command, profile, parse_duration(deadline), value, settings, mounts,
-        result_mount, package, name, namespace, backoff_limit, ttl,
-        runner_image or manifests.RUNNER_IMAGE,
+        result_mount, package, name, namespace, backoff_limit, ttl, runner_image,
     )  # fmt: skip
 
 
-def _image_command(image: str) -> tuple[tuple[str, ...], str | None]:
-    """The image's CMD and package label, from the local engine: the pod's command
-    replaces the image's entrypoint with the wrapper, so the component's is named."""
+def _checked_command(
+    image: str, command: tuple[str, ...], runner_image: str
+) -> tuple[tuple[str, ...], str | None]:
+    """The component's command and package label, with the image checked against the
+    wrapper (runner/k8s/images.py) where a local engine has both images; what could not
+    be checked is said on stderr."""
+    from runner.k8s import images
+
+    facts, why_not = _inspected(image)
+    command, label = images.component_command(image, command, facts, why_not)
+    if facts is None:
+        assert why_not is not None
+        typer.echo(f"flow-runner k8s: {images.unchecked(image, why_not)}", err=True)
+        return command, label
+    wrapper, why_not = _inspected(runner_image)
+    if wrapper is None:
+        typer.echo(
+            f"flow-runner k8s: runner image {runner_image!r} was not inspected ({why_not}): "
+            f"not checked that its wrapper is built for {facts.platform}",
+            err=True,
+        )
+    else:
+        problem = images.platform_problem(image, facts, runner_image, wrapper)
+        if problem is not None:
+            raise UsageError(problem)
+    return command, label
+
+
+def _inspected(image: str) -> tuple[Any, str | None]:
+    """The image's facts from the local engine, or ``None`` and why they are not known."""
+    from runner.k8s.images import ImageFacts
+
     try:
         from runner.sandbox.docker.engine import default_client
 
-        config = default_client().api.inspect_image(image)["Config"]  # type: ignore[no-untyped-call]
-    except Exception as exc:  # no engine, no such image: say what to do instead
-        raise UsageError(
-            f"{image!r}: name the component's command after the image (k8s job IMAGE -- "
-            f"COMMAND ...); it could not be read from a local engine ({type(exc).__name__})"
-        ) from exc
-    command = tuple((config.get("Entrypoint") or []) + (config.get("Cmd") or []))
-    if not command:
-        raise UsageError(f"{image!r} has no CMD; name the component's command after the image")
-    return command, (config.get("Labels") or {}).get("flow.package")
+        info = default_client().api.inspect_image(image)  # type: ignore[no-untyped-call]
+    except Exception as exc:  # no engine, no such image: said, and rendered without
+        kind = type(exc).__name__
+        return None, "not on the local engine" if kind == "ImageNotFound" else f"no engine: {kind}"
+    return ImageFacts.of(info), None
 
 
 def _print_rendered(rendered: Any, output: str) -> None:

@@ -56,7 +56,7 @@ WRAPPER = (f"{WRAPPER_DIR}/tini", "--", f"{WRAPPER_DIR}/flow-runner-job")
 """The component container's command: tini as PID 1 forwards the kubelet's SIGTERM to the
 wrapper and reaps orphans; the wrapper (``flow-runner job``, frozen) runs the component."""
 WRAPPER_SIZE = "64Mi"
-"""The sizeLimit of the wrapper's ``emptyDir`` (the wrapper takes about 30 MiB)."""
+"""The sizeLimit of the wrapper's ``emptyDir`` (the wrapper takes about 32 MiB)."""
 LABEL_KEY = "flow-runner.io/key"
 LABEL_JOB = "flow-runner.io/job"
 NOTES = "flow-runner.io/not-enforced"
@@ -606,8 +606,9 @@ def not_enforced(profile: SandboxProfile) -> list[str]:
         f"nofile = {profile.nofile}: Kubernetes has no ulimits; the runtime's default applies",
         f"disk_entries = {profile.disk_entries}: an emptyDir has no bound on its entries; "
         "only its sizeLimit applies (and memory-backed emptyDirs count against the memory limit)",
-        f"memory = {_quantity(profile.memory)}: the pod's limit also holds the wrapper copied "
-        "into its memory emptyDir (about 30 MiB) and the wrapper's own memory",
+        f"memory = {_quantity(profile.memory)}: the wrapper's files (about 32 MiB) in their "
+        "memory emptyDir count against the pod's memory limit, so the component has that "
+        "much less",
     ]
     if profile.attachment_quota is not None:
         notes.append(
