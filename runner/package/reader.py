@@ -18,9 +18,7 @@ a hundred times reads its package once; a retag that changes the image changes t
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import json
 import os
 import stat
 import threading
@@ -149,7 +147,7 @@ async def _stored_files(source: ImageSource, root: str) -> dict[str, bytes] | No
     Entries are re-validated like a fresh read; an unreadable entry is simply read again.
     """
     key = hashlib.sha256(f"{source.image_id}\0{root}".encode()).hexdigest()
-    path = cache_dir() / f"{key}.json"
+    path = cache_dir() / f"{key}.tar"
     cached = await anyio.to_thread.run_sync(_cached, path)
     if cached is not False:
         return cached
@@ -164,26 +162,47 @@ async def _stored_files(source: ImageSource, root: str) -> dict[str, bytes] | No
     return files
 
 
+_NO_PACKAGE = {"flow-runner.package": "none"}
+"""The PAX header of a cache entry for an image without the package directory."""
+
+
 def _cached(path: Path) -> dict[str, bytes] | Literal[False] | None:
-    """The disk cache's entry: files, ``None`` (no package dir), or ``False`` (a miss)."""
+    """The disk cache's entry: files, ``None`` (no package dir), or ``False`` (a miss).
+
+    An entry is a tar of the files, read member by member: the files are the one copy in
+    memory (a package may hold up to :data:`MAX_ARCHIVE_BYTES`)."""
+    import tarfile
+
     try:
-        stored = json.loads(path.read_bytes())
-        if stored is None:
-            return None
-        return {name: base64.b64decode(data) for name, data in stored.items()}
-    except (OSError, ValueError, AttributeError, TypeError):
+        with tarfile.open(path, mode="r:") as tar:
+            files: dict[str, bytes] = {}
+            for member in tar:
+                extracted = tar.extractfile(member)
+                if extracted is None:
+                    return False
+                files[member.name] = extracted.read()
+            return None if tar.pax_headers == _NO_PACKAGE else files
+    except (OSError, tarfile.TarError, UnicodeError):
         return False
 
 
 def _store(path: Path, files: dict[str, bytes] | None) -> None:
-    encoded = None if files is None else {n: base64.b64encode(d).decode() for n, d in files.items()}
+    """Write the cache entry (see :func:`_cached`) under a temporary name, then rename."""
+    import io
+    import tarfile
+
+    partial = path.with_suffix(f".{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_suffix(f".{os.getpid()}.tmp")
-        partial.write_text(json.dumps(encoded))
+        headers = _NO_PACKAGE if files is None else {}
+        with tarfile.open(partial, "w", format=tarfile.PAX_FORMAT, pax_headers=headers) as tar:
+            for name, data in (files or {}).items():
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
         os.replace(partial, path)
     except OSError:
-        pass  # a read-only or full cache only costs the next process a re-read
+        partial.unlink(missing_ok=True)  # a read-only or full cache costs a re-read only
 
 
 def files_from_entries(entries: Iterable[ImageEntry], root: str) -> dict[str, bytes]:

@@ -27,6 +27,7 @@ runtime, never imports docker-py. The create request's body is built in ``body.p
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
@@ -34,7 +35,7 @@ import time
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import IO, TYPE_CHECKING, Any, Final, TypeVar
 
 import anyio
 
@@ -388,17 +389,21 @@ class Engine:
             )
         return info
 
-    async def read_archive(self, image_id: str, path: str, max_bytes: int) -> bytes | None:
-        """The engine's tar of ``path`` in the image, or ``None`` if the image lacks it.
+    async def read_archive(self, image_id: str, path: str, max_bytes: int) -> IO[bytes] | None:
+        """The engine's tar of ``path`` in the image, in a temporary file the caller
+        closes, or ``None`` if the image lacks it.
 
         Read out of a container that is created (network none) but never started, then
         removed with its anonymous volumes: no code of the image runs. It is owned like a
         run's container, so ``flow-runner gc`` sweeps it if this process dies meanwhile.
-        More than ``max_bytes`` is :class:`FilesTooLarge`.
+        More than ``max_bytes`` is :class:`FilesTooLarge`. The tar goes to disk, not to
+        memory: the files taken out of it are the only copy the reader holds.
         """
+        import tempfile
+
         import docker.errors
 
-        def read(client: docker.DockerClient) -> bytes | None:
+        def read(client: docker.DockerClient) -> IO[bytes] | None:
             api = client.api
             created = api.create_container(
                 image_id,
@@ -412,15 +417,18 @@ class Engine:
                     stream, _stat = api.get_archive(created["Id"], path)
                 except docker.errors.NotFound:
                     return None
-                buffer = bytearray()
-                for chunk in stream:
-                    buffer += chunk
-                    if len(buffer) > max_bytes:
-                        raise FilesTooLarge(
-                            f"{path} in image {image_id[:19]} exceeds flow-runner's "
-                            f"{max_bytes:,}-byte bound"
-                        )
-                return bytes(buffer)
+                with contextlib.ExitStack() as closing:
+                    spool = closing.enter_context(tempfile.TemporaryFile())
+                    for chunk in stream:
+                        spool.write(chunk)
+                        if spool.tell() > max_bytes:
+                            raise FilesTooLarge(
+                                f"{path} in image {image_id[:19]} exceeds flow-runner's "
+                                f"{max_bytes:,}-byte bound"
+                            )
+                    spool.seek(0)
+                    closing.pop_all()  # the caller's to close now
+                return spool
             finally:
                 # With its anonymous volumes: an image that declares a VOLUME would
                 # otherwise leave one behind on every read.

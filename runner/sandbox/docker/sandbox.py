@@ -23,7 +23,6 @@ image, the common case, does not pay for their modules and record classes at sta
 from __future__ import annotations
 
 import contextlib
-import io
 import os
 import sys
 import time
@@ -32,7 +31,7 @@ from collections.abc import AsyncIterator, Awaitable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import anyio.lowlevel
@@ -89,18 +88,19 @@ class DockerImage:
     async def files(self, path: str, *, max_bytes: int) -> list[ImageEntry] | None:
         """The entries under ``path``, from the engine's archive of a never-started
         container (see :meth:`Engine.read_archive`)."""
-        data = await self.engine.read_archive(self.image_id, path, max_bytes)
-        if data is None:
+        archive = await self.engine.read_archive(self.image_id, path, max_bytes)
+        if archive is None:
             return None
-        return await anyio.to_thread.run_sync(entries_from_tar, data)
+        with archive:
+            return await anyio.to_thread.run_sync(entries_from_tar, archive)
 
 
-def entries_from_tar(data: bytes) -> list[ImageEntry]:
+def entries_from_tar(archive: IO[bytes]) -> list[ImageEntry]:
     """The entries of a ``get_archive`` tar, named below its top directory."""
     import tarfile
 
     entries: list[ImageEntry] = []
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+    with tarfile.open(fileobj=archive, mode="r:") as tar:
         for member in tar:
             _, _, path = member.name.partition("/")
             if member.isdir():
