@@ -22,6 +22,7 @@ import pytest
 from execkit import (
     FAKE_IMAGE,
     FAKE_SCRIPT,
+    StderrTap,
     containers,
     exec_run,
     fake,
@@ -191,7 +192,7 @@ def test_fr14_a_response_of_16_mib_plus_one_is_rejected(report: Path) -> None:
 def test_rb02_65_simultaneous_calls_64_dispatched_the_65th_refused(engine: Any) -> None:
     command = ["python3", FAKE_SCRIPT, "simultaneous-65"]
     sandbox = DockerSandbox(FAKE_IMAGE, load_profile("default"), command, client=engine)
-    broker = ScriptedBroker()
+    broker = ScriptedBroker(gather=64)
     execution = run(sandbox, broker=broker)
     assert output(execution) == {"accepted": 64, "rejected": 1}
     assert broker.count("op:") == 64
@@ -233,7 +234,7 @@ def test_deadline_kills_a_component_that_ignores_cancellation(
     assert written["condition"] == "DEADLINE_EXCEEDED"
     assert (written["host_kill"], written["exit_code"]) == ("cancel", 137)
     # The deadline counts from before the container was created; then 0.5 s of grace.
-    assert 0.5 < written["timings"]["exit"] < 1 + 0.5 + 1.5, written["timings"]
+    assert 0.5 < written["timings"]["exit"] < 1 + 0.5 + 3, written["timings"]
     assert gone(engine, written)
 
 
@@ -260,12 +261,13 @@ def test_ctrl_c_cancels_and_kills_after_the_cancel_grace(
 def test_a_second_ctrl_c_kills_at_once(engine: Any, tmp_path: Path, report: Path) -> None:
     patient = profile_file(tmp_path, "patient", cancel_grace=30.0)
     runner = start("--profile", patient, *fake("ignore-cancel"), report=report)
+    tap = StderrTap(runner)
     wait_running(engine, runner)
     interrupted = time.monotonic()
     interrupt(runner)
-    time.sleep(0.3)
+    tap.wait_for("cancelling (again to kill now)")  # the first was taken as a cancel
     interrupt(runner)
-    ran = finish(runner, report, interrupted)
+    ran = finish(runner, report, interrupted, tap=tap)
     assert ran.returncode == 130, ran.stderr
     assert ran.error_code == "CANCELLED"
     assert ran.seconds < 5, "killed at once, not after the 30 s grace"
