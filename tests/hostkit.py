@@ -26,11 +26,19 @@ FAST = Graces(cancel=0.5, exit=0.5)
 
 
 class ScriptedBroker:
-    """Answers ``capability/call`` by its input; records every dispatch."""
+    """Answers ``capability/call`` by its input; records every dispatch.
 
-    def __init__(self) -> None:
+    With ``gather``, a call whose input is an integer is held until that many such calls
+    are in flight at once, then all are answered: calls kept in flight together by an
+    event, not by a pause (RB-02).
+    """
+
+    def __init__(self, gather: int = 0) -> None:
         self.dispatched: list[tuple[str, dict[str, JSONValue]]] = []
         self.released = anyio.Event()
+        self.gather = gather
+        self.gathering = 0
+        self.gathered = anyio.Event()
 
     async def handle(
         self, method: str, params: dict[str, JSONValue], call: CallContext
@@ -51,8 +59,11 @@ class ScriptedBroker:
             raise OperationError("UNCERTAIN", "the provider was lost mid-call")
         if value == "slow":
             await anyio.sleep(30)
-        if isinstance(value, int) and not isinstance(value, bool):
-            await anyio.sleep(0.3)  # keep calls in flight (RB-02)
+        if self.gather and isinstance(value, int) and not isinstance(value, bool):
+            self.gathering += 1
+            if self.gathering == self.gather:
+                self.gathered.set()
+            await self.gathered.wait()
         operation = params["operationId"]
         assert isinstance(operation, str)
         if operation.startswith("shared"):
@@ -80,30 +91,23 @@ def run(
     broker: ScriptedBroker | None = None,
     deadline: float = 20,
     graces: Graces = FAST,
-    cancel_after: float | None = None,
+    cancel: bool = False,
 ) -> Execution:
-    """Run one invocation to its verdict; optionally cancel it after some seconds."""
+    """Run one invocation to its verdict; with ``cancel``, the root is cancelled from the
+    start: the component reads ``flow/run``, then ``request/cancel``."""
 
     async def main() -> Execution:
         control = RunControl()
-        async with anyio.create_task_group() as tg:
-            if cancel_after is not None:
-
-                async def cancel_later() -> None:
-                    await anyio.sleep(cancel_after)
-                    control.cancel()
-
-                tg.start_soon(cancel_later)
-            execution = await execute(
-                sandbox,
-                Invocation.within(deadline, input=input),
-                target="fake",
-                broker=broker or ScriptedBroker(),
-                graces=graces,
-                control=control,
-            )
-            tg.cancel_scope.cancel()
-        return execution
+        if cancel:
+            control.cancel()
+        return await execute(
+            sandbox,
+            Invocation.within(deadline, input=input),
+            target="fake",
+            broker=broker or ScriptedBroker(),
+            graces=graces,
+            control=control,
+        )
 
     return anyio.run(main)
 

@@ -189,7 +189,7 @@ def test_custom_outcome_and_component_error_are_accepted() -> None:
 
 
 def test_rb02_sixty_fifth_simultaneous_call_is_refused_without_dispatch() -> None:
-    broker = ScriptedBroker()
+    broker = ScriptedBroker(gather=64)
     assert output(run(fake("simultaneous-65"), broker=broker)) == {"accepted": 64, "rejected": 1}
     assert len(broker.dispatched) == 64
 
@@ -217,17 +217,17 @@ def test_malformed_cancel_notification_is_fatal() -> None:
 
 
 def test_root_cancel_with_cooperative_component_and_owner_closed() -> None:
-    execution = run(fake("cooperative-cancel"), cancel_after=0.3)
+    execution = run(fake("cooperative-cancel"), cancel=True)
     assert error_code(execution) == "CANCELLED"
     assert execution.verdict.accepted
     assert execution.verdict.error.details == {"afterCancel": "OWNER_CLOSED"}  # type: ignore[union-attr]
 
 
 def test_root_cancel_ignored_is_killed_after_grace() -> None:
-    execution = run(fake("ignore-cancel"), cancel_after=0.2)
+    execution = run(fake("ignore-cancel"), cancel=True)
     assert error_code(execution) == "CANCELLED"
     assert execution.report.host_kill == "cancel"
-    assert execution.report.timings["total"] < 0.2 + FAST.cancel + 1.5
+    assert execution.report.timings["total"] < FAST.cancel + 3  # the grace, not a hang
 
 
 def test_deadline_ignored_is_killed_after_grace() -> None:

@@ -81,7 +81,7 @@ def test_sixty_five_concurrent_calls_keep_at_most_64_on_the_wire() -> None:
 
 
 def test_root_cancel_reaches_the_handler() -> None:
-    execution = sdk_run("sleep", args={"seconds": 30}, cancel_after=0.5)
+    execution = sdk_run("sleep", args={"seconds": 30}, cancel=True)
     assert error_code(execution) == "CANCELLED"
     assert execution.verdict.accepted, "the SDK answered CANCELLED itself; no kill needed"
     assert execution.report.host_kill is None
