@@ -245,7 +245,7 @@ def test_ctrl_c_at_the_root_removes_every_level(engine: Any, config: Path) -> No
             filters={"label": of_runner(runner.pid), "status": "running"}
         )
         time.sleep(0.05)
-    time.sleep(0.5)  # the grandchild is in its 30 s sleep
+    # Wherever each level is in its run now, a Ctrl-C must end and remove all three.
     run_ids = [c.labels[LABEL_RUN_ID] for c in running]
     parents = [c.labels.get(LABEL_PARENT) for c in running]
     assert parents.count(None) == 1, "one root; the others name a running parent"
@@ -256,7 +256,7 @@ def test_ctrl_c_at_the_root_removes_every_level(engine: Any, config: Path) -> No
     exited = time.monotonic()
     assert ran.returncode == 130, ran.stderr[-2000:]
     assert ran.error_code == "CANCELLED"
-    assert ran.seconds < GRACE + 3, "the whole tree ends within the cancel grace"
+    assert ran.seconds < GRACE + 5, "the whole tree ends within the cancel grace, not 30 s"
     assert_all_gone(engine, run_ids, exited)
     assert containers(engine, of_runner(runner.pid)) == []
 
@@ -268,7 +268,7 @@ def test_the_root_deadline_removes_every_level(engine: Any, config: Path) -> Non
     assert tree.ran.returncode == 124, tree.ran.stderr[-2000:]
     assert tree.ran.error_code == "DEADLINE_EXCEEDED"
     assert tree.report["condition"] == "DEADLINE_EXCEEDED"
-    assert 2 <= tree.ran.seconds < 2 + GRACE + 3
+    assert 2 <= tree.ran.seconds < 2 + GRACE + 5
     assert len(tree.created) == 3, "all three levels ran before the deadline"
     assert_all_gone(engine, tree.run_ids, exited)
 
