@@ -34,6 +34,42 @@ FAKE = [sys.executable, str(ROOT / "tests" / "fake_component.py")]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 
 
+def wait_component_started(root_pid: int, timeout: float = 30) -> None:
+    """Return once a process below ``root_pid`` runs the fake component with its stdin
+    reader thread started: its ``main()`` runs (seen in procfs, as a condition polled)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for pid in _descendants(root_pid):
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+                threads = len(os.listdir(f"/proc/{pid}/task"))
+            except OSError:  # ended meanwhile
+                continue
+            if b"fake_component.py" in cmdline and threads >= 2:
+                return
+        time.sleep(0.01)
+    raise AssertionError(f"no fake component started below pid {root_pid} in {timeout} s")
+
+
+def _descendants(root_pid: int) -> list[int]:
+    found: list[int] = []
+    pending = [root_pid]
+    while pending:
+        pid = pending.pop()
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                children = Path(f"/proc/{pid}/task/{task}/children").read_text().split()
+            except OSError:
+                continue
+            found += map(int, children)
+            pending += map(int, children)
+    return found
+
+
 def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 30) -> Any:
     return subprocess.run(
         [*CLI, *args], capture_output=True, env=env or ENV, timeout=timeout, cwd=ROOT
@@ -122,7 +158,7 @@ def test_job_sigterm_is_the_first_ctrl_c(tmp_path: Path) -> None:
     assert process.stderr is not None
     first = process.stderr.readline()  # the header: written before the component starts
     assert b"flowRunnerJob" in first
-    time.sleep(0.3)  # not a synchronisation: only lets the child get past its start
+    wait_component_started(process.pid)
     started = time.monotonic()
     process.send_signal(signal.SIGTERM)
     out, err = process.communicate(timeout=20)
@@ -449,7 +485,9 @@ def test_pod_sigterm_cancels_within_the_grace(runner_image: str, tmp_path: Path)
     assert pod.process.stderr is not None
     header = pod.process.stderr.readline()
     assert b"flowRunnerJob" in header
-    time.sleep(0.5)  # only lets the component start; the outcome is checked, not timed
+    inspected = subprocess.run(["docker", "inspect", "-f", "{{.State.Pid}}", pod.name],
+                               capture_output=True, text=True, check=True)  # fmt: skip
+    wait_component_started(int(inspected.stdout))
     started = time.monotonic()
     pod.terminate()
     code, out, err = pod.wait(60)
