@@ -1,10 +1,12 @@
 """A tree of child flows stops as one: every level cancelled at once, one grace, parallel kills.
 
 Nine containers, a root and 8 nested children, each started by its parent through
-``flow/run-child`` and each ignoring ``request/cancel`` (it never reads its stdin again):
-only the host's kill ends them. The tree must end within its deadline + one cancel grace
-+ 5 s (not a grace per level), a SIGTERM within the grace + 5 s, a second SIGTERM at
-once, and nothing of it may be left on the engine (the runner's ``flow-runner.owner``
+``flow/run-child`` and each ignoring ``request/cancel`` (it says on stderr that it got
+it): only the host's kill ends them. The tree must end within its deadline + one cancel
+grace + 5 s (not a grace per level); after a SIGTERM every level must get its
+``request/cancel`` at once (not after the teardown of the levels under it) and the
+runner must end within the grace + 5 s; a second SIGTERM must end it at once; and
+nothing of the tree may be left on the engine (the runner's ``flow-runner.owner``
 label). The report's ``timings.total`` is the run's wall time, its tree's teardown
 included. Without an engine every test fails (the ``engine`` fixture); none skips.
 """
@@ -49,7 +51,7 @@ time.sleep(3600)
 """A level that starts the next one (while ``input`` > 0), says on stderr when it runs and
 when ``request/cancel`` reaches it, and ignores it: only the host's kill ends it."""
 
-pytestmark = [pytest.mark.usefixtures("engine"), pytest.mark.slow]
+pytestmark = [pytest.mark.usefixtures("engine"), pytest.mark.slow, pytest.mark.timeout(150)]
 
 
 def tree_config(directory: Path, grace: float) -> Path:
