@@ -42,7 +42,8 @@ def test_a_command_that_cannot_start_is_a_usage_error() -> None:
     missing = flow_runner("exec", "--process", "--", "/nonexistent/cmd")
     assert missing.returncode == 2, missing.stderr
     assert "cannot start '/nonexistent/cmd'" in missing.stderr
-    assert "Traceback" not in missing.stderr and missing.stdout == ""
+    assert "Traceback" not in missing.stderr
+    assert json.loads(missing.stdout)["error"]["code"] == "COMMAND_NOT_FOUND"
 
 
 def test_success_prints_the_run_result_as_one_json_line() -> None:
@@ -85,11 +86,13 @@ def test_a_bad_attachment_name_or_too_many_are_usage_errors_before_anything_runs
     tmp_path: Path,
 ) -> None:
     newline = exec_fake("params", "--attach", f"abc\n={tmp_path}")
-    assert (newline.returncode, newline.stdout) == (2, ""), newline.stderr
+    assert newline.returncode == 2, newline.stderr
+    assert json.loads(newline.stdout)["error"]["code"] == "INVALID_ATTACHMENTS"
     assert "name 'abc\\n' is not a LocalName" in newline.stderr
     many = [arg for i in range(257) for arg in ("--attach", f"a{i}={tmp_path}")]
     crowded = exec_fake("params", *many)
-    assert (crowded.returncode, crowded.stdout) == (2, ""), crowded.stderr[-2000:]
+    assert crowded.returncode == 2, crowded.stderr[-2000:]
+    assert json.loads(crowded.stdout)["error"]["code"] == "INVALID_ATTACHMENTS"
     assert "257 attachments given, and a run may have at most 256" in crowded.stderr
     assert exec_fake("params", *many[2:]).returncode == 0  # 256 are fine
 
@@ -194,7 +197,7 @@ def test_an_input_whose_flow_run_frame_is_too_large_is_refused_before_launch(
         "exec", "--process", "--input", f"@{path}", "--", "sh", "-c", f"touch {started}; cat"
     )
     assert ran.returncode == 2, ran.stderr[-2000:]
-    assert ran.stdout == ""
+    assert json.loads(ran.stdout)["error"]["code"] == "INVALID_INPUT"
     assert "INVALID_INPUT: the flow/run frame would be 16,777," in ran.stderr
     assert "16,777,216 bytes a frame" in ran.stderr and "Traceback" not in ran.stderr
     assert not started.exists(), "nothing may be launched"

@@ -101,7 +101,7 @@ def test_a_found_file_with_a_host_command_runs_only_when_allowed(tmp_path: Path)
     assert "flows.echo, flows.local would run a host command" in refused.stderr
     assert "--config flow-runner.toml" in refused.stderr
     assert "--allow-host-commands" in refused.stderr
-    assert refused.stdout == ""
+    assert json.loads(refused.stdout)["error"]["code"] == "INVALID_CONFIG"
     assert not marker.exists()
     allowed = flow_runner(tmp_path, "exec", "echo", "--allow-host-commands", "--input", "1")
     assert allowed.returncode == 0, allowed.stderr

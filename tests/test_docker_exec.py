@@ -361,7 +361,7 @@ def test_a_missing_image_is_a_usage_error_and_nothing_runs(report: Path) -> None
     ran = exec_run("flow-runner/no-such-image:latest", report=report)
     assert ran.returncode == 2
     assert "never pulls" in ran.stderr
-    assert ran.stdout == ""
+    assert ran.error_code == "IMAGE_MISSING"
     assert ran.report is None
 
 

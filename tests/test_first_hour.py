@@ -54,10 +54,11 @@ def test_exec_refuses_an_unwritable_report_path_before_any_container(
     docker_client: Any, tmp_path: Path, where: str
 ) -> None:
     path = tmp_path / where
-    status, _, err, made = refused_before_a_container(
+    status, out, err, made = refused_before_a_container(
         docker_client, HELLO, "--input", '{"name": "X"}', "--report", path
     )
     assert status == 2, err
+    assert json.loads(out)["error"]["code"] == "INVALID_USAGE"
     assert "Traceback" not in err
     assert f"--report {path}" in err
     assert "create it first" in err or "give a file path" in err
@@ -191,3 +192,108 @@ def test_an_early_ctrl_c_ends_exec_with_130_quietly_leaving_nothing(
         )
         assert left == [], f"containers left by runner {process.pid}: {left}"
     assert signalled == 4
+
+
+# --- one rule for every refusal before a container exists ----------------------------------
+
+WORDCOUNT = "flow-runner/examples-wordcount:latest"
+REFUSALS = {
+    "input": ([HELLO, "--input", '{"name": 7}'], "INVALID_INPUT"),
+    "settings": ([HELLO, "--input", "{}", "--settings", '{"x": 1}'], "INVALID_SETTINGS"),
+    "attachment undeclared": ([HELLO, "--input", "{}", "-a", "foo=/tmp"], "INVALID_ATTACHMENTS"),
+    "attachment missing": ([WORDCOUNT, "--input", "{}"], "INVALID_ATTACHMENTS"),
+    "image": (["flow-runner/no-such-image:latest"], "IMAGE_MISSING"),
+    "profile": ([HELLO, "--input", "{}", "--profile", "no-such-profile"], "INVALID_PROFILE"),
+    "deadline": ([HELLO, "--input", "{}", "--deadline", "soon"], "INVALID_USAGE"),
+    "json": ([HELLO, "--input", "{nope"], "INVALID_USAGE"),
+}
+"""Each refusal before launch: the arguments and the code its error line carries."""
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("case", list(REFUSALS))
+def test_every_refusal_before_launch_exits_2_with_one_json_error_line(
+    docker_client: Any, case: str
+) -> None:
+    args, code = REFUSALS[case]
+    status, out, err, made = refused_before_a_container(docker_client, *args)
+    assert status == 2, err
+    assert out.count("\n") == 1, out
+    error = json.loads(out)["error"]
+    assert error["code"] == code
+    assert error["message"] and error["message"] in err
+    assert "Traceback" not in err
+    assert made == []
+
+
+@pytest.mark.docker
+def test_exec_with_no_input_says_so_and_shows_what_the_input_takes(docker_client: Any) -> None:
+    status, out, err, made = refused_before_a_container(docker_client, HELLO)
+    assert status == 2, err
+    message = json.loads(out)["error"]["message"]
+    assert message.startswith("no --input given")
+    assert "an object with members name (string)" in message
+    assert """--input '{"name":"..."}'""" in message
+    assert made == []
+
+
+def test_the_input_a_schema_takes_names_its_required_members() -> None:
+    from runner.cli.exec import describe_input
+
+    schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {"subject": {"type": "string"}, "depth": {"type": "integer"}},
+        "required": ["depth"],
+    }
+    said = describe_input(schema)
+    assert "members subject (string), depth (integer); required: depth" in said
+    assert """--input '{"depth":1}'""" in said
+    assert describe_input({"type": "array"}) == ": it takes an array"
+
+
+@pytest.mark.docker
+def test_a_flow_name_without_its_configuration_says_it_needs_config(
+    docker_client: Any, tmp_path: Path
+) -> None:
+    process = subprocess.Popen(
+        [*CLI, "exec", "research-report"], cwd=tmp_path, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 2, err
+    message = json.loads(out)["error"]["message"]
+    assert "a configured flow of that name needs its configuration" in message
+    assert "exec research-report --config FILE" in message
+
+
+# --- --deadline -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--deadline", "10", HELLO], "--deadline 10: give the unit, say 10s"),
+        (
+            ["--deadline", "2", "minutes", HELLO],
+            "--deadline 2 minutes: write the duration as one word, say --deadline 2m",
+        ),
+        (["--deadline", "0.5", HELLO], "--deadline 0.5: give the unit, say 0.5s"),
+    ],
+)
+def test_a_deadline_with_no_unit_is_refused(args: list[str], said: str) -> None:
+    refused = flow_runner("exec", *args)
+    assert refused.returncode == 2, refused.stderr
+    assert said in refused.stderr
+    assert json.loads(refused.stdout)["error"]["code"] == "INVALID_USAGE"
+
+
+def test_batch_refuses_a_deadline_with_no_unit(tmp_path: Path) -> None:
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text('{"id": "a"}\n')
+    refused = flow_runner(
+        "batch", str(manifest), "--image", HELLO, "--deadline", "10",
+        "--results", str(tmp_path / "r.sqlite"),
+    )  # fmt: skip
+    assert refused.returncode == 2
+    assert "--deadline 10: give the unit, say 10s" in refused.stderr
+    assert not (tmp_path / "r.sqlite").exists()

@@ -198,7 +198,7 @@ def test_a_path_no_mount_covers_is_refused_before_any_container(
     assert ran.returncode == 2, ran.stderr
     assert "/opt/flow-runner cannot be attached" in ran.stderr
     assert "-v HOSTPATH:/opt/flow-runner" in ran.stderr
-    assert ran.stdout == ""
+    assert json.loads(ran.stdout)["error"]["code"] == "INVALID_ATTACHMENTS"
     events = docker_client.api.events(
         since=since, until=until, decode=True,
         filters={"type": "container", "event": "create",

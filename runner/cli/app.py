@@ -34,6 +34,8 @@ from runner.exits import EXIT_CANCELLED, EXIT_USAGE
 if TYPE_CHECKING:
     import click
 
+    from runner.json1 import JSONValue
+
 
 COMMANDS: dict[str, tuple[str, ...]] = {
     "exec": ("exec",),
@@ -136,7 +138,18 @@ def _build(name: str) -> click.Command:
 
 
 class UsageError(Exception):
-    """Bad input from the user: reported with exit status 2 and no run."""
+    """A refusal before anything ran: exit status 2, the message on stderr, and from
+    ``exec`` the same ``{"error": {"code", "message"[, "details"]}}`` line on stdout that
+    a failed run prints (:func:`runner.cli.running.refuse`). ``code`` says which check
+    refused (see :data:`runner.cli.running.REFUSAL_CODES`); ``INVALID_USAGE`` is the
+    command line's own."""
+
+    def __init__(
+        self, message: str, code: str = "INVALID_USAGE", details: JSONValue = None
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.details = details
 
 
 def _version(value: bool) -> None:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 import typer
 
 from runner.cli.app import UsageError, _fail_usage, batch_app, collect_from_here
-from runner.cli.inputs import _load_config, _read_json, check_outputs
+from runner.cli.inputs import _load_config, _read_json, check_outputs, parse_duration
 from runner.cli.running import hung_up, notice, stop_signals
 
 if TYPE_CHECKING:
@@ -85,6 +85,7 @@ def batch_run(
 
     try:
         check_outputs(("--results", results), ("--junit", junit), ("--jsonl", jsonl))
+        parse_duration(deadline, [str(manifest)])
         value = _read_json("--input", input_)
         settings_value = _read_json("--settings", settings)
         if not isinstance(settings_value, dict):

@@ -9,16 +9,18 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from runner.cli.app import UsageError, _fail_usage, app
+from runner.cli.app import UsageError, app
 from runner.cli.inputs import _load_config, _read_json, check_outputs, parse_duration
-from runner.cli.running import Starter, _print_verdict, _run
+from runner.cli.running import Starter, _print_verdict, _run, refusal, refuse
 
 if TYPE_CHECKING:
     from runner.api import Execution
     from runner.config import HostConfig
     from runner.host.driver import RunControl
     from runner.json1 import JSONValue
+    from runner.package.parse import Package
     from runner.sandbox.base import Attachment
+    from runner.sandbox.errors import ImageMissing
     from runner.sandbox.registry import SandboxSpec
 
 
@@ -37,8 +39,11 @@ def exec_(
         bool, typer.Option("--process", help="Run a local command instead of a container.")
     ] = False,
     input_: Annotated[
-        str, typer.Option("--input", "-i", help="Run input: JSON text, @FILE, or - for stdin.")
-    ] = "null",
+        str | None,
+        typer.Option(
+            "--input", "-i", help="Run input: JSON text, @FILE, or - for stdin (default null)."
+        ),
+    ] = None,
     settings: Annotated[
         str, typer.Option("--settings", help="Settings object: JSON text or @FILE.")
     ] = "{}",
@@ -111,7 +116,7 @@ def exec_(
         check_outputs(("--report", report))
         execution = _run(request.starter(), quiet)
     except UsageError as exc:
-        _fail_usage(str(exc))
+        refuse(exc)
     status = _print_verdict(execution)
     if report is not None:
         _write_report(report, execution)
@@ -142,7 +147,8 @@ class ExecRequest:
 
     target: list[str]
     process: bool
-    input_text: str
+    input_text: str | None
+    """``--input`` as given; ``None``: not given, the input is ``null``."""
     settings_text: str
     attach: list[str]
     scratch: Path | None
@@ -162,8 +168,8 @@ class ExecRequest:
         if self.scratch is not None and not self.scratch.is_dir():
             raise UsageError(f"--scratch {self.scratch}: no such directory; create it first")
         self._check_process_options()
-        seconds = parse_duration(self.deadline)
-        value = _read_json("--input", self.input_text)
+        seconds = parse_duration(self.deadline, self.target)
+        value = _read_json("--input", self.input_text or "null")
         if self.flow is not None:
             return self._stand_in_starter(value, seconds)
         host_config = self._host_config()
@@ -271,16 +277,16 @@ class ExecRequest:
                 finally:
                     await host.aclose()
             except ConfigError as exc:  # a refusal to _run, which knows no configuration
-                raise UsageError(str(exc)) from exc
+                raise UsageError(str(exc), "INVALID_CONFIG") from exc
 
         return start
 
     def _component_starter(self, value: JSONValue, seconds: float) -> Starter:
         from runner.api import Invocation, execute
         from runner.package.errors import PackageError
-        from runner.package.reader import directory_package
+        from runner.package.reader import directory_package, sandbox_package
         from runner.sandbox.base import LaunchRequest
-        from runner.sandbox.errors import SandboxError
+        from runner.sandbox.errors import ImageMissing, SandboxError
         from runner.sandbox.registry import open_sandbox
 
         settings = _read_json("--settings", self.settings_text)
@@ -292,7 +298,7 @@ class ExecRequest:
             sandbox, graces = open_sandbox(spec)
             package = directory_package(self.package) if self.package is not None else None
         except (SandboxError, PackageError) as exc:
-            raise UsageError(str(exc)) from exc
+            raise refusal(exc) from exc
         if spec.backend == "docker":
             _sweep()
         invocation = Invocation.within(
@@ -305,12 +311,33 @@ class ExecRequest:
         label = " ".join(self.target) if self.process else self.target[0]
 
         async def start(control: RunControl, sink: Callable[[bytes], None] | None) -> Execution:
-            return await execute(
-                sandbox, invocation, target=label, graces=graces, control=control,
-                stderr_sink=sink,
-            )  # fmt: skip
+            try:
+                execution = await execute(
+                    sandbox, invocation, target=label, graces=graces, control=control,
+                    stderr_sink=sink,
+                )  # fmt: skip
+            except ImageMissing as exc:
+                raise self._not_an_image(exc) from exc
+            if self.input_text is None and refused_input(execution):
+                package = invocation.package or await sandbox_package(sandbox)
+                raise _input_missing(label, package, execution)
+            return execution
 
         return start
+
+    def _not_an_image(self, exc: ImageMissing) -> UsageError:
+        """A missing image whose name could be a configured flow's says how to run that."""
+        from runner.protocol.names import is_local_name
+
+        message = str(exc)
+        if not self.process and self.config is None and is_local_name(self.target[0]):
+            name = self.target[0]
+            message = (
+                f"{name!r} names no flow and no image here: a configured flow of that name "
+                f"needs its configuration, exec {name} --config FILE (no --config was given "
+                f"and there is no ./flow-runner.toml); as an image, {message}"
+            )
+        return UsageError(message, "IMAGE_MISSING")
 
     def _spec(self) -> SandboxSpec:
         from runner.sandbox.registry import SandboxSpec
@@ -333,6 +360,70 @@ class ExecRequest:
             raise UsageError(f"--scratch {self.scratch} is refused: {exc}") from None
         except OSError as exc:
             raise UsageError(f"--scratch {self.scratch}: {exc.strerror}; fix the path") from None
+
+
+def refused_input(execution: Execution) -> bool:
+    """Whether the run's package refused its input before launch."""
+    from runner.cli.running import REFUSED_BEFORE_LAUNCH
+
+    error = execution.verdict.error
+    reasons = execution.verdict.reasons
+    return (
+        error is not None
+        and error.code == "INVALID_INPUT"
+        and reasons[:1] == (REFUSED_BEFORE_LAUNCH,)
+    )
+
+
+def _input_missing(label: str, package: Package | None, execution: Execution) -> UsageError:
+    """The refusal of a run given no ``--input``: what input its package takes."""
+    error = execution.verdict.error
+    assert error is not None
+    schema = package.schema_documents.get("input") if package is not None else None
+    takes = describe_input(schema) if isinstance(schema, dict) else ""
+    return UsageError(
+        f"no --input given, and {label} does not take null for its input{takes}; give it "
+        f"with --input JSON, @FILE or - (flow-runner inspect {label} shows the schema)",
+        "INVALID_INPUT",
+        error.details,
+    )
+
+
+def describe_input(schema: dict[str, JSONValue]) -> str:
+    """``: it takes an object with members ...`` for an input schema, as far as its top
+    level says (its type, its members and which are required)."""
+    from runner import json1
+
+    kind = schema.get("type")
+    properties = schema.get("properties")
+    required = schema.get("required")
+    needed = (
+        [name for name in required if isinstance(name, str)] if isinstance(required, list) else []
+    )
+    if not isinstance(properties, dict):
+        return f": it takes {_a(kind)}" if isinstance(kind, str) else ""
+    members = []
+    for name, member in properties.items():
+        member_type = member.get("type") if isinstance(member, dict) else None
+        shown = f"{name} ({member_type})" if isinstance(member_type, str) else name
+        members.append(shown)
+    said = f": it takes an object with members {', '.join(members) or 'none'}"
+    said += f"; required: {', '.join(needed)}" if needed else "; none required"
+    example = {name: _placeholder(properties[name]) for name in needed or list(properties)[:1]}
+    return f"{said}, e.g. --input '{json1.dumps(example).decode()}'"
+
+
+def _a(kind: str) -> str:
+    return f"an {kind}" if kind[:1] in "aeiou" else f"a {kind}"
+
+
+def _placeholder(member: JSONValue) -> JSONValue:
+    """A value of the member's declared type, to show in an example."""
+    kind = member.get("type") if isinstance(member, dict) else None
+    values: dict[str, JSONValue] = {
+        "string": "...", "number": 1, "integer": 1, "boolean": True, "object": {}, "array": [],
+    }  # fmt: skip
+    return values.get(kind, "...") if isinstance(kind, str) else "..."
 
 
 def _attachments(specs: list[str]) -> tuple[Attachment, ...]:
@@ -361,4 +452,4 @@ def _sweep() -> None:
     try:
         sweep()
     except DockerSandboxError as exc:
-        raise UsageError(str(exc)) from exc
+        raise refusal(exc) from exc

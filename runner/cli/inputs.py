@@ -19,7 +19,7 @@ def _load_config(path: Path | None, allow_host_commands: bool) -> HostConfig | N
     try:
         return find_config(path, allow_host_commands=allow_host_commands)
     except ConfigError as exc:
-        raise UsageError(str(exc)) from exc
+        raise UsageError(str(exc), "INVALID_CONFIG") from exc
 
 
 def _read_json(option: str, text: str) -> JSONValue:
@@ -46,10 +46,35 @@ def _read_json(option: str, text: str) -> JSONValue:
         ) from exc
 
 
-def parse_duration(text: str) -> float:
-    """``--deadline`` as seconds, or a usage error naming the option."""
+UNIT_WORDS = frozenset(
+    {"ms", "s", "sec", "secs", "second", "seconds", "m", "min", "mins", "minute", "minutes"}
+    | {"h", "hr", "hrs", "hour", "hours"}
+)
+"""Words a user may put after a number as its unit, apart from it (``--deadline 2 minutes``)."""
+
+
+def parse_duration(text: str, words: list[str] | None = None) -> float:
+    """``--deadline`` as seconds, or a usage error naming the option.
+
+    A number needs its unit (``10s``, ``2m``): a bare ``10`` could mean seconds or
+    minutes, so it is refused. ``words`` are the command's other arguments: a unit among
+    them (``--deadline 2 minutes IMAGE`` gives ``minutes`` as the image) is named.
+    """
     from runner.durations import parse_duration as parse
 
+    stripped = text.strip()
+    if stripped.replace(".", "", 1).isdigit():
+        stray = next((word for word in words or () if word.lower() in UNIT_WORDS), None)
+        if stray is not None:
+            raise UsageError(
+                f"--deadline {text} {stray}: write the duration as one word, "
+                f"say --deadline {stripped}{'ms' if stray == 'ms' else stray[0].lower()} "
+                f"({stray!r} was read as the next argument)"
+            )
+        raise UsageError(
+            f"--deadline {text}: give the unit, say {stripped}s (or {stripped}m, "
+            f"{stripped}h, {stripped}ms)"
+        )
     try:
         return parse(text)
     except ValueError as exc:

@@ -6,7 +6,7 @@ import os
 import sys
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 import typer
 
@@ -18,6 +18,7 @@ from runner.exits import (
     EXIT_DONE,
     EXIT_FAILED,
     EXIT_INFRASTRUCTURE,
+    EXIT_USAGE,
 )
 
 if TYPE_CHECKING:
@@ -80,8 +81,60 @@ def _run(start: Starter, quiet: bool) -> Execution:
         # Preparation failed before anything ran (engine down, image missing, runtime
         # missing, a provider that cannot start, a broken package, settings or
         # attachments the package refuses): the message names the fix.
-        raise UsageError(str(outcome))
+        raise refusal(outcome)
+    if outcome.verdict.reasons[:1] == (REFUSED_BEFORE_LAUNCH,):
+        error = outcome.verdict.error
+        assert error is not None
+        raise UsageError(error.message, error.code, error.details)
     return outcome
+
+
+REFUSED_BEFORE_LAUNCH = "refused by the package before launch; no container was created"
+"""The one reason :func:`runner.api.execute` gives a run its package's checks refused (an
+``INVALID_INPUT``): no container exists, so ``exec`` reports it as every other refusal."""
+
+REFUSAL_CODES: tuple[tuple[str, str], ...] = (
+    ("ImageMissing", "IMAGE_MISSING"),
+    ("RuntimeMissing", "RUNTIME_MISSING"),
+    ("EngineUnavailable", "ENGINE_UNAVAILABLE"),
+    ("ProfileError", "INVALID_PROFILE"),
+    ("AttachmentError", "INVALID_ATTACHMENTS"),
+    ("CommandNotFound", "COMMAND_NOT_FOUND"),
+    ("PackageError", "INVALID_PACKAGE"),
+    ("SandboxError", "SANDBOX_FAILED"),
+)
+"""The code a refusal before launch reports, by the kind of error (the first class of the
+error's that is named here); a package's own checks carry theirs (``INVALID_INPUT``,
+``INVALID_SETTINGS``, ``INVALID_ATTACHMENTS``, ``INVALID_CHANNELS``), the command line
+and the configuration ``INVALID_USAGE`` and ``INVALID_CONFIG``."""
+
+
+def refusal(exc: Exception) -> UsageError:
+    """``exc``, raised before any container existed, as the refusal the CLI reports."""
+    from runner.package.errors import InvocationRefused
+
+    if isinstance(exc, UsageError):
+        return exc
+    if isinstance(exc, InvocationRefused):
+        return UsageError(exc.message, exc.code)
+    names = {kind.__name__ for kind in type(exc).__mro__}
+    code = next((code for name, code in REFUSAL_CODES if name in names), "INVALID_USAGE")
+    return UsageError(str(exc), code)
+
+
+def refuse(exc: UsageError) -> NoReturn:
+    """End ``exec`` refused: the error line on stdout (the shape a failed run's has), the
+    message on stderr, exit status 2 (nothing ran)."""
+    from runner import json1
+
+    body: dict[str, JSONValue] = {"code": exc.code, "message": str(exc)}
+    if exc.details is not None:
+        body["details"] = exc.details
+    sys.stdout.buffer.write(json1.dumps({"error": body}) + b"\n")
+    sys.stdout.flush()
+    label = "" if exc.code == "INVALID_USAGE" else f"{exc.code}: "
+    typer.echo(f"flow-runner: {label}{exc}", err=True)
+    raise typer.Exit(EXIT_USAGE)
 
 
 def stop_signals() -> tuple[signal.Signals, ...]:
