@@ -206,9 +206,9 @@ def bench_store(work: Path, rows: int = 2000) -> float:
     times = []
     for i in range(rows):
         started = time.perf_counter()
-        store.start(f"r-{i}", f"run-{i}")
+        store.start("m", f"r-{i}", f"run-{i}")
         final = RowResult(SUCCEEDED, "done", output='{"n": 1}', exit_code=0, report=report)
-        store.finish(f"r-{i}", final, seconds=0.1)
+        store.finish("m", f"r-{i}", final, seconds=0.1)
         times.append(time.perf_counter() - started)
     store.close()
     return statistics.median(times)

@@ -205,10 +205,10 @@ def test_junit_of_hostile_messages_and_stderr_is_well_formed_xml(tmp_path: Path)
     store = Store(tmp_path / "r.sqlite")
     store.queue({"id": "r-\x07", "manifest": "m", "line": 1, "key": "k", "input_digest": "d",
                  "target": "img", "image_id": None})  # fmt: skip
-    store.start("r-\x07", "run-1")
+    store.start("m", "r-\x07", "run-1")
     final = RowResult(FAILED, error_code="EXECUTION_FAILED", error_message="boom \x1b[31mred\x00",
                   stderr_tail="\x1b[0mtail \x7f é")  # fmt: skip
-    store.finish("r-\x07", final, seconds=1.0)
+    store.finish("m", "r-\x07", final, seconds=1.0)
     write_junit(store, tmp_path / "j.xml")
     case = ET.parse(tmp_path / "j.xml").getroot().find("testsuite/testcase")
     assert case is not None and case.get("name") == "r-\\x07"
@@ -364,3 +364,58 @@ def test_a_flow_rows_key_follows_what_the_configurations_files_say(tmp_path: Pat
         (tmp_path / name).write_text(text)
         changed = name != "out/o.txt"
         assert ([key(row) for row in rows] != before) is changed, name
+
+
+def test_two_manifests_on_one_store_keep_their_own_rows(tmp_path: Path) -> None:
+    """Ids are unique within a manifest only: the same id in another manifest is another
+    row, planned and run on its own, not skipped on the first manifest's result."""
+    from runner.batch.scheduler import BatchControl, BatchOptions, _Batch
+    from runner.batch.store import SUCCEEDED, RowResult, Store
+
+    store = Store(tmp_path / "r.sqlite")
+    line = json.dumps({"id": "same", "input": 1}) + "\n"
+    planned = {}
+    for name in ("first", "second"):
+        manifest = tmp_path / f"{name}.jsonl"
+        manifest.write_text(line)
+        options = BatchOptions(
+            manifest, defaults=Defaults(image=TAG), engine=Engine({TAG: IMAGE_ID})
+        )
+        batch = _Batch(options, store, BatchControl())
+        planned[name] = batch.plan(check(manifest, options.defaults, None))
+        store.start(name, "same", f"run-{name}")
+        store.finish(name, "same", RowResult(SUCCEEDED, "done", output=name), seconds=1.0)
+    assert planned == {"first": {1}, "second": {1}}
+    rows = {(row["manifest"], row["id"]): row["output"] for row in store.rows()}
+    assert rows == {("first", "same"): "first", ("second", "same"): "second"}
+    store.close()
+
+
+def test_a_store_whose_rows_were_named_by_id_alone_is_migrated(tmp_path: Path) -> None:
+    import sqlite3
+
+    from runner.batch.store import COLUMNS, Store
+
+    path = tmp_path / "old.sqlite"
+    old = sqlite3.connect(path)
+    old.execute(f"CREATE TABLE runs ({', '.join(COLUMNS)}, PRIMARY KEY (id))")
+    row = dict.fromkeys(COLUMNS) | {
+        "id": "a", "manifest": "m", "line": 1, "key": "k", "input_digest": "d",
+        "target": "img", "state": "done", "status": "succeeded", "attempts": 1,
+    }  # fmt: skip
+    old.execute(f"INSERT INTO runs VALUES ({', '.join('?' for _ in COLUMNS)})", list(row.values()))
+    old.commit()
+    old.close()
+    store = Store(path)
+    assert [dict(found) for found in store.rows()] == [row]
+    known = store.known("m", "a")
+    assert known is not None and (known.key, known.state) == ("k", "done")
+    store.queue({"id": "a", "manifest": "other", "line": 1, "key": "k2", "input_digest": "d",
+                 "target": "img", "image_id": None})  # fmt: skip
+    assert [(r["manifest"], r["id"], r["state"]) for r in store.rows()] == [
+        ("m", "a", "done"), ("other", "a", "pending")
+    ]  # fmt: skip
+    store.close()
+    reopened = Store(path, create=False)  # migrated once: opened again as it is
+    assert [(r["manifest"], r["id"]) for r in reopened.rows()] == [("m", "a"), ("other", "a")]
+    reopened.close()

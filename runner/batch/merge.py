@@ -12,7 +12,7 @@ from .store import COLUMNS, Store, StoreError
 def merge(sources: list[Path], target: Path) -> int:
     """Copy every row of ``sources`` into ``target``; return the rows written.
 
-    An id in more than one source keeps one row: a final result over one without, then
+    A manifest's id in more than one source keeps one row: a final result over one without, then
     the one that ended last. The target may be one of the sources' earlier merges. Every
     source is opened before the target is: a source that is no store (or the target
     itself) is refused with the target untouched, and a target this call created is
@@ -58,7 +58,10 @@ def _merge_into(sources: list[Path], target: Path) -> int:
 
 
 def _keep_existing(out: Store, row: Any) -> bool:
-    have = out.db.execute("SELECT state, ended_at FROM runs WHERE id = ?", (row["id"],)).fetchone()
+    have = out.db.execute(
+        "SELECT state, ended_at FROM runs WHERE manifest = ? AND id = ?",
+        (row["manifest"], row["id"]),
+    ).fetchone()
     if have is None:
         return False
     rank = (have[0] == "done", have[1] or 0.0)
@@ -76,8 +79,9 @@ def diff(old: Path, new: Path) -> Iterator[dict[str, Any]]:
     try:
         for row in b.rows("state = 'done'"):
             before = a.db.execute(
-                "SELECT * FROM runs WHERE id = ? AND input_digest = ? AND state = 'done'",
-                (row["id"], row["input_digest"]),
+                "SELECT * FROM runs WHERE id = ? AND input_digest = ? AND state = 'done' "
+                "ORDER BY manifest = ? DESC LIMIT 1",  # the same manifest's row first
+                (row["id"], row["input_digest"], row["manifest"]),
             ).fetchone()
             if before is None:
                 continue

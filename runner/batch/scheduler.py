@@ -242,7 +242,7 @@ class _Batch:
                 if shard is not None and shard_of(key, shard[1]) != shard[0]:
                     continue
                 self.result.planned += 1
-                known = self.store.known(row.id)
+                known = self.store.known(self.name, row.id)
                 final = known is not None and known.key == key and known.state == "done"
                 if (
                     known is not None
@@ -400,7 +400,7 @@ class _Batch:
                     final, seconds = await self._run_row(row, shown, prepared)
                 finally:
                     self.counts.running -= 1
-                self.store.finish(row.id, final, seconds=seconds)
+                self.store.finish(self.name, row.id, final, seconds=seconds)
                 self._count(final.status)
                 if final.status in (SUCCEEDED,):
                     self.counts.done += 1
@@ -435,7 +435,7 @@ class _Batch:
                 run_id = prepared.request.run_id
             else:
                 run_id = f"{new_run_id()[:8]}-{row.id}"
-            self.store.start(row.id, run_id)
+            self.store.start(self.name, row.id, run_id)
             attempt += 1
             outcome = await self._attempt(row, run_id, prepared)
             if is_infrastructure_failure(outcome, self._engine) or row.flow is not None:

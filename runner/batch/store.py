@@ -6,6 +6,10 @@ result. ``synchronous = NORMAL`` in WAL mode keeps committed transactions across
 of the process (only a crash of the machine could lose the last ones) and costs no fsync
 per row.
 
+A row is named by its manifest and its id (ids are unique within a manifest only): two
+manifests on one store keep their own rows. A store whose rows were named by id alone is
+migrated when opened (its rows kept as they are).
+
 States: ``pending`` (to run, or stopped before it finished), ``running`` (an attempt is
 under way), ``done`` (a final result). Statuses of a done row: ``succeeded`` (outcome
 ``done`` or a declared custom outcome), ``failed`` (a Run error, or a refusal before
@@ -30,7 +34,7 @@ COLUMNS = (
 )  # fmt: skip
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
-    id TEXT PRIMARY KEY,
+    id TEXT NOT NULL,
     manifest TEXT NOT NULL,
     line INTEGER NOT NULL,
     key TEXT NOT NULL,
@@ -51,7 +55,8 @@ CREATE TABLE IF NOT EXISTS runs (
     ended_at REAL,
     seconds REAL,
     stderr_tail TEXT,
-    report TEXT
+    report TEXT,
+    PRIMARY KEY (manifest, id)
 );
 """
 SUCCEEDED, FAILED, INFRA_FAILED, INTERRUPTED = "succeeded", "failed", "infra-failed", "interrupted"
@@ -97,6 +102,7 @@ class Store:
             self.db.execute("PRAGMA busy_timeout = 5000")
             self.db.executescript(SCHEMA)
             self.db.execute("SELECT id FROM runs LIMIT 1").fetchall()
+            _migrate(self.db)
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"{path}: not a flow-runner results database ({exc})") from exc
         self.db.row_factory = sqlite3.Row
@@ -132,9 +138,9 @@ class Store:
             os.close(self._claim)  # the flock goes with it
             self._claim = None
 
-    def known(self, row_id: str) -> Known | None:
+    def known(self, manifest: str, row_id: str) -> Known | None:
         found = self.db.execute(
-            "SELECT key, state, status FROM runs WHERE id = ?", (row_id,)
+            "SELECT key, state, status FROM runs WHERE manifest = ? AND id = ?", (manifest, row_id)
         ).fetchone()
         return None if found is None else Known(found[0], found[1], found[2])
 
@@ -151,7 +157,7 @@ class Store:
             "INSERT INTO runs (id, manifest, line, key, input_digest, target, image_id, "
             "state, attempts, queued_at) VALUES (:id, :manifest, :line, :key, "
             ":input_digest, :target, :image_id, 'pending', 0, :now) "
-            "ON CONFLICT (id) DO UPDATE SET manifest = excluded.manifest, "
+            "ON CONFLICT (manifest, id) DO UPDATE SET "
             "line = excluded.line, key = excluded.key, "
             "input_digest = excluded.input_digest, target = excluded.target, "
             "image_id = excluded.image_id, state = 'pending', status = NULL, "
@@ -164,27 +170,27 @@ class Store:
             {**entry, "now": time.time()},
         )
 
-    def start(self, row_id: str, run_id: str) -> None:
+    def start(self, manifest: str, row_id: str, run_id: str) -> None:
         """Record an attempt starting: committed when the slot admits it, before its
         ``flow/run`` is sent (its container may have been prepared already; a prepared
         row not admitted stays ``pending``, with no attempt counted)."""
         self.db.execute(
             "UPDATE runs SET state = 'running', run_id = ?, attempts = attempts + 1, "
-            "started_at = ? WHERE id = ?",
-            (run_id, time.time(), row_id),
+            "started_at = ? WHERE manifest = ? AND id = ?",
+            (run_id, time.time(), manifest, row_id),
         )
 
-    def finish(self, row_id: str, final: RowResult, *, seconds: float) -> None:
+    def finish(self, manifest: str, row_id: str, final: RowResult, *, seconds: float) -> None:
         """Commit a result: ``done``, or ``pending`` again if it was interrupted."""
         state = "pending" if final.status == INTERRUPTED else "done"
         self.db.execute(
             "UPDATE runs SET state = ?, status = ?, outcome = ?, error_code = ?, "
             "error_message = ?, output = ?, exit_code = ?, stderr_tail = ?, report = ?, "
-            "ended_at = ?, seconds = ? WHERE id = ?",
+            "ended_at = ?, seconds = ? WHERE manifest = ? AND id = ?",
             (
                 state, final.status, final.outcome, final.error_code, final.error_message,
                 final.output, final.exit_code, final.stderr_tail, final.report, time.time(),
-                seconds, row_id,
+                seconds, manifest, row_id,
             ),
         )  # fmt: skip
 
@@ -203,6 +209,29 @@ class Store:
             name = status if state == "done" else (status or state)
             counts[name] = counts.get(name, 0) + n
         return counts
+
+
+def _migrate(db: sqlite3.Connection) -> None:
+    """Name a store's rows by manifest and id where they were named by id alone: the table
+    made again under that key, every row copied as it was."""
+    if _keyed_by_id(db):
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            if _keyed_by_id(db):  # another process may have migrated it meanwhile
+                columns = ", ".join(COLUMNS)
+                db.execute("ALTER TABLE runs RENAME TO runs_by_id")
+                db.execute(SCHEMA)
+                db.execute(f"INSERT INTO runs ({columns}) SELECT {columns} FROM runs_by_id")
+                db.execute("DROP TABLE runs_by_id")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+
+
+def _keyed_by_id(db: sqlite3.Connection) -> bool:
+    key = [row[1] for row in db.execute("PRAGMA table_info(runs)") if row[5]]
+    return key == ["id"]
 
 
 class _Transaction:

@@ -191,15 +191,16 @@ def import_runs(runs: list[ImportedRun], store_path: Path) -> dict[str, int]:
     try:
         for run in runs:
             row, final = run.row, run.final
-            row_id = str(row["id"])
+            row_id, manifest = str(row["id"]), str(row["manifest"])
             store.queue({
                 "id": row_id, "manifest": row["manifest"], "line": row["line"],
                 "key": row["key"], "input_digest": row["inputDigest"],
                 "target": "k8s: " + " ".join(run.command), "image_id": None,
             })  # fmt: skip
             for attempt in sorted(run.attempts, key=lambda a: a.started):
-                store.start(row_id, attempt.run_id)
+                store.start(manifest, row_id, attempt.run_id)
             store.finish(
+                manifest,
                 row_id,
                 RowResult(
                     final.status, outcome=final.outcome, error_code=final.error_code,
