@@ -8,7 +8,9 @@ grace + 5 s (not a grace per level); after a SIGTERM every level must get its
 runner must end within the grace + 5 s; a second SIGTERM must end it at once; and
 nothing of the tree may be left on the engine (the runner's ``flow-runner.owner``
 label). The report's ``timings.total`` is the run's wall time, its tree's teardown
-included. Without an engine every test fails (the ``engine`` fixture); none skips.
+included. The same tree of local processes, driven through the Python API, checks the
+same without an engine. Without an engine every container test fails (the ``engine``
+fixture); none skips.
 """
 
 from __future__ import annotations
@@ -16,14 +18,20 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from execkit import StderrTap, containers, finish, of_runner, profile_file, start
+from runner.api import Execution
+from runner.config import load_config
+from runner.flows import FlowHost
+from runner.host.driver import RunControl
 
 RELAY = "flow-runner/relay:latest"
 LEVELS = 9
@@ -51,7 +59,7 @@ time.sleep(3600)
 """A level that starts the next one (while ``input`` > 0), says on stderr when it runs and
 when ``request/cancel`` reaches it, and ignores it: only the host's kill ends it."""
 
-pytestmark = [pytest.mark.usefixtures("engine"), pytest.mark.slow, pytest.mark.timeout(150)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
 
 
 def tree_config(directory: Path, grace: float) -> Path:
@@ -204,3 +212,106 @@ def test_a_second_sigterm_kills_every_level_at_once(
     assert ran.returncode == 130, ran.stderr[-2000:]
     assert ran.seconds < KILLED, "the second signal kills the whole tree at once"
     assert_nothing_left(engine, runner)
+
+
+# ----- the same tree of local processes, through the Python API -----------------------------
+
+PROCESS_GRACE = 2.0
+"""The process backend's cancel grace (it has no profile)."""
+
+
+def process_tree_config(directory: Path) -> Path:
+    path = directory / "flow-runner.toml"
+    command = json.dumps([sys.executable, "-c", IGNORE_CANCEL])
+    path.write_text(f"""
+[limits]
+max_depth = {LEVELS}
+
+[flows.level]
+command = {command}
+children = {{ next = "level" }}
+""")
+    return path
+
+
+class Said:
+    """What the levels of a tree said on stderr, as events a test waits for."""
+
+    def __init__(self) -> None:
+        self.text = ""
+        self.running = anyio.Event()
+        self.asked = anyio.Event()
+
+    def __call__(self, chunk: bytes) -> None:
+        self.text += chunk.decode()
+        if "level running, 0 below" in self.text:
+            self.running.set()
+        if self.text.count("ignores request/cancel") == LEVELS:
+            self.asked.set()
+
+
+def levels_in(execution: Execution) -> int:
+    report, levels = execution.report, 1
+    while report.children:
+        (report,) = report.children
+        levels += 1
+    return levels
+
+
+def test_a_process_tree_past_its_deadline_stops_within_one_grace(tmp_path: Path) -> None:
+    deadline = 3.0
+    said = Said()
+
+    async def main() -> Execution:
+        host = FlowHost(load_config(process_tree_config(tmp_path)), stderr_sink=said)
+        return await host.run("level", LEVELS - 1, deadline_seconds=deadline)
+
+    started = time.monotonic()
+    execution = anyio.run(main)
+    seconds = time.monotonic() - started
+    print(f"process tree, deadline {deadline} s, grace {PROCESS_GRACE} s: {seconds:.1f} s")
+    assert execution.verdict.error is not None
+    assert execution.verdict.error.code == "DEADLINE_EXCEEDED"
+    assert levels_in(execution) == LEVELS
+    assert said.text.count("ignores request/cancel") == LEVELS
+    assert seconds < deadline + PROCESS_GRACE + 1.5, "one grace for the whole tree"
+    assert abs(execution.report.timings["total"] - seconds) < 1, execution.report.timings
+
+
+def test_a_process_tree_is_cancelled_at_every_level_at_once_and_killed_at_once(
+    tmp_path: Path,
+) -> None:
+    said = Said()
+    waited: dict[str, float] = {}
+
+    async def main() -> Execution:
+        host = FlowHost(load_config(process_tree_config(tmp_path)), stderr_sink=said)
+        control = RunControl()
+        async with anyio.create_task_group() as tg:
+
+            async def stop() -> None:
+                await said.running.wait()
+                cancelled = time.monotonic()
+                control.cancel()
+                await said.asked.wait()
+                waited["asked"] = time.monotonic() - cancelled
+                killed = time.monotonic()
+                control.kill()
+                await ended.wait()
+                waited["ended"] = time.monotonic() - killed
+
+            ended = anyio.Event()
+            tg.start_soon(stop)
+            try:
+                return await host.run("level", LEVELS - 1, deadline_seconds=60, control=control)
+            finally:
+                ended.set()
+
+    execution = anyio.run(main)
+    print(f"process tree: request/cancel at every level {waited['asked']:.2f} s after the")
+    print(f"cancel; ended {waited['ended']:.2f} s after the kill")
+    assert execution.verdict.error is not None
+    assert execution.verdict.error.code == "CANCELLED"
+    assert levels_in(execution) == LEVELS
+    assert waited["asked"] < PROCESS_GRACE / 2, "request/cancel reaches every level at once"
+    assert waited["ended"] < PROCESS_GRACE / 2, "a kill reaches every level at once"
