@@ -26,6 +26,8 @@ import typer.main
 
 from runner.cli.app import app
 
+pytestmark = pytest.mark.timeout(60)  # it reads a dozen pages and parses: under a second
+
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = sorted([ROOT / "README.md", ROOT / "examples" / "README.md", *(ROOT / "docs").glob("*.md")])
 SHELL_LANGUAGES = frozenset({"", "sh", "bash", "shell", "console"})
