@@ -9,10 +9,11 @@ the process that typed them (the console script never hands ``daemon`` over).
 from __future__ import annotations
 
 import os
+import socket
 import sys
 import time
-from collections.abc import Callable
-from typing import Annotated
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any
 
 import typer
 
@@ -48,9 +49,23 @@ def preload() -> Callable[[], object]:
             importlib.import_module(name)
         except ModuleNotFoundError:  # another version of a dependency: imported when used
             continue
+    _pool_backend()
     from runner.cli.app import main
 
     return main
+
+
+def _pool_backend() -> None:
+    """Give the warm runner's pool the Docker backend's prepare, remove and claim."""
+    from runner.sandbox.docker import sandbox
+    from runner.sandbox.labels import Process
+    from runner.warm import pool
+
+    def prepare(config: Mapping[str, Any], owner: object) -> tuple[str, str, socket.socket]:
+        assert isinstance(owner, Process)
+        return sandbox.prepare_pooled(config, owner)
+
+    pool.register(pool.Backend(Process.current, prepare, sandbox.remove_pooled, sandbox.use_pool))
 
 
 @daemon_app.command("start")
@@ -58,6 +73,23 @@ def start(
     idle: Annotated[
         str, typer.Option("--idle", help="Stop after this long with no command, e.g. 15m, 2h.")
     ] = "15m",
+    pool: Annotated[
+        int,
+        typer.Option(
+            "--pool",
+            min=0,
+            help="Containers kept started and waiting per launch configuration (an image, "
+            "command and profile run with no host paths), each used by one later run; 0: "
+            "none.",
+        ),
+    ] = 1,
+    pool_idle: Annotated[
+        str,
+        typer.Option("--pool-idle", help="Remove a waiting container unused this long."),
+    ] = "60s",
+    pool_max: Annotated[
+        int, typer.Option("--pool-max", min=0, help="Containers waiting in all, at most.")
+    ] = 4,
     foreground: Annotated[
         bool,
         typer.Option(
@@ -78,6 +110,12 @@ def start(
         seconds = parse_duration(idle)
     except ValueError as exc:
         _fail_usage(f"--idle {exc}")
+    try:
+        pool_seconds = parse_duration(pool_idle)
+    except ValueError as exc:
+        _fail_usage(f"--pool-idle {exc}")
+    if pool_seconds <= 0:
+        _fail_usage("--pool-idle must be more than 0 s, e.g. 60s")
     if not _launched():
         _fail_usage(
             "only the flow-runner command (or python -m runner.launch) hands commands to a "
@@ -88,6 +126,7 @@ def start(
     except (rundir.UnsafeDirectory, OSError) as exc:
         _fail_usage(str(exc))
     command = [sys.executable, *_launch_prefix(), "daemon", "serve", repr(seconds)]
+    command += ["--pool", str(pool), "--pool-idle", repr(pool_seconds), "--pool-max", str(pool_max)]
     sys.stdout.flush()
     sys.stderr.flush()
     if foreground:

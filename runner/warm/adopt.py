@@ -38,20 +38,25 @@ def adopt(request: Message, cwd: int) -> None:
     os.umask(request["umask"])
 
 
-def become(request: Message, received: list[int]) -> None:
+def become(request: Message, received: list[int], own: int | None = None) -> int | None:
     """Take the client's descriptors, limits, signals, locale, streams, ``__main__``, argv.
 
     ``received`` are the client's descriptors in the order of ``request["fds"]``: they end
-    up at those numbers, and every other descriptor is closed.
+    up at those numbers, and every other descriptor is closed but ``own``, the run's own
+    (close-on-exec), moved above the client's: its new number is returned.
     """
     targets: list[int] = request["fds"]
-    top = max([*targets, *received]) + 1
+    top = max([*targets, *received, -1 if own is None else own]) + 1
+    kept = None if own is None else fcntl.fcntl(own, fcntl.F_DUPFD_CLOEXEC, top)
+    if own is not None:
+        os.close(own)
+        top += 1
     moved = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, top) for fd in received]
     for fd in received:
         os.close(fd)
     for source, target in zip(moved, targets, strict=True):
         os.dup2(source, target)
-    keep = set(targets)
+    keep = set(targets) | ({kept} if kept is not None else set())
     for fd in inherited_fds():
         if fd not in keep:
             os.close(fd)
@@ -69,6 +74,7 @@ def become(request: Message, received: list[int]) -> None:
     sys.modules["__main__"] = main
     sys.argv = list(request["argv"])
     sys.orig_argv = list(request["orig_argv"])
+    return kept
 
 
 def set_recursion(request: Message, depth: int) -> None:

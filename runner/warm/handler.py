@@ -37,6 +37,7 @@ from runner.warm import peer, wire
 from runner.warm.adopt import adopt, become, set_recursion
 from runner.warm.context import refusal, stack_depth
 from runner.warm.envwatch import Reads
+from runner.warm.pool import Claims
 
 if TYPE_CHECKING:
     from runner.warm.wire import Message
@@ -62,10 +63,15 @@ class Served:
     quiet_since: float
     connections: int
     """Connections accepted before this one."""
+    use_pool: Callable[[Claims], None] | None = None
+    """Make a run's launches claim from the server's pool (None: the server keeps none)."""
 
 
-def attend(conn: socket, served: Served) -> int:
-    """Read the request on ``conn`` and answer it; the handler's exit status."""
+def attend(conn: socket, served: Served, channel: socket | None = None) -> int:
+    """Read the request on ``conn`` and answer it; the handler's exit status.
+
+    ``channel``: the run's end of its channel to the server's pool (:mod:`runner.warm.pool`).
+    """
     conn.settimeout(REQUEST_SECONDS)
     try:
         request, fds = wire.receive(conn, wire.MAX_FDS + 1)
@@ -74,7 +80,7 @@ def attend(conn: socket, served: Served) -> int:
     op = request.get("op")
     reason = None if op == "stop" else _check(conn, request, served)
     if op == "run" and reason is None:
-        return _start(conn, request, fds, served)  # the descriptors are its to close
+        return _start(conn, request, fds, served, channel)  # the descriptors are its to close
     for fd in fds:
         os.close(fd)
     if op == "stop":
@@ -128,7 +134,9 @@ def _stop(conn: socket, served: Served) -> int:
     return 0
 
 
-def _start(conn: socket, request: Message, fds: list[int], served: Served) -> int:
+def _start(
+    conn: socket, request: Message, fds: list[int], served: Served, channel: socket | None
+) -> int:
     cwd, *received = fds
     try:
         if len(received) != len(request["fds"]):
@@ -146,8 +154,10 @@ def _start(conn: socket, request: Message, fds: list[int], served: Served) -> in
     pid = os.fork()
     if pid == 0:
         os.close(go_write)
-        _run(conn, go_read, request, received, served.main)
+        _run(conn, go_read, request, received, served, channel)
     os.close(go_read)
+    if channel is not None:
+        channel.close()
     for fd in received:
         os.close(fd)
     pidfd = os.pidfd_open(pid)
@@ -162,16 +172,24 @@ def _start(conn: socket, request: Message, fds: list[int], served: Served) -> in
 
 
 def _run(
-    conn: socket, go: int, request: Message, received: list[int], main: Callable[[], object]
+    conn: socket,
+    go: int,
+    request: Message,
+    received: list[int],
+    served: Served,
+    channel: socket | None,
 ) -> NoReturn:
     """The forked run: wait for the word, become the client's process, call the CLI."""
+    main = served.main
     try:
         os.close(conn.detach())
         said = os.read(go, 2)
         os.close(go)
         if said != b"go":
             os._exit(0)
-        become(request, received)
+        kept = become(request, received, None if channel is None else channel.detach())
+        if kept is not None and served.use_pool is not None:
+            served.use_pool(Claims(socket(fileno=kept)))
         set_recursion(request, stack_depth(sys._getframe()))
     except BaseException as exc:  # nothing may return into the server's code
         os.write(2, f"flow-runner: the warm runner could not take over: {exc!r}\n".encode())

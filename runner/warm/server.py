@@ -32,27 +32,68 @@ import threading
 import time
 from collections.abc import Callable
 from contextlib import suppress
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import NoReturn
 
 from runner.exits import EXIT_USAGE
-from runner.warm import peer, rundir
+from runner.warm import peer, pool, rundir
 from runner.warm.envwatch import Reads, watching
 from runner.warm.handler import Served, attend
 from runner.warm.key import installation_key
+from runner.warm.pool import Pool
 
 READY = "flow-runner: warm runner ready"
 """The first words of the line that says the server accepts (``daemon start`` reads it)."""
 
 
+USAGE = (
+    "usage: flow-runner daemon serve SECONDS [--detach] [--pool N] [--pool-idle SECONDS] "
+    "[--pool-max N]"
+)
+
+
+@dataclass(frozen=True)
+class Options:
+    """``daemon serve``'s arguments (``daemon start`` writes them)."""
+
+    idle: float
+    detach: bool = False
+    pool: int = 0
+    """Containers kept waiting per launch configuration (0: no pool)."""
+    pool_idle: float = 60.0
+    pool_max: int = 4
+
+
+def options(args: list[str]) -> Options | None:
+    """The arguments, or None if they are not ``daemon serve``'s."""
+    try:
+        found = Options(float(args[0]))
+        rest = args[1:]
+        while rest:
+            name, *rest = rest
+            if name == "--detach":
+                found = replace(found, detach=True)
+            elif name == "--pool":
+                found = replace(found, pool=int(rest.pop(0)))
+            elif name == "--pool-max":
+                found = replace(found, pool_max=int(rest.pop(0)))
+            elif name == "--pool-idle":
+                found = replace(found, pool_idle=float(rest.pop(0)))
+            else:
+                return None
+    except (IndexError, ValueError):
+        return None
+    if found.idle <= 0 or found.pool < 0 or found.pool_max < 0 or found.pool_idle <= 0:
+        return None
+    return found
+
+
 def serve(args: list[str], load: Callable[[], Callable[[], object]]) -> NoReturn:
     """Run the server; ``load`` imports everything and returns the CLI's main."""
-    try:
-        idle = float(args[0])
-    except (IndexError, ValueError):
-        idle = -1.0
-    if idle <= 0 or args[1:] not in ([], ["--detach"]):
-        _exit("usage: flow-runner daemon serve SECONDS [--detach]", EXIT_USAGE)
+    given = options(args)
+    if given is None:
+        _exit(USAGE, EXIT_USAGE)
+    idle = given.idle
     place = rundir.directory(os.environ)
     try:
         rundir.ensure(place)
@@ -72,6 +113,10 @@ def serve(args: list[str], load: Callable[[], Callable[[], object]]) -> NoReturn
             main = load()
         if threading.active_count() != 1:
             _exit("flow-runner: importing flow-runner started a thread; no warm runner", 1)
+        backend = pool.registered()
+        containers = None
+        if given.pool and backend is not None and given.pool_max:
+            containers = pool.Pool(backend, given.pool, given.pool_idle, given.pool_max)
         gc.collect()
         gc.freeze()
         listener = _bind(path)
@@ -79,16 +124,19 @@ def serve(args: list[str], load: Callable[[], Callable[[], object]]) -> NoReturn
             served = Served(
                 key, path, os.getpid(), time.time(), idle,
                 Reads(dict(reads.values), reads.whole), main, 0, time.monotonic(), 0,
+                backend.use if containers is not None and backend is not None else None,
             )  # fmt: skip
             os.chdir("/")
             _say(f"{READY}: pid {os.getpid()}, socket {path}, stops after {idle:g} s unused")
-            if args[1:] == ["--detach"]:
+            if given.detach:
                 _detach()
-            _loop(listener, served, held)
+            _loop(listener, served, held, containers)
         finally:
             with suppress(FileNotFoundError):
                 os.unlink(path)
             listener.close()
+            if containers is not None:
+                containers.close()
     finally:
         rundir.unlock(lock_path, held)
     os._exit(0)
@@ -116,16 +164,16 @@ def _bind(path: str) -> socket.socket:
     return listener
 
 
-def _loop(listener: socket.socket, served: Served, held: int) -> None:
+def _loop(listener: socket.socket, served: Served, held: int, containers: Pool | None) -> None:
     wake_read, wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(wake_write, warn_on_full_buffer=False)
     stopping: list[int] = []
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, lambda signum, _frame: stopping.append(signum))
     signal.signal(signal.SIGCHLD, lambda _signum, _frame: None)  # poll wakes on the pipe
-    poller = select.poll()
-    poller.register(listener, select.POLLIN)
-    poller.register(wake_read, select.POLLIN)
+    server_fds = (listener.fileno(), wake_read, wake_write, held)
+    if containers is not None:
+        containers.server_fds = server_fds
     handlers: set[int] = set()
     quiet_since = time.monotonic()
     accepted = 0
@@ -135,10 +183,24 @@ def _loop(listener: socket.socket, served: Served, held: int) -> None:
         left = served.idle - (time.monotonic() - quiet_since)
         if not handlers and left <= 0:
             break
-        for fd, _ in poller.poll(None if handlers else left * 1000):
+        poller = select.poll()
+        poller.register(listener, select.POLLIN)
+        poller.register(wake_read, select.POLLIN)
+        timeout = None if handlers else left
+        if containers is not None:
+            for fd in containers.fds():
+                poller.register(fd, select.POLLIN)
+            expires = containers.timeout()
+            if expires is not None:
+                timeout = expires if timeout is None else min(timeout, expires)
+        for fd, _ in poller.poll(None if timeout is None else timeout * 1000):
             if fd == wake_read:
                 with suppress(BlockingIOError):
                     os.read(wake_read, 4096)
+                continue
+            if fd != listener.fileno():
+                assert containers is not None
+                containers.ready(fd)
                 continue
             try:
                 conn, _ = listener.accept()
@@ -152,13 +214,24 @@ def _loop(listener: socket.socket, served: Served, held: int) -> None:
                     served, busy=len(handlers), quiet_since=quiet_since, connections=accepted
                 )
                 accepted += 1
+                channel = containers.channel() if containers is not None else None
                 pid = os.fork()
                 if pid == 0:
-                    _handle(conn, now, (listener.fileno(), wake_read, wake_write, held))
+                    pooled = tuple(containers.fds()) if containers is not None else ()
+                    _handle(conn, now, server_fds + pooled, channel)
+                if channel is not None:
+                    channel.close()
                 handlers.add(pid)
+        if containers is not None:
+            containers.expire()
 
 
-def _handle(conn: socket.socket, served: Served, server_fds: tuple[int, ...]) -> NoReturn:
+def _handle(
+    conn: socket.socket,
+    served: Served,
+    server_fds: tuple[int, ...],
+    channel: socket.socket | None,
+) -> NoReturn:
     """The forked handler: drop the server's descriptors and signals, then attend."""
     code = 1
     try:
@@ -168,25 +241,26 @@ def _handle(conn: socket.socket, served: Served, server_fds: tuple[int, ...]) ->
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(signum, signal.SIG_IGN)  # a handler outlives its server
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        code = attend(conn, served)
+        code = attend(conn, served, channel)
     finally:
         os._exit(code)
 
 
 def _reap(handlers: set[int]) -> bool:
-    """Collect the handlers that ended; whether any did."""
+    """Collect the children that ended (handlers, and the pool's); whether a handler did."""
     reaped = False
-    while handlers:
+    while True:
         try:
             pid, _ = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
+            reaped = reaped or bool(handlers)
             handlers.clear()
-            return True
+            return reaped
         if pid == 0:
-            break
-        handlers.discard(pid)
-        reaped = True
-    return reaped
+            return reaped
+        if pid in handlers:
+            handlers.discard(pid)
+            reaped = True
 
 
 def _detach() -> None:

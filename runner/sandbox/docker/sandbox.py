@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import sys
 import time
 import uuid
@@ -31,7 +32,7 @@ from collections.abc import AsyncIterator, Awaitable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, Protocol, TypeVar
 
 import anyio
 import anyio.lowlevel
@@ -49,7 +50,15 @@ from runner.sandbox.docker.attach import AttachConnection, open_connection
 from runner.sandbox.docker.container import ATTACHMENTS_DIR, SCRATCH_PATH, Container
 from runner.sandbox.docker.engine import CallStalled, Engine, Lease, open_engine
 from runner.sandbox.errors import DockerSandboxError, RuntimeMissing, SandboxLost
-from runner.sandbox.labels import run_labels
+from runner.sandbox.labels import (
+    LABEL_RUN_ID,
+    Process,
+    machine_key,
+    owner_labels,
+    run_labels,
+    runner_container_labels,
+    signed,
+)
 from runner.sandbox.profiles import SandboxProfile
 from runner.sandbox.registry import SandboxSpec, StopGraces, load_spec_profile
 
@@ -153,6 +162,11 @@ class DockerSandbox:
 
     @asynccontextmanager
     async def _launch(self, request: LaunchRequest) -> AsyncIterator[RunningComponent]:
+        claimed = await self._claim(request) if _pool is not None else None
+        if claimed is not None:
+            async with self._claimed(claimed) as pooled:
+                yield pooled
+            return
         with contextlib.ExitStack() as held:
             # Each path is opened, judged and held until the component runs (see _verify_mounts);
             # a launch with no host path at all has nothing to hold or to measure.
@@ -198,6 +212,75 @@ class DockerSandbox:
                 # scope that cancelled must still receive.
                 if lease.lost is not None and isinstance(sys.exc_info()[1], Exception | None):
                     raise lease.lost
+
+    def poolable(self, request: LaunchRequest) -> bool:
+        """Whether this launch may use a container prepared ahead: no host path at all (a
+        component waiting in a pool must reach no user's directory), a root run (no parent
+        whose tree its labels would name), the process-wide engine, nothing recorded."""
+        return not (
+            request.attachments
+            or request.scratch_dir is not None
+            or request.parent_run_id
+            or self._client is not None
+            or self.record_engine
+        )
+
+    async def launch_config(self, engine: Engine) -> dict[str, Any]:
+        """Everything that makes this sandbox's container for a poolable launch, as JSON:
+        the image's id (a moved tag is another configuration), the command, the user and
+        the engine's ``HostConfig`` (the profile's effective settings, its seccomp policy's
+        text included). Two launches with equal configurations make equal containers."""
+        info = await engine.inspect_image(self.image)
+        return {
+            "image": str(info["Id"]),
+            "command": self.command,
+            "user": self.profile.user,
+            "host_config": _host_config(self.profile, {}, {}),
+        }
+
+    async def _claim(self, request: LaunchRequest) -> PooledContainer | None:
+        """A container prepared ahead for this very launch configuration, or None (then
+        the pool notes the configuration, to prepare one for a later launch)."""
+        if _pool is None or not self.poolable(request):
+            return None
+        began = time.perf_counter()
+        engine = await open_engine(self._client)
+        config = await self.launch_config(engine)
+        claimed = await anyio.to_thread.run_sync(_pool.claim, config)
+        if claimed is not None:
+            claimed.timings["claim"] = time.perf_counter() - began
+        return claimed
+
+    @asynccontextmanager
+    async def _claimed(self, claimed: PooledContainer) -> AsyncIterator[RunningComponent]:
+        """Run in a claimed container (created, attached and started ahead, its component
+        waiting for its first byte); on exit, as a fresh launch: kill if needed, remove."""
+        assert _pool is not None
+        engine = await open_engine(self._client)
+        facts = SandboxFacts(timings=dict(claimed.timings))
+        lease = Lease(claimed.container_id, time.perf_counter(), step="run")
+        connection: AttachConnection | None = None
+        container: Container | None = None
+        try:
+            connection = await open_connection(socket.socket(fileno=claimed.attach_fd))
+            facts.details.update(
+                container_id=claimed.container_id,
+                run_id=claimed.run_id,
+                image=self.image,
+                profile=self.profile.name,
+                runtime=self.profile.runtime,
+                pooled=True,
+            )
+            container = Container(engine, lease, connection, (), facts)
+            yield container
+        finally:
+            with anyio.CancelScope(shield=True):
+                cleanup = _cleanup(engine, lease, connection, container)
+                await _timed(facts, "cleanup", cleanup)
+                if lease.lost is None and "container_left" not in facts.details:
+                    await anyio.to_thread.run_sync(_pool.released, claimed.container_id)
+            if lease.lost is not None and isinstance(sys.exc_info()[1], Exception | None):
+                raise lease.lost
 
     def _hold(self, request: LaunchRequest, stack: contextlib.ExitStack) -> dict[str, HeldPath]:
         """Judge and hold every bind source: mount target -> held path (closed by ``stack``)."""
@@ -267,6 +350,99 @@ class DockerSandbox:
             runtime=self.profile.runtime,
         )
         return container_id
+
+
+class PooledContainer(Protocol):
+    """A container created, attached and started ahead, handed to one launch."""
+
+    container_id: str
+    run_id: str
+    """Its ``flow-runner.run-id`` label (made when it was prepared)."""
+    attach_fd: int
+    """Our descriptor of its attach socket: the launch owns it from here on."""
+    timings: dict[str, float]
+    """``pool_wait``: seconds it waited started; ``claim`` is added: the claim's time."""
+
+
+class LaunchPool(Protocol):
+    """Where a launch claims a prepared container (``runner.warm.pool`` in a warm run)."""
+
+    def claim(self, config: Mapping[str, Any]) -> PooledContainer | None:
+        """A container of launch configuration ``config`` (:meth:`DockerSandbox.launch_config`),
+        now this caller's alone; None: none waits (the pool notes ``config``). Blocking."""
+        ...
+
+    def released(self, container_id: str) -> None:
+        """The claimed container was removed. Blocking."""
+        ...
+
+
+_pool: LaunchPool | None = None
+
+
+def use_pool(pool: LaunchPool | None) -> None:
+    """Have this process's poolable launches claim from ``pool`` first (None: never)."""
+    global _pool
+    _pool = pool
+
+
+def prepare_pooled(config: Mapping[str, Any], owner: Process) -> tuple[str, str, socket.socket]:
+    """Create, attach and start a container of launch configuration ``config`` whose
+    labels name ``owner`` (the process that keeps it waiting); its id, run id and our
+    end of its attach socket. Blocking: runs its own event loop. Removed again on failure.
+    """
+    run_id = uuid.uuid4().hex
+    labels = signed(
+        {LABEL_RUN_ID: run_id} | owner_labels(owner) | runner_container_labels(), machine_key()
+    )
+
+    async def prepare() -> tuple[str, str, socket.socket]:
+        engine = await open_engine(None)
+        container_id = await engine.create(
+            config["image"],
+            config["command"],
+            user=config["user"],
+            labels=labels,
+            host_config=config["host_config"],
+        )
+        lease = Lease(container_id, time.perf_counter())
+        sock: socket.socket | None = None
+        try:
+            sock = await engine.attach_socket(lease)
+            lease.step = "start"
+            refused = await engine.start(lease)
+            if refused is not None:
+                raise DockerSandboxError(f"pooled container did not start: {refused}")
+            return container_id, run_id, sock
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                if sock is not None:
+                    sock.close()
+                lease.spend_within(CLEANUP_BUDGET)
+                with contextlib.suppress(SandboxLost, CallStalled):
+                    await engine.remove(lease)
+            raise
+
+    return anyio.run(prepare)
+
+
+def remove_pooled(container_ids: list[str]) -> None:
+    """Force-remove these containers (gone already is fine). Blocking."""
+
+    async def remove() -> None:
+        engine = await open_engine(None)
+        async with anyio.create_task_group() as group:
+            for container_id in container_ids:
+                lease = Lease(container_id, time.perf_counter(), step="cleanup")
+                lease.spend_within(CLEANUP_BUDGET)
+                group.start_soon(_remove_quietly, engine, lease)
+
+    anyio.run(remove)
+
+
+async def _remove_quietly(engine: Engine, lease: Lease) -> None:
+    with contextlib.suppress(SandboxLost, CallStalled):
+        await engine.remove(lease)
 
 
 @asynccontextmanager

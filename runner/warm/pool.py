@@ -1,0 +1,371 @@
+"""The warm runner's pool: containers created, attached and started ahead, used once.
+
+After a run whose launch could have used one (:meth:`DockerSandbox.poolable`: no host path
+at all), the server keeps up to ``size`` containers of that run's *launch configuration*
+(the image's id, command, user and the engine's ``HostConfig``: everything that makes the
+container) waiting: each started, its component blocked on its first read of stdin, our
+end of its attach socket held by the server. A later run of the same configuration claims
+one over its *channel* (a socket pair the server makes per connection; the forked run
+inherits its end) and runs in it as in a fresh container; one claim takes one container,
+so of two runs racing for the last one, the other launches fresh. A replacement is
+prepared once a run that used or wanted a configuration has ended, so preparing competes
+with no run's own start.
+
+A waiting container is removed when its attach socket says anything (its component wrote
+before its ``flow/run``, or exited), when it has waited ``idle`` seconds, when another
+configuration needs its place (``most`` wait or are being prepared in all), and when the
+server stops. Every pool container carries the server's own labels: ``flow-runner gc``
+leaves them alone while the server lives and takes them once it is dead, however it died.
+A claimed container is the run's to remove; one the run did not say it removed (the run
+was killed) is removed when the run's channel closes.
+
+Engine work never runs in the server (it has one thread and forks): each preparation and
+each removal is a forked child, whose answer comes back over a socket pair. The engine's
+side (:class:`Backend`) is given by the CLI layer: the warm runner imports no sandbox.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable
+from contextlib import suppress
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from runner.warm import wire
+from runner.warm.context import inherited_fds
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from runner.warm.wire import Message
+
+CLAIM_SECONDS = 5.0
+"""Time the server has to answer a claim; a claim not answered launches fresh."""
+CLOSE_SECONDS = 30.0
+"""Time, when the server stops, that a container being prepared has to be handed over
+(so that it is removed with the rest)."""
+
+
+@dataclass(frozen=True)
+class Backend:
+    """The engine's side of the pool (``runner.sandbox.docker.sandbox``'s functions)."""
+
+    owner: Callable[[], object]
+    """This process, as the labels name an owner (called in the server, before forks)."""
+    prepare: Callable[[Message, object], tuple[str, str, socket.socket]]
+    """Create, attach and start a container of a configuration, labelled as the owner's:
+    its id, run id and attach socket. Blocking."""
+    remove: Callable[[list[str]], None]
+    """Force-remove containers by id (gone already is fine). Blocking."""
+    use: Callable[[Claims], None]
+    """Make this process's launches claim through ``Claims`` (in a run)."""
+
+
+_backend: Backend | None = None
+
+
+def register(backend: Backend) -> None:
+    """Give the pool its engine side (the CLI layer does, as the server imports it)."""
+    global _backend
+    _backend = backend
+
+
+def registered() -> Backend | None:
+    return _backend
+
+
+def digest(config: Mapping[str, Any]) -> str:
+    """The launch configuration's name: a digest of its canonical JSON."""
+    text = json.dumps(config, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass
+class Claimed:
+    """A claimed container, as a run's launch receives it."""
+
+    container_id: str
+    run_id: str
+    attach_fd: int
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+class Claims:
+    """A run's end of its channel: claim a container, say one was removed."""
+
+    def __init__(self, channel: socket.socket) -> None:
+        channel.settimeout(CLAIM_SECONDS)
+        self._channel = channel
+        self._lock = threading.Lock()  # a batch's launches claim from several threads
+
+    def claim(self, config: Mapping[str, Any]) -> Claimed | None:
+        """A container of ``config``, now ours (with our descriptor of its attach socket),
+        or None: none waits, or the server did not answer (the launch goes fresh)."""
+        with self._lock:
+            try:
+                wire.send(self._channel, {"op": "claim", "config": dict(config)})
+                reply, fds = wire.receive(self._channel, 1)
+            except (OSError, wire.WireError):
+                return None
+        found = reply.get("claimed")
+        if not isinstance(found, dict) or len(fds) != 1:
+            for fd in fds:
+                os.close(fd)
+            return None
+        timings = {"pool_wait": float(found["waited"])}
+        return Claimed(str(found["id"]), str(found["run_id"]), fds[0], timings)
+
+    def released(self, container_id: str) -> None:
+        """The claimed container ``container_id`` was removed by the run."""
+        with self._lock, suppress(OSError):
+            wire.send(self._channel, {"op": "released", "id": container_id})
+
+
+@dataclass
+class Waiting:
+    config: str
+    container_id: str
+    run_id: str
+    attach: socket.socket
+    since: float
+
+
+@dataclass
+class Preparing:
+    config: str
+    reply: socket.socket
+
+
+@dataclass
+class Channel:
+    sock: socket.socket
+    wanted: set[str] = field(default_factory=set)
+    """Configurations its run claimed or asked for: topped up when it ends."""
+    claimed: set[str] = field(default_factory=set)
+    """Containers claimed and not yet said removed."""
+
+
+class Pool:
+    """The server's pool (one thread: every method returns at once)."""
+
+    def __init__(self, backend: Backend, size: int, idle: float, most: int) -> None:
+        self.backend = backend
+        self.size = size
+        self.idle = idle
+        self.most = most
+        self.owner = backend.owner()
+        self.server_fds: tuple[int, ...] = ()
+        """The server's own descriptors, closed in every child the pool forks."""
+        self.configs: dict[str, Message] = {}
+        self.waiting: list[Waiting] = []
+        self.preparing: dict[int, Preparing] = {}
+        self.channels: dict[int, Channel] = {}
+
+    def channel(self) -> socket.socket:
+        """A new connection's channel: the end its run keeps (the pool keeps the other)."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        ours.settimeout(CLAIM_SECONDS)  # read only once readable: a message is on its way
+        self.channels[ours.fileno()] = Channel(ours)
+        return theirs
+
+    def fds(self) -> list[int]:
+        """Every descriptor the pool holds, each to poll for reading."""
+        held = [entry.attach.fileno() for entry in self.waiting]
+        return [*self.channels, *self.preparing, *held]
+
+    def timeout(self) -> float | None:
+        """Seconds until the next waiting container expires (None: none waits)."""
+        if not self.waiting:
+            return None
+        oldest = min(entry.since for entry in self.waiting)
+        return max(oldest + self.idle - time.monotonic(), 0.0)
+
+    def ready(self, fd: int) -> None:
+        """``fd`` (one of :meth:`fds`) is readable, or closed."""
+        if fd in self.channels:
+            self._channel(self.channels[fd])
+        elif fd in self.preparing:
+            self._prepared(self.preparing.pop(fd))
+        else:
+            found = [entry for entry in self.waiting if entry.attach.fileno() == fd]
+            self._remove(found)  # it wrote before its flow/run, or its component exited
+
+    def expire(self) -> None:
+        """Remove the containers that have waited ``idle`` seconds."""
+        now = time.monotonic()
+        self._remove([entry for entry in self.waiting if now - entry.since >= self.idle])
+        live = {entry.config for entry in self.waiting}
+        live |= {entry.config for entry in self.preparing.values()}
+        for channel in self.channels.values():
+            live |= channel.wanted
+        for name in set(self.configs) - live:
+            del self.configs[name]
+
+    def close(self) -> None:
+        """Remove every container the pool holds or is being handed (the server stops)."""
+        ids = [entry.container_id for entry in self.waiting]
+        for entry in self.waiting:
+            entry.attach.close()
+        self.waiting.clear()
+        for preparing in self.preparing.values():
+            preparing.reply.settimeout(CLOSE_SECONDS)
+            with suppress(OSError, wire.WireError), preparing.reply:
+                answer, fds = wire.receive(preparing.reply, 1)
+                for fd in fds:
+                    os.close(fd)
+                if "id" in answer:
+                    ids.append(str(answer["id"]))
+        self.preparing.clear()
+        for channel in self.channels.values():
+            ids += channel.claimed
+            channel.sock.close()
+        self.channels.clear()
+        if ids:
+            with suppress(Exception):
+                self.backend.remove(ids)
+
+    def _channel(self, channel: Channel) -> None:
+        try:
+            message, _ = wire.receive(channel.sock, 0)
+        except (OSError, wire.WireError):
+            self._ended(channel)
+            return
+        op = message.get("op")
+        if op == "released":
+            channel.claimed.discard(str(message.get("id")))
+        elif op == "claim" and isinstance(message.get("config"), dict):
+            config = message["config"]
+            name = digest(config)
+            self.configs[name] = config
+            channel.wanted.add(name)
+            self._claim(channel, name)
+        else:
+            self._ended(channel)  # a run speaks only these: not one of ours any more
+
+    def _claim(self, channel: Channel, name: str) -> None:
+        found = next((entry for entry in self.waiting if entry.config == name), None)
+        if found is None:
+            self._answer(channel, {"claimed": None})
+            return
+        self.waiting.remove(found)
+        claimed = {
+            "id": found.container_id,
+            "run_id": found.run_id,
+            "waited": time.monotonic() - found.since,
+        }
+        answered = self._answer(channel, {"claimed": claimed}, [found.attach.fileno()])
+        found.attach.close()
+        if answered:
+            channel.claimed.add(found.container_id)
+        else:
+            self._fork(self.backend.remove, [found.container_id])
+
+    def _answer(self, channel: Channel, message: Message, fds: list[int] | None = None) -> bool:
+        try:
+            wire.send(channel.sock, message, fds or [])
+        except OSError:
+            self._ended(channel)
+            return False
+        return True
+
+    def _ended(self, channel: Channel) -> None:
+        """A run ended (its channel closed): remove what it left, top up what it used."""
+        self.channels.pop(channel.sock.fileno(), None)
+        channel.sock.close()
+        if channel.claimed:
+            self._fork(self.backend.remove, sorted(channel.claimed))
+        for name in sorted(channel.wanted):
+            self._top_up(name)
+
+    def _top_up(self, name: str) -> None:
+        config = self.configs.get(name)
+        if config is None or self.size <= 0:
+            return
+        have = sum(entry.config == name for entry in self.waiting)
+        have += sum(entry.config == name for entry in self.preparing.values())
+        while have < self.size:
+            if len(self.waiting) + len(self.preparing) >= self.most:
+                others = [entry for entry in self.waiting if entry.config != name]
+                if not others:
+                    return
+                self._remove([min(others, key=lambda entry: entry.since)])
+            self._prepare(name, config)
+            have += 1
+
+    def _prepare(self, name: str, config: Message) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        ours.settimeout(CLAIM_SECONDS)
+        backend, owner = self.backend, self.owner
+
+        def prepare() -> None:
+            try:
+                container_id, run_id, attach = backend.prepare(config, owner)
+            except Exception as exc:
+                wire.send(theirs, {"error": f"{type(exc).__name__}: {exc}"[:2000]})
+                return
+            try:
+                wire.send(theirs, {"id": container_id, "run_id": run_id}, [attach.fileno()])
+            except OSError:  # the server is gone: nobody will hold it
+                backend.remove([container_id])
+
+        self._fork(prepare, keep=(theirs.fileno(),))
+        theirs.close()
+        self.preparing[ours.fileno()] = Preparing(name, ours)
+
+    def _prepared(self, preparing: Preparing) -> None:
+        with preparing.reply:
+            try:
+                answer, fds = wire.receive(preparing.reply, 1)
+            except (OSError, wire.WireError):
+                return  # the child died before it created anything, or while it did
+        if "id" not in answer or len(fds) != 1:
+            for fd in fds:
+                os.close(fd)
+            return
+        attach = socket.socket(fileno=fds[0])
+        attach.setblocking(False)
+        entry = Waiting(
+            preparing.config, str(answer["id"]), str(answer["run_id"]), attach, time.monotonic()
+        )
+        self.waiting.append(entry)
+
+    def _remove(self, entries: Iterable[Waiting]) -> None:
+        gone = list(entries)
+        if not gone:
+            return
+        for entry in gone:
+            self.waiting.remove(entry)
+            entry.attach.close()
+        self._fork(self.backend.remove, [entry.container_id for entry in gone])
+
+    def _fork(self, work: Callable[..., object], *args: object, keep: tuple[int, ...] = ()) -> None:
+        """Run ``work(*args)`` in a child that holds none of the server's descriptors."""
+        pid = os.fork()
+        if pid == 0:
+            _child(work, args, keep)
+
+
+def _child(
+    work: Callable[..., object], args: tuple[object, ...], keep: tuple[int, ...]
+) -> NoReturn:
+    code = 1
+    try:
+        signal.set_wakeup_fd(-1)
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(signum, signal.SIG_IGN)  # it finishes what it holds
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        for fd in inherited_fds():
+            if fd > 2 and fd not in keep:
+                with suppress(OSError):
+                    os.close(fd)
+        work(*args)
+        code = 0
+    finally:
+        os._exit(code)

@@ -1,0 +1,285 @@
+"""The warm runner's pool: containers started ahead, each used by one run (runner.warm.pool).
+
+Each test serves from a snapshot of the checkout (the ``runner`` package and the sandbox
+profiles copied at its start), so an edit elsewhere in the checkout while it runs does not
+change the installation's key under it (which would send its commands to no server).
+The server's containers are found by their owner label (the server's pid); every test
+ends with none of them left, and none of its runs'.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from execkit import FAKE_IMAGE, fake, of_runner
+from runner.sandbox.base import Attachment, LaunchRequest
+from runner.sandbox.docker import sandbox as docker_sandbox
+from runner.sandbox.docker.sandbox import DockerSandbox, PooledContainer
+from runner.sandbox.profiles import load_profile
+from test_warm import SCRIPT, Install, Server, start_server, stop
+
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(300), pytest.mark.usefixtures("engine")]
+ROOT = Path(__file__).resolve().parents[1]
+WAIT = 60.0
+EARLY_WRITER = [FAKE_IMAGE, "--", "python3", "-c", "print('early', flush=True); input()"]
+EARLY_EXIT = [FAKE_IMAGE, "--", "python3", "-c", "raise SystemExit(3)"]
+
+
+@pytest.fixture
+def snapshot(tmp_path: Path) -> Iterator[Install]:
+    """A console script over a copy of the checkout's code, in a socket directory of its own."""
+    code = tmp_path / "code"
+    skip = shutil.ignore_patterns("__pycache__")
+    for part in ("runner", "sandbox-profiles", "spec"):
+        if (ROOT / part).exists():
+            shutil.copytree(ROOT / part, code / part, ignore=skip)
+    runtime = Path(tempfile_dir())
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    script = bin_dir / "flow-runner"
+    script.write_text(SCRIPT)
+    script.chmod(0o755)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(runtime), "PYTHONPATH": str(code)}
+    env.pop("FLOW_RUNNER_WARM", None)
+    yield Install(script, env, marks)
+    shutil.rmtree(runtime, ignore_errors=True)
+
+
+def tempfile_dir() -> str:
+    import tempfile
+
+    return tempfile.mkdtemp(prefix="fr-pool-", dir="/tmp")  # a unix socket's path is short
+
+
+@pytest.fixture
+def serving(snapshot: Install, engine: Any) -> Iterator[Callable[..., Server]]:
+    """Start a server with the options given; on teardown stop it and check that neither it
+    nor its runs left a container."""
+    started: list[Server] = []
+
+    def start(*options: str) -> Server:
+        found = start_server(snapshot, "--idle", "10m", *options)
+        started.append(found)
+        return found
+
+    yield start
+    for found in started:
+        stop(found)
+        assert not of_server(engine, found.pid), "the server left containers"
+
+
+def of_server(engine: Any, pid: int, status: str | None = None) -> list[Any]:
+    filters = {"label": of_runner(pid)} | ({"status": status} if status else {})
+    return list(engine.containers.list(all=True, filters=filters))
+
+
+def until(what: str, check: Callable[[], Any], timeout: float = WAIT) -> Any:
+    """``check()``'s first true value, asked every 50 ms for ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = check()
+        if found:
+            return found
+        assert time.monotonic() < deadline, f"still not: {what}"
+        time.sleep(0.05)
+
+
+def waiting(engine: Any, server: Server, count: int = 1) -> list[Any]:
+    """Once ``count`` containers of the server's run, started, its waiting ones."""
+    return until(  # type: ignore[no-any-return]
+        f"{count} pooled container(s) running",
+        lambda: (
+            (found := of_server(engine, server.pid, "running")) and len(found) >= count and found
+        ),
+    )
+
+
+def exec_report(install: Install, tmp_path: Path, name: str, *args: str) -> dict[str, Any]:
+    report = tmp_path / f"{name}.json"
+    ran = install.run("exec", "--report", str(report), *args)
+    assert ran.where == "warm", ran.stderr
+    return dict(json.loads(report.read_text()))
+
+
+def comparable(report: dict[str, Any]) -> dict[str, Any]:
+    """A report but for what differs between any two runs: its id and its timings."""
+    return {key: value for key, value in report.items() if key not in ("run_id", "timings")}
+
+
+# ----- claim ----------------------------------------------------------------------------
+
+
+def test_a_later_run_claims_the_waiting_container_and_reports_the_same(
+    serving: Callable[..., Server], snapshot: Install, engine: Any, tmp_path: Path
+) -> None:
+    server = serving("--pool", "1")
+    fresh = exec_report(snapshot, tmp_path, "fresh", "--input", '{"n": 1}', *fake("echo"))
+    assert "pool_wait" not in fresh["timings"]
+    [ready] = waiting(engine, server)
+    pooled = exec_report(snapshot, tmp_path, "pooled", "--input", '{"n": 1}', *fake("echo"))
+    assert "pool_wait" in pooled["timings"] and "create" not in pooled["timings"]
+    assert comparable(pooled) == comparable(fresh)
+    until("the claimed container removed", lambda: ready.id not in ids(engine, server))
+    failed = exec_report(snapshot, tmp_path, "failed", *fake("exit7-after-response"))
+    assert "pool_wait" not in failed["timings"]  # another command: another configuration
+    waiting(engine, server, 2)  # one of each configuration
+    again = exec_report(snapshot, tmp_path, "again", *fake("exit7-after-response"))
+    assert "pool_wait" in again["timings"]
+    assert comparable(again) == comparable(failed)
+
+
+def ids(engine: Any, server: Server) -> set[str]:
+    return {container.id for container in of_server(engine, server.pid)}
+
+
+def test_pool_zero_keeps_no_container(
+    serving: Callable[..., Server], snapshot: Install, engine: Any, tmp_path: Path
+) -> None:
+    server = serving("--pool", "0")
+    for name in ("first", "second"):
+        report = exec_report(snapshot, tmp_path, name, *fake("echo"))
+        assert "pool_wait" not in report["timings"]
+    assert not of_server(engine, server.pid)
+
+
+def test_two_runs_racing_for_one_container_one_claims_it(
+    serving: Callable[..., Server], snapshot: Install, engine: Any, tmp_path: Path
+) -> None:
+    server = serving("--pool", "1")
+    exec_report(snapshot, tmp_path, "first", *fake("echo"))
+    waiting(engine, server)
+    reports = [tmp_path / f"race-{n}.json" for n in range(2)]
+    racing = [snapshot.start("exec", "--report", str(path), *fake("echo")) for path in reports]
+    for process in racing:
+        process.communicate(timeout=120)
+        assert process.returncode == 0
+    timings = [json.loads(path.read_text())["timings"] for path in reports]
+    assert sorted("pool_wait" in found for found in timings) == [False, True]
+
+
+# ----- what is never pooled, and what is removed ------------------------------------------
+
+
+class Recorded:
+    """A pool that has nothing, and records what it was asked for."""
+
+    def __init__(self) -> None:
+        self.asked: list[dict[str, Any]] = []
+
+    def claim(self, config: Any) -> PooledContainer | None:
+        self.asked.append(dict(config))
+        return None
+
+    def released(self, container_id: str) -> None:
+        raise AssertionError("nothing was claimed")
+
+
+@pytest.mark.parametrize("access", ["read-write", "read"])
+def test_a_launch_with_host_paths_never_asks_the_pool(access: str, tmp_path: Path) -> None:
+    """A component waiting in a pool must reach no user's directory: a launch with any
+    host path (a read-write one above all) is never pooled; one without is."""
+    recorded = Recorded()
+    docker_sandbox.use_pool(recorded)
+    try:
+        sandbox = DockerSandbox(FAKE_IMAGE, load_profile("default"), ["python3", "-c", "pass"])
+        attached = Attachment("data", tmp_path, access)  # type: ignore[arg-type]
+        with_paths = [LaunchRequest(attachments=(attached,)), LaunchRequest(scratch_dir=tmp_path)]
+        for request in with_paths:
+            assert not sandbox.poolable(request)
+            assert anyio.run(sandbox._claim, request) is None
+        assert recorded.asked == []
+        assert anyio.run(sandbox._claim, LaunchRequest()) is None
+        [config] = recorded.asked
+        assert config["image"].startswith("sha256:") and config["command"][0] == "python3"
+    finally:
+        docker_sandbox.use_pool(None)
+
+
+def test_a_read_write_scratch_run_leaves_nothing_waiting(
+    serving: Callable[..., Server], snapshot: Install, engine: Any, tmp_path: Path
+) -> None:
+    server = serving("--pool", "1")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    exec_report(snapshot, tmp_path, "rw", "--scratch", str(scratch), *fake("echo"))
+    exec_report(snapshot, tmp_path, "plain", *fake("echo"))
+    waiting(engine, server)  # the plain run's: prepared after the read-write run's end
+    [only] = of_server(engine, server.pid)
+    assert not only.attrs["HostConfig"].get("Mounts")
+
+
+def test_a_waiting_container_outliving_pool_idle_is_removed(
+    serving: Callable[..., Server], snapshot: Install, engine: Any, tmp_path: Path
+) -> None:
+    server = serving("--pool", "1", "--pool-idle", "1s")
+    exec_report(snapshot, tmp_path, "first", *fake("echo"))
+    [ready] = waiting(engine, server)
+    until("the idle container removed", lambda: ready.id not in ids(engine, server))
+    assert server.process.poll() is None
+    report = exec_report(snapshot, tmp_path, "later", *fake("echo"))
+    assert "pool_wait" not in report["timings"]
+
+
+@pytest.mark.parametrize("command", [EARLY_WRITER, EARLY_EXIT], ids=["writes", "exits"])
+def test_a_component_that_writes_or_exits_before_its_run_is_removed(
+    command: list[str],
+    serving: Callable[..., Server],
+    snapshot: Install,
+    engine: Any,
+    tmp_path: Path,
+) -> None:
+    server = serving("--pool", "1")
+    since = int(time.time()) - 1
+    snapshot.run("exec", *command)  # a failed run, of a configuration worth pooling
+    label = of_runner(server.pid)
+    events = engine.events(since=since, decode=True, filters={"label": label, "type": "container"})
+    try:
+        seen: dict[str, set[str]] = {}
+        for event in events:  # the engine's word: created, then destroyed by the server
+            seen.setdefault(event["id"], set()).add(event["status"])
+            if any({"create", "destroy"} <= statuses for statuses in seen.values()):
+                break
+    finally:
+        events.close()
+    assert server.process.poll() is None
+    assert not of_server(engine, server.pid)
+
+
+def test_gc_leaves_waiting_containers_and_sweeps_them_once_the_server_is_killed(
+    serving: Callable[..., Server], snapshot: Install, engine: Any, tmp_path: Path
+) -> None:
+    server = serving("--pool", "1")
+    exec_report(snapshot, tmp_path, "first", *fake("echo"))
+    [ready] = waiting(engine, server)
+    cold = {"FLOW_RUNNER_WARM": "0"}
+    assert snapshot.run("gc", env=cold).returncode == 0
+    assert ready.id in ids(engine, server)  # its owner lives
+    os.kill(server.pid, signal.SIGKILL)
+    server.process.wait(30)
+    assert ready.id in ids(engine, server)
+    swept = snapshot.run("gc", env=cold)
+    assert swept.returncode == 0, swept.stderr
+    assert not of_server(engine, server.pid)
+
+
+def test_serve_refuses_bad_pool_options() -> None:
+    from runner.warm import server
+
+    assert server.options(["60", "--pool", "2", "--pool-idle", "5", "--pool-max", "3"]) == (
+        server.Options(60.0, False, 2, 5.0, 3)
+    )
+    assert server.options(["60", "--detach"]) == server.Options(60.0, True)
+    for wrong in (["60", "--pool"], ["60", "--pool", "-1"], ["60", "--pool-idle", "0"], ["0"]):
+        assert server.options(wrong) is None
