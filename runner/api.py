@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from runner.contracts.ports import required_ports
@@ -40,6 +40,10 @@ class Invocation:
     input: JSONValue = None
     settings: dict[str, JSONValue] = field(default_factory=dict)
     deadline_unix_ms: int = 0
+    deadline_seconds: float | None = None
+    """When set, the deadline is this long after the component's launch (its container
+    started), and ``deadline_unix_ms`` is set then: the component gets the whole of it,
+    however long the engine took to create and start its container."""
     launch: LaunchRequest = field(default_factory=LaunchRequest)
     channels: ChannelOffer | None = None
     """The invocation's channel table and the rights its caller maps to it; a root run
@@ -50,9 +54,10 @@ class Invocation:
 
     @classmethod
     def within(cls, seconds: float, **kwargs: object) -> Invocation:
-        """An invocation whose deadline is ``seconds`` from now."""
+        """An invocation whose deadline is ``seconds`` from its component's launch (until
+        then, from now)."""
         deadline = int((time.time() + seconds) * 1000)
-        return cls(deadline_unix_ms=deadline, **kwargs)  # type: ignore[arg-type]
+        return cls(deadline_unix_ms=deadline, deadline_seconds=seconds, **kwargs)  # type: ignore[arg-type]
 
 
 class Execution:
@@ -198,6 +203,9 @@ async def _launch_and_drive(
     package = run.package
     launched = time.monotonic()
     async with sandbox.launch(request) as component:
+        if invocation.deadline_seconds is not None:
+            started = int((time.time() + invocation.deadline_seconds) * 1000)
+            invocation = replace(invocation, deadline_unix_ms=started)
         run.facts = component.facts
         paths = component.attachment_paths
         outcome = await drive(

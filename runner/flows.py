@@ -84,6 +84,7 @@ class FlowHost:
         return await self._run(
             name, input, deadline, budget, hub, depth=0, parent=None, control=control,
             scratch_dir=scratch_dir, reports=_Kept(CHILD_REPORTS), run_id=run_id,
+            from_launch=seconds,
         )  # fmt: skip
 
     async def _run(
@@ -104,10 +105,13 @@ class FlowHost:
         mapping: Mapping[str, str] | None = None,
         reports: _Kept,
         run_id: str | None = None,
+        from_launch: float | None = None,
     ) -> Execution:
         """Run flow ``name``; stopped through ``control`` (see :func:`_stopped_as_one`),
         killed ``stop_grace`` seconds (its own cancel grace if ``None``; a child's is its
-        parent's) after the task running it is cancelled."""
+        parent's) after the task running it is cancelled. A root run's deadline is
+        ``from_launch`` seconds from its component's launch; a child's is its own
+        ``deadline_unix_ms`` (within its parent's)."""
         flow = self.config.flow(name)
         children = _Children(reports)
         run_id = run_id or new_run_id()
@@ -167,6 +171,7 @@ class FlowHost:
             input=input,
             settings=dict(flow.settings),
             deadline_unix_ms=deadline_unix_ms,
+            deadline_seconds=from_launch,
             launch=LaunchRequest(
                 self._attachments(flow), scratch_dir, run_id, parent_run_id=parent
             ),

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from execkit import CLI, LABEL_OWNER, ROOT, flow_runner, owner, start
+from execkit import CLI, LABEL_OWNER, ROOT, fake, flow_runner, owner, start
 
 HELLO = "flow-runner/examples-hello:latest"
 
@@ -297,3 +297,27 @@ def test_batch_refuses_a_deadline_with_no_unit(tmp_path: Path) -> None:
     assert refused.returncode == 2
     assert "--deadline 10: give the unit, say 10s" in refused.stderr
     assert not (tmp_path / "r.sqlite").exists()
+
+
+def started_ms(client: Any, pid: int, since: float) -> list[float]:
+    """When the engine started each container of runner ``pid`` (ms since the epoch)."""
+    events = client.events(
+        since=int(since) - 1,
+        until=int(time.time()) + 1,
+        decode=True,
+        filters={"type": "container", "event": "start", "label": f"{LABEL_OWNER}={owner(pid)}"},
+    )
+    return [event["timeNano"] / 1e6 for event in events]
+
+
+@pytest.mark.docker
+def test_exec_counts_the_deadline_from_the_container_start(docker_client: Any) -> None:
+    """The ``deadlineUnixMs`` the component is given is the whole deadline after the engine
+    started its container (before, it counted from before the image was even read)."""
+    since = time.time()
+    process = start(*fake("params"), "--deadline", "5s")
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 0, err
+    deadline_ms = json.loads(out)["output"]["deadlineUnixMs"]
+    (started,) = started_ms(docker_client, process.pid, since)
+    assert deadline_ms >= started + 5000 - 2  # int() of the ms, the engine's rounding
