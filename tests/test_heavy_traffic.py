@@ -8,15 +8,25 @@ only what the scenario says.
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import anyio
+import pytest
 
+from rsskit import measured, peak_kib
 from runner.api import Invocation, execute
+from runner.host.bounds import PEAK_RSS, TreeBudget
+from runner.host.channels import ChannelHub
 from runner.host.driver import Graces
+from runner.host.operations import OperationLedger
+from runner.json1 import JSONValue
+from runner.protocol.codes import OperationError
 from runner.sandbox.process import ProcessSandbox
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,3 +91,178 @@ def test_sixty_four_costly_channel_sends_hold_neither_the_loop_nor_the_deadline(
     assert error is not None and error.code == "DEADLINE_EXCEEDED", execution.verdict
     assert took < deadline + graces.cancel + 3, f"the run took {took:.1f} s"
     assert lag < 0.3, f"the loop was held {lag * 1000:.0f} ms at once"
+
+
+# --- every holder at its limit at once ------------------------------------------------
+
+HOLDERS = r"""
+import json, sys
+out, inp = sys.stdout.buffer, sys.stdin.buffer
+def call(rid, method, params):
+    frame = {"jsonrpc": "2.0", "id": rid, "method": method, "params": params}
+    out.write(json.dumps(frame, separators=(",", ":")).encode() + b"\n")
+def answer():
+    out.flush()
+    return json.loads(inp.readline())
+root = answer()
+put = {"key": "big", "value": "x" * 8_000_000}
+call("put", "capability/call", {"operationId": "put", "slot": "kv", "method": "put", "input": put})
+assert "result" in answer()
+get = {"operationId": "get", "slot": "kv", "method": "get", "input": {"key": "big"}}
+call("get", "capability/call", get)
+assert "result" in answer()  # an 8 MB result, kept for replay
+writers = []
+for c in range(16):
+    call(f"c:{c}", "channel/create", {})
+    writers.append(answer()["result"]["send"]["endpoint"])
+sys.stderr.write("set up\n")
+# Nothing is read from here on: 16 direct channels, each sent its queue's 64 MiB
+# (8 items of 8 MB), then 64 replays of the 8 MB result.
+item = "y" * 8_000_000
+for c, writer in enumerate(writers):
+    for k in range(8):
+        call(f"s:{c}:{k}", "channel/send", {"endpoint": writer, "value": item})
+for r in range(64):
+    call(f"r:{r}", "capability/call", get)
+out.flush()
+sys.stderr.write("all written\n")
+sys.stderr.flush()
+import signal
+signal.pause()  # reads nothing more: the deadline ends it
+"""
+
+
+def test_every_holder_driven_to_its_limit_at_once_stays_within_the_tree_bound(
+    tmp_path: Path,
+) -> None:
+    """16 direct channels filled to their queue bounds (64 MiB each) and 64 replays of an
+    8 MB result, none of it read: past the tree's budget (TREE_BYTES, 256 MiB) the host
+    refuses the sends and runs no more replays, so its peak RSS stays under PEAK_RSS
+    (512 MiB), and the deadline ends the run as usual. Measured: 343 to 359 MiB; before,
+    each holder within its own bound, 2,037 MiB (1 GiB of queued items, and every replay's
+    answer copied into the outbox and again into one write). The component never reads
+    after its set-up, so the peak is the host's (wait4 counts reaped children too)."""
+    script = tmp_path / "holders.py"
+    script.write_text(HOLDERS)
+    config = tmp_path / "flow-runner.toml"
+    config.write_text(f"""
+[flows.holders]
+command = [{json.dumps(sys.executable)}, {json.dumps(str(script))}]
+
+[flows.holders.capabilities.kv]
+provider = "kv"
+options = {{ path = "kv.sqlite3", max_value_bytes = 16777216 }}
+""")  # fmt: skip
+    report = tmp_path / "peak"
+    argv = [sys.executable, "-m", "runner.cli", "exec", "holders", "--config", str(config)]
+    deadline = 15
+    started = time.monotonic()
+    with (tmp_path / "stderr").open("wb") as stderr:
+        ran = subprocess.run(
+            measured([*argv, "--deadline", f"{deadline}s"], report),
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            timeout=240,
+        )
+    took = time.monotonic() - started
+    peak = peak_kib(report) * 1024
+    log = (tmp_path / "stderr").read_text(errors="replace")
+    assert "all written" in log, log[-3000:]
+    assert (ran.returncode, json.loads(ran.stdout)["error"]["code"]) == (
+        124,
+        "DEADLINE_EXCEEDED",
+    ), (ran.stdout, log[-3000:])
+    assert took < deadline + 2 + 8, f"the run took {took:.1f} s"
+    assert peak < PEAK_RSS, f"peak RSS {peak / MIB:.0f} MiB, over {PEAK_RSS / MIB:.0f} MiB"
+
+
+# --- the holders share the tree's budget (in-process) ---------------------------------
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def _token(grant: Any) -> str:
+    return str(grant["endpoint"])
+
+
+@pytest.mark.anyio
+async def test_the_channels_of_a_tree_share_one_budget() -> None:
+    """Two invocations' channels, each far within its own queue bounds: the third 1 KB
+    item is refused RESOURCE_EXHAUSTED once the tree's budget (3 KB) holds two, the
+    source is not failed, and a read frees room for the next send. Before, every queue
+    was bounded alone (16 full queues: 1 GiB)."""
+    hub = ChannelHub(budget=TreeBudget(3000))
+    a, b = hub.party("a"), hub.party("b")
+    first, second = a.create({}), b.create({})
+    value = "x" * 998  # 1,000 bytes encoded
+    for party, grants in ((a, first), (b, second)):
+        sent = party.answer("channel/send", {"endpoint": _token(grants["send"]), "value": value})
+        assert sent == b"null"
+    with pytest.raises(OperationError) as refused:
+        a.answer("channel/send", {"endpoint": _token(first["send"]), "value": value + "xx"})
+    assert refused.value.code == "RESOURCE_EXHAUSTED"
+    assert hub.budget.held == 2000
+    read = b.answer("channel/next", {"endpoint": _token(second["receive"])})
+    assert isinstance(read, bytes) and read.startswith(b'{"item":{"sequence":1')
+    assert hub.budget.held == 1000
+    again = a.answer("channel/send", {"endpoint": _token(first["send"]), "value": value})
+    assert again == b"null", "the refused send failed nothing"
+    a.conclude(None)
+    b.conclude(None)
+    assert hub.budget.held == 0
+
+
+@pytest.mark.anyio
+async def test_a_costly_send_is_checked_off_the_loop_and_keeps_its_place() -> None:
+    """A send whose item needs more than the loop's slice of Schema/1 work is checked in
+    a worker thread; a cheap send right behind it waits for it, so the sequence is the
+    arrival order."""
+    hub = ChannelHub()
+    party = hub.party("a")
+    branches = [{"type": "integer", "minimum": i} for i in range(12)]
+    grants = await party.handle(
+        "channel/create", {"schema": {"type": "array", "items": {"anyOf": branches}}}
+    )
+    assert isinstance(grants, dict)
+    writer, reader = _token(grants["send"]), _token(grants["receive"])
+    costly = party.answer("channel/send", {"endpoint": writer, "value": [20] * 2000}, 16_000)
+    cheap = party.answer("channel/send", {"endpoint": writer, "value": [1]}, 100)
+    assert not isinstance(costly, bytes) and not isinstance(cheap, bytes)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lambda: cheap)
+        tg.start_soon(lambda: costly)
+    first = await party.next(reader)
+    second = await party.next(reader)
+    assert first == {"item": {"sequence": 1, "value": [20] * 2000}}
+    assert second == {"item": {"sequence": 2, "value": [1]}}
+
+
+@pytest.mark.anyio
+async def test_retained_results_count_against_the_tree_and_leave_with_the_run() -> None:
+    """A run's kept results are charged to its tree: once the tree's budget is spent a
+    new operationId is refused, a replay still answers (its kept bytes, not decoded
+    again), and the run's end gives the budget back."""
+    tree = TreeBudget(1500)
+    ledger = OperationLedger(tree=tree)
+
+    async def work() -> JSONValue:
+        return {"value": "v" * 900}
+
+    def params(operation: str) -> dict[str, JSONValue]:
+        return {"operationId": operation, "slot": "s", "method": "m", "input": None}
+
+    ticket = ledger.admit("c:1", "capability/call", params("a"))
+    kept = await ledger.settle_encoded(ticket, work)
+    assert tree.held == ledger.retained > 900
+    with pytest.raises(OperationError) as refused:
+        ledger.admit("c:2", "capability/call", params("b"))
+    assert refused.value.code == "RESOURCE_EXHAUSTED"
+    replay = ledger.admit("c:3", "capability/call", params("a"))
+    assert await ledger.settle_encoded(replay, work) is kept
+    ledger.close()
+    assert tree.held == 0

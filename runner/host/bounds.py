@@ -17,21 +17,26 @@ answers it owes a component that does not read): a run that owes nothing may alw
 one more call, so a tree whose budget another run spent is slowed, never stalled. So:
 
     peak RSS of a tree's host  <=  PEAK_RSS = 512 MiB, with the default limits, as
-      ~100 MiB   the interpreter, its imports and the loop (measured 85-95)
+       60 MiB    the interpreter, its imports and the loop (a run holding nothing: 45-60)
     + 256 MiB    TREE_BYTES
-    +  96 MiB    two large frames decoding at once (driver.BIG_DECODES, a 16 MiB payload
-                 and its decoded value; the 262,144-value bound of JSON/1 caps the value)
-    +  17 MiB    stderr kept per running run (1 MiB each, 17 runs: the root and the 16
-                 children the default max_children lets run at once)
-    +  17 MiB    the reports of ended children (256 kept, 64 KiB of stderr each)
-    +  ~26 MiB   what a check admits past the budget before the next one: one answer
-                 per run (large answers are retained results or channel items the budget
-                 already holds: a frame is spliced around them, not copied), the result
-                 of each operation in flight when the budget ran out, transport slices
+    +  96 MiB    large frames decoding (driver.BIG_DECODES at once: a payload of up to
+                 16 MiB and its value; JSON/1's 262,144-value bound caps the value)
+    +  34 MiB    stderr kept per running run (1 MiB each: the root and the 16 children
+                 the default max_children runs at once) and the reports of ended children
+                 (256 kept, 64 KiB of stderr each)
+    +  66 MiB    what passes one check before the next, and slack: an answer per run
+                 that owed none (a large answer is a retained result or a channel item the
+                 budget already counts, queued uncopied between its frame's head and
+                 tail), a 1 MiB write per run, the allocator's fragmentation
+
+Measured with every holder at its limit at once (tests/test_heavy_traffic.py: 16
+channels full and unread, 64 replays of an 8 MB result unread): 343 to 359 MiB.
 
 Not counted: what a provider or a child run does with a call while it runs (its own
-process, or the provider's own bounds), and raised limits (``max_children``, the
-channel limits, ``retained_result_bytes``), which scale the per-run terms.
+process, or the provider's own bounds), including the result it hands back, which is
+kept past the budget when the call was admitted before the budget ran out; and raised
+limits (``max_children``, the channel limits, ``retained_result_bytes``), which scale
+the per-run terms.
 
 **Time.** Work a component can make expensive (Schema/1 evaluation of a channel item,
 encoding a large value, a large result's identity) runs in a worker thread through
