@@ -20,13 +20,12 @@ import pytest
 
 from execkit import CLI, FAKE_SCRIPT, ROOT
 from rsskit import measured, peak_kib
+from runner.package import reader
 
 IMAGE = "flow-runner/test-big-package:latest"
 FILES, FILE_MIB = 30, 8
 BOUND_MIB = 512
 """The peak allowed: the 240 MiB read once, the runner's own ~70 MiB, and a margin."""
-
-pytestmark = pytest.mark.usefixtures("engine")
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +51,7 @@ def big_package(docker_client: Any, tmp_path_factory: pytest.TempPathFactory) ->
 
 @pytest.mark.docker
 @pytest.mark.slow
+@pytest.mark.usefixtures("engine")
 def test_a_package_near_the_bound_is_held_once_read_and_cached(
     big_package: str, tmp_path: Path
 ) -> None:
@@ -68,3 +68,20 @@ def test_a_package_near_the_bound_is_held_once_read_and_cached(
         peaks.append(peak_kib(report) >> 10)
     assert list((tmp_path / "cache" / "flow-runner" / "packages").iterdir()), "it was cached"
     assert max(peaks) < BOUND_MIB, peaks
+
+
+def test_a_cache_entry_reads_back_whole_or_is_a_miss(tmp_path: Path) -> None:
+    files = {"FLOW.md": b"---\nname: x\n---\n", "schemas/in.json": b"{}", "empty": b""}
+    entry = tmp_path / "entry.pack"
+    reader._store(entry, files)
+    assert reader._cached(entry) == files
+    reader._store(entry, None)
+    assert reader._cached(entry) is None
+    reader._store(entry, files)
+    whole = entry.read_bytes()
+    for cut in (len(whole) - 1, len(whole) // 2, 10):
+        entry.write_bytes(whole[:cut])
+        assert reader._cached(entry) is False, cut
+    entry.write_bytes(b"{}")
+    assert reader._cached(entry) is False
+    assert reader._cached(tmp_path / "absent") is False

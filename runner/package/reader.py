@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
+import struct
 import threading
 import unicodedata
 from collections.abc import Iterable
@@ -147,7 +148,7 @@ async def _stored_files(source: ImageSource, root: str) -> dict[str, bytes] | No
     Entries are re-validated like a fresh read; an unreadable entry is simply read again.
     """
     key = hashlib.sha256(f"{source.image_id}\0{root}".encode()).hexdigest()
-    path = cache_dir() / f"{key}.tar"
+    path = cache_dir() / f"{key}.pack"
     cached = await anyio.to_thread.run_sync(_cached, path)
     if cached is not False:
         return cached
@@ -162,44 +163,57 @@ async def _stored_files(source: ImageSource, root: str) -> dict[str, bytes] | No
     return files
 
 
-_NO_PACKAGE = {"flow-runner.package": "none"}
-"""The PAX header of a cache entry for an image without the package directory."""
+_CACHE_MAGIC = b"flow-runner package cache 1\n"
+_NO_PACKAGE = b"none\n"
+_FILES = b"files\n"
+_RECORD = struct.Struct(">IQ")
+"""Each file of an entry: its path's length and its size, then the path and the bytes."""
 
 
 def _cached(path: Path) -> dict[str, bytes] | Literal[False] | None:
     """The disk cache's entry: files, ``None`` (no package dir), or ``False`` (a miss).
 
-    An entry is a tar of the files, read member by member: the files are the one copy in
-    memory (a package may hold up to :data:`MAX_ARCHIVE_BYTES`)."""
-    import tarfile
-
+    An entry is read record by record (see :func:`_store`): the files are the one copy in
+    memory (a package may hold up to :data:`MAX_ARCHIVE_BYTES`). Anything that does not
+    read back whole and within the bounds is a miss."""
     try:
-        with tarfile.open(path, mode="r:") as tar:
+        with path.open("rb") as entry:
+            if entry.readline(64) != _CACHE_MAGIC:
+                return False
+            kind = entry.readline(64)
+            if kind == _NO_PACKAGE:
+                return None if not entry.read(1) else False
+            if kind != _FILES:
+                return False
             files: dict[str, bytes] = {}
-            for member in tar:
-                extracted = tar.extractfile(member)
-                if extracted is None:
+            total = 0
+            while head := entry.read(_RECORD.size):
+                name_size, size = _RECORD.unpack(head)
+                total += size
+                if name_size > MAX_PATH_BYTES or total > MAX_ARCHIVE_BYTES:
                     return False
-                files[member.name] = extracted.read()
-            return None if tar.pax_headers == _NO_PACKAGE else files
-    except (OSError, tarfile.TarError, UnicodeError):
+                name = entry.read(name_size)
+                data = entry.read(size)
+                if len(name) != name_size or len(data) != size or len(files) == MAX_FILES:
+                    return False
+                files[name.decode("utf-8", "surrogateescape")] = data
+            return files
+    except (OSError, struct.error, UnicodeError):
         return False
 
 
 def _store(path: Path, files: dict[str, bytes] | None) -> None:
-    """Write the cache entry (see :func:`_cached`) under a temporary name, then rename."""
-    import io
-    import tarfile
-
+    """Write the cache entry under a temporary name, then rename: a magic line, ``none``
+    or ``files``, then each file as a :data:`_RECORD`, its path and its bytes."""
     partial = path.with_suffix(f".{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        headers = _NO_PACKAGE if files is None else {}
-        with tarfile.open(partial, "w", format=tarfile.PAX_FORMAT, pax_headers=headers) as tar:
+        with partial.open("wb") as entry:
+            entry.write(_CACHE_MAGIC + (_NO_PACKAGE if files is None else _FILES))
             for name, data in (files or {}).items():
-                info = tarfile.TarInfo(name)
-                info.size = len(data)
-                tar.addfile(info, io.BytesIO(data))
+                encoded = name.encode("utf-8", "surrogateescape")
+                entry.write(_RECORD.pack(len(encoded), len(data)) + encoded)
+                entry.write(data)
         os.replace(partial, path)
     except OSError:
         partial.unlink(missing_ok=True)  # a read-only or full cache costs a re-read only
