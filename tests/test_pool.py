@@ -211,9 +211,13 @@ def test_a_read_write_scratch_run_leaves_nothing_waiting(
     serving: Callable[..., Server], snapshot: Install, engine: Any, tmp_path: Path
 ) -> None:
     server = serving("--pool", "1")
-    scratch = tmp_path / "scratch"
-    scratch.mkdir()
-    exec_report(snapshot, tmp_path, "rw", "--scratch", str(scratch), *fake("echo"))
+    scratch = Path(tempfile_dir())  # one the component's user can reach and write
+    scratch.chmod(0o777)
+    try:
+        rw = exec_report(snapshot, tmp_path, "rw", "--scratch", str(scratch), *fake("echo"))
+    finally:
+        shutil.rmtree(scratch)
+    assert rw["status"] == "succeeded" and "pool_wait" not in rw["timings"]
     exec_report(snapshot, tmp_path, "plain", *fake("echo"))
     waiting(engine, server)  # the plain run's: prepared after the read-write run's end
     [only] = of_server(engine, server.pid)
