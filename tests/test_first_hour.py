@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from execkit import CLI, LABEL_OWNER, ROOT, fake, flow_runner, owner, start
+from execkit import CLI, FAKE_IMAGE, FAKE_SCRIPT, LABEL_OWNER, ROOT, fake, flow_runner, owner, start
 
 HELLO = "flow-runner/examples-hello:latest"
 
@@ -321,3 +321,40 @@ def test_exec_counts_the_deadline_from_the_container_start(docker_client: Any) -
     deadline_ms = json.loads(out)["output"]["deadlineUnixMs"]
     (started,) = started_ms(docker_client, process.pid, since)
     assert deadline_ms >= started + 5000 - 2  # int() of the ms, the engine's rounding
+
+
+# --- the fix printed for a directory the component cannot write ------------------------------
+
+
+@pytest.mark.docker
+def test_batch_takes_user_as_exec_does_and_the_fix_it_prints_works(
+    docker_client: Any, tmp_path: Path
+) -> None:
+    """A directory of uid 4242 attached read-write: the default profile's 65534 cannot
+    write it; the printed fix (run as its owner, with batch's own --user) makes it run."""
+    out = tmp_path / "out"
+    out.mkdir(mode=0o755)
+    os.chown(out, 4242, 4242)
+    row = {
+        "id": "a", "image": FAKE_IMAGE, "command": ["python3", FAKE_SCRIPT, "echo"],
+        "attach": [f"out={out}:rw"],
+    }  # fmt: skip
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text(json.dumps(row) + "\n")
+
+    def batch(*options: str) -> tuple[int, dict[str, Any]]:
+        results = tmp_path / "results.jsonl"
+        ran = flow_runner(
+            "batch", str(manifest), "--results", str(tmp_path / "r.sqlite"), "-q",
+            "--rerun", "all", "--jsonl", str(results), *options,
+        )  # fmt: skip
+        return ran.returncode, json.loads(results.read_text())
+
+    status, refused = batch()
+    assert status == 4
+    message = refused["error_message"]
+    assert "runs as 65534:65534 and could not write and search" in message
+    assert "--user 4242:4242 (exec and batch)" in message
+    assert "exec --user" not in message
+    status, ran = batch("--user", "4242:4242")
+    assert (status, ran["status"]) == (0, "succeeded"), ran["error_message"]

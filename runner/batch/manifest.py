@@ -23,7 +23,7 @@ from runner.json1 import JSONValue
 from runner.protocol.names import is_local_name
 from runner.sandbox.attachments import AttachmentError, check_attachments, parse_attachments
 from runner.sandbox.base import Attachment
-from runner.sandbox.profiles import ProfileError, SandboxProfile, load_profile
+from runner.sandbox.profiles import ProfileError, SandboxProfile, load_profile, with_user
 
 if TYPE_CHECKING:
     from runner.config import FlowConfig
@@ -46,6 +46,9 @@ class Defaults:
     deadline: str = "5m"
     profile: str = "default"
     command: tuple[str, ...] | None = None
+    user: str | None = None
+    """``UID[:GID]`` every image row's container runs as instead of its profile's user
+    (``batch --user``, as ``exec --user``); a flow row's comes from its configuration."""
 
 
 @dataclass(frozen=True)
@@ -103,6 +106,8 @@ class _Reader:
         if cached is None:
             try:
                 cached = load_profile(name)
+                if self.defaults.user is not None:
+                    cached = with_user(cached, self.defaults.user)
             except ProfileError as exc:
                 cached = str(exc)
             self._profiles[name] = cached

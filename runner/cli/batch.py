@@ -44,6 +44,14 @@ def batch_run(
     ] = None,
     deadline: Annotated[str, typer.Option("--deadline", "-d", help="Default deadline.")] = "5m",
     profile: Annotated[str, typer.Option("--profile", "-p", help="Default profile.")] = "default",
+    user: Annotated[
+        str | None,
+        typer.Option(
+            "--user",
+            help="Run every image row's container as UID[:GID] instead of its profile's "
+            "user, as exec --user does (uid 0 needs a profile with allow_root).",
+        ),
+    ] = None,
     command: Annotated[
         str | None, typer.Option("--command", help="Default command (shell words).")
     ] = None,
@@ -92,8 +100,10 @@ def batch_run(
             raise UsageError("--settings must be a JSON object, for example '{}'")
         defaults = Defaults(
             image, flow, value, settings_value, tuple(attach or ()), deadline, profile,
-            tuple(shlex.split(command)) if command else None,
+            tuple(shlex.split(command)) if command else None, user,
         )  # fmt: skip
+        if user is not None and not all(part.isdigit() for part in user.split(":", 1)):
+            raise UsageError(f"--user {user!r}: give numbers, UID or UID:GID (e.g. 1000:1000)")
         if rerun not in (None, "failed", "all"):
             raise UsageError(f"--rerun {rerun!r}: use failed or all")
         again: Literal["none", "failed", "all"] = "all" if rerun == "all" else "none"

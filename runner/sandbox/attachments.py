@@ -288,13 +288,19 @@ def check_usable(held: HeldPath, user: str, *, shown_as: str | None = None) -> N
     name = shown_as or f"attachment {spec_of(held.attachment)!r}"
     owner = f"{info.st_uid}:{info.st_gid}"
     grant = "rwx" if directory else ("rw" if writes else "r")
+    # Running as the path's owner is a fix only when the owner is not root: a profile
+    # refuses uid 0 unless it says allow_root, which no shipped profile does.
+    as_owner = (
+        f"; or run as its owner: --user {owner} (exec and batch) or the profile's `user`"
+        if info.st_uid != 0
+        else ""
+    )
     raise AttachmentError(
         f"{name} is unusable: the component runs as {uid}:{gid} and could not {what} "
         f"{held.path} (owner {owner}, mode {stat.S_IMODE(mode):04o}, "
-        f"{'directory' if directory else 'file'}). Fixes: run as a user that may, with "
-        f"exec --user UID:GID (or the profile's `user`; uid 0 needs allow_root), e.g. "
-        f"--user $(id -u):$(id -g) for a path you own; or let {uid}:{gid} in: "
-        f"`setfacl -m u:{uid}:{grant} {held.path}` or `chown {uid}:{gid} {held.path}`"
+        f"{'directory' if directory else 'file'}). Fixes: let {uid}:{gid} in, "
+        f"`chown {uid}:{gid} {held.path}` or `setfacl -m u:{uid}:{grant} {held.path}`; "
+        f"or give a path {uid}:{gid} may {what}{as_owner}"
     )
 
 
