@@ -349,6 +349,7 @@ def _lost(lost: SandboxLost, run: _Run) -> Execution:
         error=_reported_error(error, details),
         reasons=reasons,
         lost=loss,
+        pooled=run.facts is not None and run.facts.details.get("pooled") is True,
     )
     return Execution(Verdict(None, error, tuple(reasons)), report)
 
@@ -376,6 +377,7 @@ def _report(
         host_kill=ending.host_kill,
         condition=session.condition,
         timings={**outcome.timings, **sandbox_timings},
+        pooled=facts.details.get("pooled") is True,
         bytes_from_component=session.bytes_received,
         bytes_to_component=session.bytes_sent,
         component_requests=session.lifetime_requests,

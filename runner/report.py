@@ -78,6 +78,9 @@ class RunReport:
     condition: str | None = None
     lost: SandboxLoss | None = None
     timings: dict[str, float] = field(default_factory=dict)
+    pooled: bool = False
+    """The component ran in a container the warm runner's pool had started ahead
+    (``runner.warm.pool``); the report is otherwise a fresh container's, timings aside."""
     bytes_from_component: int = 0
     bytes_to_component: int = 0
     component_requests: int = 0

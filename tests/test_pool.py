@@ -114,8 +114,10 @@ def exec_report(install: Install, tmp_path: Path, name: str, *args: str) -> dict
 
 
 def comparable(report: dict[str, Any]) -> dict[str, Any]:
-    """A report but for what differs between any two runs: its id and its timings."""
-    return {key: value for key, value in report.items() if key not in ("run_id", "timings")}
+    """A report but for what may differ between a fresh run and a pooled one."""
+    return {
+        key: value for key, value in report.items() if key not in ("run_id", "timings", "pooled")
+    }
 
 
 # ----- claim ----------------------------------------------------------------------------
@@ -126,17 +128,18 @@ def test_a_later_run_claims_the_waiting_container_and_reports_the_same(
 ) -> None:
     server = serving("--pool", "1")
     fresh = exec_report(snapshot, tmp_path, "fresh", "--input", '{"n": 1}', *fake("echo"))
-    assert "pool_wait" not in fresh["timings"]
+    assert "pool_wait" not in fresh["timings"] and fresh["pooled"] is False
     [ready] = waiting(engine, server)
     pooled = exec_report(snapshot, tmp_path, "pooled", "--input", '{"n": 1}', *fake("echo"))
     assert "pool_wait" in pooled["timings"] and "create" not in pooled["timings"]
+    assert pooled["pooled"] is True
     assert comparable(pooled) == comparable(fresh)
     until("the claimed container removed", lambda: ready.id not in ids(engine, server))
     failed = exec_report(snapshot, tmp_path, "failed", *fake("exit7-after-response"))
     assert "pool_wait" not in failed["timings"]  # another command: another configuration
     waiting(engine, server, 2)  # one of each configuration
     again = exec_report(snapshot, tmp_path, "again", *fake("exit7-after-response"))
-    assert "pool_wait" in again["timings"]
+    assert again["pooled"] is True
     assert comparable(again) == comparable(failed)
 
 

@@ -66,6 +66,7 @@ def test_the_report_file_is_written_as_it_always_reads() -> None:
     "start": 0.5,
     "cleanup": 0.00003744599996480247
   },
+  "pooled": false,
   "bytes_from_component": 0,
   "bytes_to_component": 0,
   "component_requests": 0,
@@ -89,6 +90,7 @@ def test_the_report_file_is_written_as_it_always_reads() -> None:
       "condition": null,
       "lost": null,
       "timings": {},
+      "pooled": false,
       "bytes_from_component": 0,
       "bytes_to_component": 0,
       "component_requests": 0,
