@@ -528,20 +528,28 @@ def test_bad_frames_are_fatal(host: Any, raw: bytes, reply: int | None) -> None:
 
 
 @pytest.mark.parametrize(
-    "reply",
+    ("reply", "invalid"),
     [
-        {"jsonrpc": "2.0", "id": "component:1", "error": {"code": -32603, "message": "m"}},
-        {"jsonrpc": "2.0", "id": "component:1", "result": {"outcome": "done"}},
-        {"jsonrpc": "2.0", "id": "component:1", "result": {"value": 1, "error": 2}},
-        operation_error("component:1", "NOT_A_CODE"),
-        {"jsonrpc": "2.0", "id": "component:unknown", "result": {"value": 1}},
+        ({"jsonrpc": "2.0", "id": "component:1", "error": {"code": -32603, "message": "m"}}, False),
+        ({"jsonrpc": "2.0", "id": "component:1", "result": {"outcome": "done"}}, False),
+        ({"jsonrpc": "2.0", "id": "component:1", "result": {"value": 1, "error": 2}}, False),
+        (operation_error("component:1", "NOT_A_CODE"), True),
+        ({"jsonrpc": "2.0", "id": "component:unknown", "result": {"value": 1}}, False),
     ],
 )
-def test_bad_replies_to_calls_are_fatal(host: Any, reply: dict[str, Any]) -> None:
+def test_bad_replies_to_calls_are_fatal(host: Any, reply: dict[str, Any], invalid: bool) -> None:
+    """A reply outside the §1.2 envelope shapes (an unknown wire code) earns the best-effort
+    ``-32600`` with ``id: null`` that the host's envelope step also sends; a well-formed
+    reply that does not fit the call ends the channel with no frame."""
     h = host()
     h.start({"scenario": "propagate"})
     assert h.recv()["id"] == "component:1"
     h.send(reply)
+    if invalid:
+        assert h.recv() == {"jsonrpc": "2.0", "id": None, "error": {
+            "code": -32600,
+            "message": "Invalid Request: error.data.code is not one of the 13 wire codes",
+        }}  # fmt: skip
     fatal_exit(h)
 
 
@@ -557,6 +565,11 @@ def test_malformed_root_cancel_is_fatal(host: Any) -> None:
     h = host()
     h.start({"scenario": "sleep"})
     h.send({"jsonrpc": "2.0", "method": "request/cancel", "params": {"requestId": ROOT_ID, "x": 1}})
+    # The envelope step (the host's own) answers it as an invalid envelope, best-effort.
+    assert h.recv()["error"] == {
+        "code": -32600,
+        "message": "Invalid Request: malformed request/cancel: unknown member 'x'",
+    }
     fatal_exit(h)
 
 
@@ -667,11 +680,13 @@ sys.meta_path.insert(0, Block())
 
 def test_sdk_imports_with_the_standard_library_alone(tmp_path: Path) -> None:
     image = tmp_path / "lib" / "runner"
-    (image / "component").mkdir(parents=True)
+    image.mkdir(parents=True)
     (image / "__init__.py").write_bytes((CHECKOUT / "runner" / "__init__.py").read_bytes())
     (image / "json1.py").write_bytes((CHECKOUT / "runner" / "json1.py").read_bytes())
-    for module in (CHECKOUT / "runner" / "component").glob("*.py"):
-        (image / "component" / module.name).write_bytes(module.read_bytes())
+    for package in ("component", "protocol"):  # what images/*/Dockerfile copy
+        (image / package).mkdir(parents=True)
+        for module in (CHECKOUT / "runner" / package).glob("*.py"):
+            (image / package / module.name).write_bytes(module.read_bytes())
     program = _BLOCKER + textwrap.dedent(
         """
         sys.path.insert(0, sys.argv[1])

@@ -39,6 +39,7 @@ def checkout(tmp_path: Path) -> Path:
         ("flow-runner/examples-hello:latest", "examples/hello/input.schema.json"),
         ("flow-runner/fake-component:latest", "tests/fake_component.py"),
         ("flow-runner/examples-live-progress-parent:latest", "runner/component/wire.py"),
+        ("flow-runner/examples-hello:latest", "runner/protocol/codes.py"),
     ],
 )
 def test_a_changed_copied_file_changes_the_recipe(checkout: Path, image: str, copied: str) -> None:

@@ -14,11 +14,11 @@ Layers point one way. Read from the top::
     json1
 
 ``component/`` is the SDK that component images carry (stdlib only): it stands beside the
-map and imports json1 and itself. ``warm/`` (the warm runner's client, server and wire,
-stdlib only) stands beside it too: ``launch`` and ``cli`` use it, it imports only
-``runner``. ``runner`` itself (``__version__``), ``report`` (the RunReport model),
-``durations`` (``30s``, ``2m``) and ``outputs`` (files written for the user) are leaves
-any layer above them may read.
+map and imports protocol, json1 and itself (images carry those too). ``warm/`` (the warm
+runner's client, server and wire, stdlib only) stands beside it too: ``launch`` and
+``cli`` use it, it imports only ``runner``. ``runner`` itself (``__version__``),
+``report`` (the RunReport model), ``durations`` (``30s``, ``2m``) and ``outputs`` (files
+written for the user) are leaves any layer above them may read.
 
 Only ``runner/sandbox/`` speaks to an engine: no other part imports docker-py or requests
 (the engine's library and its transport); what they need of an engine is the backend
@@ -51,7 +51,7 @@ ALLOWED: Mapping[str, frozenset[str]] = {
     # part of runner/ -> the parts it may import (itself always)
     "runner": frozenset(),
     "runner.json1": frozenset(),
-    "runner.component": frozenset({"runner.json1"}),
+    "runner.component": frozenset({"runner.protocol", "runner.json1"}),
     "runner.protocol": frozenset({"runner.json1"}),
     "runner.sandbox": frozenset({"runner.protocol", "runner.json1", "runner"}),
     "runner.contracts": frozenset({"runner.protocol", "runner.json1", "runner"}),

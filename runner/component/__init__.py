@@ -16,9 +16,11 @@ pair, ``ctx.sender(port)`` / ``ctx.receiver(port)`` wrap the grants the host sen
         async for value in events:
             ...
 
-It imports only the standard library and ``runner.json1``, so an image needs nothing
-but ``runner/__init__.py``, ``runner/json1.py`` and this package. Nothing here exposes
-envelopes, request ids or pending tables: the wire belongs to the SDK.
+It imports only the standard library, ``runner.json1`` and ``runner.protocol`` (Run/1's
+codes, names and message checks, the host's own, stdlib only too), so an image needs
+nothing but ``runner/__init__.py``, ``runner/json1.py``, ``runner/protocol/`` and this
+package. Nothing here exposes envelopes, request ids or pending tables: the wire belongs
+to the SDK.
 """
 
 from runner.component.channels import (
@@ -29,7 +31,7 @@ from runner.component.channels import (
     ChannelSender,
 )
 from runner.component.context import RunContext
-from runner.component.errors import CapabilityError, OperationError, OperationErrorCode, WireCode
+from runner.component.errors import CapabilityError, OperationError, OperationErrorCode
 from runner.component.model import (
     Attachment,
     AttachmentAccess,
@@ -41,6 +43,7 @@ from runner.component.model import (
 )
 from runner.component.runtime import Handler, handle
 from runner.json1 import JSONValue
+from runner.protocol.codes import WireCode
 
 __all__ = [
     "Attachment",

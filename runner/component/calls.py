@@ -39,12 +39,12 @@ from runner.component.errors import ChannelFault, OperationError, OperationError
 from runner.component.messages import (
     COMPONENT_ID_PREFIX,
     PreparedRequest,
-    Response,
     cancel_frame,
-    parse_operation_error,
+    operation_error,
 )
 from runner.component.model import JSONObject
 from runner.json1 import JSONValue
+from runner.protocol.envelope import ErrorResponse, Success
 
 Parser = Callable[[JSONValue], object]
 """Turns a call's ``result`` into what the caller receives (a value or an exception).
@@ -160,15 +160,17 @@ class CallTable:
             call.cancel_sent = True
             self._write(cancel_frame(call.wire_id))
 
-    def settle(self, response: Response) -> None:
+    def settle(self, response: Success | ErrorResponse) -> None:
         """Deliver a response; an id that is not on the wire is a host violation."""
-        call = self._wire.pop(response.id, None)
+        call = None if response.id is None else self._wire.pop(response.id, None)
         if call is None:
             raise protocol_error(f"a response to {response.id!r}, which is not awaiting one")
         if not call.settlement:
             self._ordinary_on_wire -= 1
-        granted = response.member == "result"
-        reply = call.parse(response.value) if granted else parse_operation_error(response.value)
+        if isinstance(response, Success):
+            reply, granted = call.parse(response.result), True
+        else:
+            reply, granted = operation_error(response), False
         self._leave(call, reply, granted=granted)
         if not call.waiter.done():
             call.waiter.set_result(reply)

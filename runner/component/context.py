@@ -26,23 +26,20 @@ from runner.component.channels import (
     ChannelSender,
 )
 from runner.component.messages import Root, parse_capability_result, parse_run_result
-from runner.component.model import (
+from runner.component.model import Attachment, Delivery, JSONObject, RunResult
+from runner.json1 import JSONValue
+from runner.protocol.names import (
+    MAX_CHANNEL_ENTRIES,
+    MAX_CONTRACT_PATH_CHARS,
     MAX_INTENT_SCALARS,
-    MAX_MAP_ENTRIES,
-    Attachment,
-    Delivery,
-    JSONObject,
-    RunResult,
     is_local_name,
     is_wire_id,
 )
-from runner.json1 import JSONValue
 
 ChannelMap = Mapping[str, str | ChannelEndpoint]
 """Callee port name → an endpoint of this Run, as an object or by its reference."""
 
 _CONTRACT_PATH: Final = re.compile(r"\./[^\\]+")
-_MAX_CONTRACT_PATH: Final = 4_096
 
 
 class RunContext:
@@ -210,7 +207,7 @@ def _create_params(
 
 
 def _is_contract_path(path: str) -> bool:
-    return len(path) <= _MAX_CONTRACT_PATH and _CONTRACT_PATH.fullmatch(path) is not None
+    return len(path) <= MAX_CONTRACT_PATH_CHARS and _CONTRACT_PATH.fullmatch(path) is not None
 
 
 def _call_params(operation_id: str, slot: str, input: JSONValue) -> JSONObject:
@@ -222,8 +219,8 @@ def _call_params(operation_id: str, slot: str, input: JSONValue) -> JSONObject:
 
 
 def _channel_references(channels: ChannelMap) -> dict[str, str]:
-    if len(channels) > MAX_MAP_ENTRIES:
-        raise ValueError(f"channels maps at most {MAX_MAP_ENTRIES} ports")
+    if len(channels) > MAX_CHANNEL_ENTRIES:
+        raise ValueError(f"channels maps at most {MAX_CHANNEL_ENTRIES} ports")
     references: dict[str, str] = {}
     for port, endpoint in channels.items():
         reference = endpoint.reference if isinstance(endpoint, ChannelEndpoint) else endpoint

@@ -13,33 +13,10 @@ response (PROTOCOL.md §1, §9.2).
 
 from __future__ import annotations
 
-from typing import Final, Literal, get_args
-
 from runner.json1 import JSONValue
-
-WireCode = Literal[
-    "CANCELLED",
-    "DEADLINE_EXCEEDED",
-    "OWNER_CLOSED",
-    "OPERATION_CONFLICT",
-    "UNAVAILABLE",
-    "PERMISSION_DENIED",
-    "RESOURCE_EXHAUSTED",
-    "INVALID_INPUT",
-    "INVALID_RESULT",
-    "UNCERTAIN",
-    "EXECUTION_FAILED",
-    "LAGGED",
-    "DISCONNECTED",
-]
-"""A code that may travel in ``error.data.code`` of a ``-32000`` error."""
-
-LocalCode = Literal["PROTOCOL_ERROR", "CHANNEL_LOST"]
-"""A classification of a lost channel; never sent on the wire."""
+from runner.protocol.codes import LocalCode, ProtocolViolation, WireCode
 
 OperationErrorCode = WireCode | LocalCode
-
-WIRE_CODES: Final[frozenset[str]] = frozenset(get_args(WireCode))
 
 
 class OperationError(Exception):
@@ -76,12 +53,12 @@ class CapabilityError(Exception):
 class ChannelFault(Exception):
     """The channel is finished: ``PROTOCOL_ERROR`` (the host broke Run/1) or ``CHANNEL_LOST``.
 
-    ``reply`` is the best-effort standard error to send first, as ``(code, id)``, when
-    the spec asks for one (``-32700`` or ``-32600``); ``None`` means close silently.
+    ``reply`` is the best-effort error frame object to send first, when the spec asks
+    for one (``-32700`` or ``-32600``); ``None`` means close silently.
     """
 
     def __init__(
-        self, code: LocalCode, reason: str, reply: tuple[int, str | None] | None = None
+        self, code: LocalCode, reason: str, reply: dict[str, JSONValue] | None = None
     ) -> None:
         self.code: LocalCode = code
         self.reason = reason
@@ -89,6 +66,11 @@ class ChannelFault(Exception):
         super().__init__(f"{code}: {reason}")
 
 
-def protocol_error(reason: str, reply: tuple[int, str | None] | None = None) -> ChannelFault:
+def protocol_error(reason: str, reply: dict[str, JSONValue] | None = None) -> ChannelFault:
     """A detected host violation of Run/1."""
     return ChannelFault("PROTOCOL_ERROR", reason, reply)
+
+
+def fault_of(violation: ProtocolViolation) -> ChannelFault:
+    """The protocol core's verdict on a host frame, as the SDK's end of the channel."""
+    return ChannelFault("PROTOCOL_ERROR", violation.reason, violation.reply)

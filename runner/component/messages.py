@@ -1,12 +1,12 @@
-"""Run/1 messages from the component's side: classify what arrives, build what leaves.
+"""Run/1 messages from the component's side: parse what arrives, build what leaves.
 
-Everything here is pure: JSON/1 values in, typed records or frame bytes out. The
-rules are the closed shapes of PROTOCOL.md §1.2, §4–§7 and §9–§10 as a *receiver of
-``flow/run``* and *originator of calls* applies them:
+Everything here is pure: JSON/1 values in, typed records or frame bytes out. Frames
+and envelopes are checked by the protocol core, as the host checks them
+(:mod:`runner.protocol.frames`, :mod:`runner.protocol.envelope`); what follows are the
+closed shapes of PROTOCOL.md §4–§7 and §9–§10 as a *receiver of ``flow/run``* and
+*originator of calls* applies them:
 
-- an envelope that is not a JSON-RPC 2.0 request, notification or response is fatal,
-  after a best-effort ``-32600`` (carried in the :class:`ChannelFault`);
-- a malformed response, a standard JSON-RPC error, or an unknown ``-32000`` code in
+- a malformed result, a standard JSON-RPC error, or an unknown ``-32000`` code in
   reply to one of our calls is fatal without a reply (the peers disagree on Run/1);
 - invalid ``flow/run`` params are *not* fatal: they earn a ``-32602`` and end the Run.
 
@@ -29,17 +29,9 @@ from dataclasses import dataclass
 from typing import Final, Literal, cast
 
 from runner import json1
-from runner.component.errors import (
-    WIRE_CODES,
-    CapabilityError,
-    OperationError,
-    WireCode,
-    protocol_error,
-)
+from runner.component.errors import CapabilityError, OperationError, protocol_error
 from runner.component.model import (
     MAX_FRAME_BYTES,
-    MAX_MAP_ENTRIES,
-    MAX_MESSAGE_SCALARS,
     Attachment,
     AttachmentAccess,
     ChannelContractIdentity,
@@ -47,26 +39,27 @@ from runner.component.model import (
     JSONObject,
     ReleaseStatus,
     RunResult,
+)
+from runner.json1 import MAX_SAFE_INTEGER, JSONValue
+from runner.protocol.codes import (
+    MAX_ERROR_MESSAGE_SCALARS,
+    OPERATIONAL,
+    WireCode,
+    is_wire_code,
+)
+from runner.protocol.envelope import ErrorResponse
+from runner.protocol.names import (
+    JSONRPC_VERSION,
+    MAX_ATTACHMENTS,
+    REQUEST_CANCEL,
+    RUN_PROTOCOL,
     is_local_name,
-    is_safe_integer,
     is_wire_id,
 )
-from runner.json1 import JSONValue
-
-PARSE_ERROR: Final = -32700
-INVALID_REQUEST: Final = -32600
-METHOD_NOT_FOUND: Final = -32601
-INVALID_PARAMS: Final = -32602
-OPERATIONAL: Final = -32000
+from runner.protocol.shapes import is_integer_in
 
 COMPONENT_ID_PREFIX: Final = "component:"
 
-_REQUEST_MEMBERS: Final = frozenset({"jsonrpc", "id", "method", "params"})
-_NOTIFICATION_MEMBERS: Final = frozenset({"jsonrpc", "method", "params"})
-_RESPONSE_SHAPES: Final = (
-    frozenset({"jsonrpc", "id", "result"}),
-    frozenset({"jsonrpc", "id", "error"}),
-)
 _ROOT_REQUIRED: Final = frozenset(
     {"protocol", "input", "settings", "attachments", "scratch", "deadlineUnixMs"}
 )
@@ -82,26 +75,6 @@ _DIGEST: Final = re.compile(r"sha256:[0-9a-f]{64}")
 
 class InvalidParams(ValueError):
     """Known method, invalid params: the receiver answers ``-32602``."""
-
-
-@dataclass(frozen=True, slots=True)
-class Request:
-    id: str
-    method: str
-    params: JSONObject | list[JSONValue] | None  # None: the member was absent
-
-
-@dataclass(frozen=True, slots=True)
-class Notification:
-    method: str
-    params: JSONObject | list[JSONValue] | None
-
-
-@dataclass(frozen=True, slots=True)
-class Response:
-    id: str
-    member: Literal["result", "error"]
-    value: JSONValue
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,78 +119,12 @@ class End:
 # --- inbound ---------------------------------------------------------------------------
 
 
-def classify(frame: JSONValue) -> Request | Notification | Response:
-    """Sort one parsed frame into its envelope kind; raise ``ChannelFault`` if it is none."""
-    if not isinstance(frame, dict):
-        raise protocol_error("the frame is not a JSON object", (INVALID_REQUEST, None))
-    frame_id = frame.get("id")
-    known_id = frame_id if is_wire_id(frame_id) else None
-    invalid = (INVALID_REQUEST, known_id)
-    if frame.get("jsonrpc") != "2.0":
-        raise protocol_error('jsonrpc is not "2.0"', invalid)
-    if "method" in frame:
-        return _classify_call(frame, invalid)
-    if "id" in frame:
-        return _classify_response(frame)
-    raise protocol_error("the frame is neither a request, a notification nor a response", invalid)
-
-
-def _classify_call(frame: JSONObject, invalid: tuple[int, str | None]) -> Request | Notification:
-    method = frame["method"]
-    if not isinstance(method, str):
-        raise protocol_error("method is not a string", invalid)
-    params = _structured_params(frame, invalid)
-    if "id" not in frame:
-        if not frame.keys() <= _NOTIFICATION_MEMBERS:
-            raise protocol_error("a notification has unknown members", invalid)
-        return Notification(method, params)
-    if not frame.keys() <= _REQUEST_MEMBERS:
-        raise protocol_error("a request has unknown members", invalid)
-    if invalid[1] is None:
-        raise protocol_error("a request id is not a Run/1 request id", invalid)
-    return Request(invalid[1], method, params)
-
-
-def _structured_params(
-    frame: JSONObject, invalid: tuple[int, str | None]
-) -> JSONObject | list[JSONValue] | None:
-    """``params`` if present; a null or scalar ``params`` spoils the whole envelope (§1)."""
-    if "params" not in frame:
-        return None
-    params = frame["params"]
-    if not isinstance(params, dict | list):
-        raise protocol_error("params is neither an object nor an array", invalid)
-    return params
-
-
-def _classify_response(frame: JSONObject) -> Response:
-    keys = frame.keys()
-    if not any(keys == shape for shape in _RESPONSE_SHAPES):
-        raise protocol_error("a response does not have exactly one of result and error")
-    frame_id = frame["id"]
-    if not is_wire_id(frame_id):
-        raise protocol_error("a response id is not a Run/1 request id")
-    member: Literal["result", "error"] = "result" if "result" in frame else "error"
-    return Response(frame_id, member, frame[member])
-
-
-def cancel_target(notification: Notification) -> str:
-    """The ``requestId`` of a ``request/cancel``; a malformed cancel is fatal (§10)."""
-    params = notification.params
-    if not isinstance(params, dict) or params.keys() != {"requestId"}:
-        raise protocol_error("request/cancel params are not exactly {requestId}")
-    target = params["requestId"]
-    if not is_wire_id(target):
-        raise protocol_error("request/cancel requestId is not a Run/1 request id")
-    return target
-
-
 def parse_root(params: JSONValue) -> Root:
     """Validate ``flow/run`` params exactly (§4); raise :class:`InvalidParams`."""
     if not isinstance(params, dict):
         raise InvalidParams("params must be an object")
     _require_members(params, _ROOT_REQUIRED, _ROOT_REQUIRED | {"channels"}, "params")
-    if params["protocol"] != "run/1":
+    if params["protocol"] != RUN_PROTOCOL:
         raise InvalidParams('protocol must be "run/1"')
     settings = params["settings"]
     if not isinstance(settings, dict):
@@ -226,7 +133,7 @@ def parse_root(params: JSONValue) -> Root:
     if not isinstance(scratch, str) or not scratch:
         raise InvalidParams("scratch must be a nonempty string")
     deadline = params["deadlineUnixMs"]
-    if not is_safe_integer(deadline):
+    if not is_integer_in(deadline, 0, MAX_SAFE_INTEGER):
         raise InvalidParams("deadlineUnixMs must be an integer in 0…2^53−1")
     channels = _local_name_map(params.get("channels", {}), "channels")
     return Root(
@@ -286,7 +193,7 @@ def parse_grant(value: JSONValue, where: str) -> Grant:
         raise ValueError(f'{where} delivery must be "direct" or "broadcast"')
     start = value.get("startSequence")
     if direction == "receive" and (
-        not is_safe_integer(start, minimum=1) or (delivery == "direct" and start != 1)
+        not is_integer_in(start, 1, MAX_SAFE_INTEGER) or (delivery == "direct" and start != 1)
     ):
         raise ValueError(f"{where} startSequence is out of range")
     contract = _contract_identity(value["contract"], where) if "contract" in value else None
@@ -313,8 +220,8 @@ def _contract_identity(value: JSONValue, where: str) -> ChannelContractIdentity:
 
 
 def _local_name_map(value: JSONValue, what: str) -> JSONObject:
-    if not isinstance(value, dict) or len(value) > MAX_MAP_ENTRIES:
-        raise InvalidParams(f"{what} must be an object of at most {MAX_MAP_ENTRIES} entries")
+    if not isinstance(value, dict) or len(value) > MAX_ATTACHMENTS:
+        raise InvalidParams(f"{what} must be an object of at most {MAX_ATTACHMENTS} entries")
     for name in value:
         if not is_local_name(name):
             raise InvalidParams(f"{what} key {name!r} is not a LocalName")
@@ -333,22 +240,16 @@ def _require_members(
         raise InvalidParams(f"{where}: missing {sorted(missing)}, unknown {sorted(unknown)}")
 
 
-def parse_operation_error(error: JSONValue) -> OperationError:
-    """The ``-32000`` reply to one of our calls; anything else is fatal (§1, §9)."""
-    if not isinstance(error, dict) or not error.keys() <= {"code", "message", "data"}:
-        raise protocol_error("an error reply is not {code, message, data?}")
-    code, message = error.get("code"), error.get("message")
-    if code != OPERATIONAL:
-        raise protocol_error(f"the host answered a call with JSON-RPC error {code!r}")
-    if not isinstance(message, str) or not 1 <= len(message) <= MAX_MESSAGE_SCALARS:
-        raise protocol_error("an error message is not 1–1,024 Unicode scalars")
-    data = error.get("data")
-    if not isinstance(data, dict) or "code" not in data or not data.keys() <= {"code", "details"}:
-        raise protocol_error("a -32000 error has no {code, details?} data")
-    flow_code = data["code"]
-    if not isinstance(flow_code, str) or flow_code not in WIRE_CODES:
-        raise protocol_error(f"a -32000 error carries the unknown code {flow_code!r}")
-    return OperationError(cast(WireCode, flow_code), message, data.get("details"))
+def operation_error(response: ErrorResponse) -> OperationError:
+    """The ``-32000`` reply to one of our calls; a standard JSON-RPC error is fatal (§1, §9).
+
+    The envelope step has checked the error object (its message, and for ``-32000`` a
+    wire code in ``data``).
+    """
+    if response.code != OPERATIONAL:
+        raise protocol_error(f"the host answered a call with JSON-RPC error {response.code}")
+    data = cast(JSONObject, response.error["data"])
+    return OperationError(cast(WireCode, data["code"]), response.message, data.get("details"))
 
 
 def parse_run_result(result: JSONValue) -> RunResult:
@@ -434,7 +335,7 @@ def parse_release(result: JSONValue) -> ReleaseStatus:
     if status == "failed":
         failed = _exact_members(result, {"status", "code"}, "a failed status", {"details"})
         code = failed["code"]
-        if not isinstance(code, str) or code not in WIRE_CODES:
+        if not is_wire_code(code):
             raise protocol_error(f"a failed release carries the unknown code {code!r}")
         return ReleaseStatus("failed", code=cast(WireCode, code), details=failed.get("details"))
     raise protocol_error("a channel/release result has no known status")
@@ -462,7 +363,7 @@ def _exact_members(
 
 
 def _sequence(value: JSONValue, minimum: int) -> int:
-    if not is_safe_integer(value, minimum):
+    if not is_integer_in(value, minimum, MAX_SAFE_INTEGER):
         raise protocol_error(f"a channel sequence is not an integer in {minimum}…2^53−1")
     return int(cast(float, value))
 
@@ -484,8 +385,9 @@ class PreparedRequest:
     _ID_GROWTH: Final = len("65536") - len("0")
 
     def __init__(self, method: str, params: JSONObject) -> None:
+        placeholder = self._PLACEHOLDER
         frame = json1.dumps(
-            {"jsonrpc": "2.0", "id": self._PLACEHOLDER, "method": method, "params": params}
+            {"jsonrpc": JSONRPC_VERSION, "id": placeholder, "method": method, "params": params}
         )
         if len(frame) + self._ID_GROWTH > MAX_FRAME_BYTES:
             raise ValueError(f"the {method} request would exceed the 16 MiB frame limit")
@@ -497,13 +399,13 @@ class PreparedRequest:
 
 def cancel_frame(request_id: str) -> bytes:
     return _encode(
-        {"jsonrpc": "2.0", "method": "request/cancel", "params": {"requestId": request_id}}
+        {"jsonrpc": JSONRPC_VERSION, "method": REQUEST_CANCEL, "params": {"requestId": request_id}}
     )
 
 
 def standard_error_frame(request_id: str | None, code: int, message: str) -> bytes:
-    error: JSONObject = {"code": code, "message": message[:MAX_MESSAGE_SCALARS]}
-    return _encode({"jsonrpc": "2.0", "id": request_id, "error": error})
+    error: JSONObject = {"code": code, "message": message[:MAX_ERROR_MESSAGE_SCALARS]}
+    return _encode({"jsonrpc": JSONRPC_VERSION, "id": request_id, "error": error})
 
 
 def result_frame(root_id: str, result: object) -> bytes:
@@ -511,9 +413,8 @@ def result_frame(root_id: str, result: object) -> bytes:
     outcome, output = _result_members(result)
     if not is_local_name(outcome):
         raise ValueError(f"the outcome {outcome!r} is not a LocalName")
-    return _encode(
-        {"jsonrpc": "2.0", "id": root_id, "result": {"outcome": outcome, "output": output}}
-    )
+    result_member: JSONObject = {"outcome": outcome, "output": output}
+    return _encode({"jsonrpc": JSONRPC_VERSION, "id": root_id, "result": result_member})
 
 
 def _result_members(result: object) -> tuple[object, JSONValue]:
@@ -526,16 +427,16 @@ def _result_members(result: object) -> tuple[object, JSONValue]:
 
 def operation_error_frame(root_id: str, error: OperationError) -> bytes:
     """The root ``-32000`` response; ``ValueError`` if ``error`` cannot travel as is."""
-    if error.code not in WIRE_CODES:
+    if not is_wire_code(error.code):
         raise ValueError(f"{error.code!r} is not a wire code")
     message = error.message
-    if not isinstance(message, str) or not 1 <= len(message) <= MAX_MESSAGE_SCALARS:
+    if not isinstance(message, str) or not 1 <= len(message) <= MAX_ERROR_MESSAGE_SCALARS:
         raise ValueError("an error message must hold 1–1,024 Unicode scalars")
     data: JSONObject = {"code": error.code}
     if error.details is not None:
         data["details"] = error.details
     error_member: JSONObject = {"code": OPERATIONAL, "message": message, "data": data}
-    return _encode({"jsonrpc": "2.0", "id": root_id, "error": error_member})
+    return _encode({"jsonrpc": JSONRPC_VERSION, "id": root_id, "error": error_member})
 
 
 def _encode(message: JSONObject) -> bytes:

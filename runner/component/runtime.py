@@ -35,26 +35,23 @@ import threading
 import traceback
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, cast
 
 from runner import json1
 from runner.component.calls import CallTable, Parser, ReplyHook
 from runner.component.channels import Channels
 from runner.component.context import RunContext
-from runner.component.errors import ChannelFault, OperationError, OperationErrorCode, protocol_error
+from runner.component.errors import (
+    ChannelFault,
+    OperationError,
+    OperationErrorCode,
+    fault_of,
+    protocol_error,
+)
 from runner.component.messages import (
-    INVALID_PARAMS,
-    INVALID_REQUEST,
-    METHOD_NOT_FOUND,
-    PARSE_ERROR,
     InvalidParams,
-    Notification,
     PreparedRequest,
-    Request,
-    Response,
     Root,
-    cancel_target,
-    classify,
     operation_error_frame,
     parse_root,
     result_frame,
@@ -63,6 +60,16 @@ from runner.component.messages import (
 from runner.component.model import JSONObject, RunResult
 from runner.component.wire import Delivery, start_reader, take_stdio, write_frame
 from runner.json1 import JSONValue
+from runner.protocol.builders import error_response
+from runner.protocol.codes import (
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    ProtocolViolation,
+)
+from runner.protocol.envelope import ErrorResponse, Notification, Request, Success, classify
+from runner.protocol.frames import decode_payload
+from runner.protocol.names import FLOW_RUN, REQUEST_CANCEL
 
 Handler = Callable[[RunContext], Awaitable[RunResult | Mapping[str, JSONValue]]]
 
@@ -72,7 +79,6 @@ EXIT_FATAL: Final = 70
 HOST_REQUEST_LIMIT: Final = 65_536
 _TRACEBACK_BYTES: Final = 65_536
 _SHUTDOWN_GRACE_SECONDS: Final = 1.0
-_STANDARD_MESSAGES: Final = {PARSE_ERROR: "Parse error", INVALID_REQUEST: "Invalid Request"}
 
 _ONE_RUN = threading.Lock()
 
@@ -161,12 +167,14 @@ class _Runtime:
             if self._finished:
                 return
             try:
-                self._dispatch(classify(_decode(payload)))
+                self._dispatch(classify(decode_payload(payload)))
+            except ProtocolViolation as violation:
+                self._fail(fault_of(violation))
             except ChannelFault as fault:
                 self._fail(fault)
 
-    def _dispatch(self, message: Request | Notification | Response) -> None:
-        if isinstance(message, Response):
+    def _dispatch(self, message: Request | Notification | Success | ErrorResponse) -> None:
+        if isinstance(message, Success | ErrorResponse):
             self._calls.settle(message)
         elif isinstance(message, Notification):
             self._notice(message)
@@ -179,11 +187,13 @@ class _Runtime:
         if len(self._host_ids) >= HOST_REQUEST_LIMIT:
             raise protocol_error("the host sent more than 65,536 requests")
         self._host_ids.add(request.id)
-        if request.method != "flow/run":
+        if request.method != FLOW_RUN:
             message = f"a component does not serve {request.method!r}"
             self._write(standard_error_frame(request.id, METHOD_NOT_FOUND, message))
         elif self._root_id is not None:
-            raise protocol_error("a second flow/run", (INVALID_REQUEST, request.id))
+            reason = "a second flow/run"
+            reply = error_response(request.id, INVALID_REQUEST, f"Invalid Request: {reason}")
+            raise protocol_error(reason, reply)
         else:
             self._root_id = request.id
             try:
@@ -195,9 +205,10 @@ class _Runtime:
                 self._start(root)
 
     def _notice(self, notification: Notification) -> None:
-        if notification.method != "request/cancel":
+        if notification.method != REQUEST_CANCEL:
             return
-        if cancel_target(notification) == self._root_id and not self._cancelled:
+        params = cast(JSONObject, notification.params)  # checked by the envelope step
+        if params["requestId"] == self._root_id and not self._cancelled:
             self._cancel_root()
 
     # --- the root -----------------------------------------------------------------------
@@ -344,10 +355,8 @@ class _Runtime:
         if self._finished:
             return
         if fault.reply is not None:
-            code, request_id = fault.reply
             with contextlib.suppress(OSError):
-                reply = standard_error_frame(request_id, code, _STANDARD_MESSAGES[code])
-                write_frame(self._output_fd, reply)
+                write_frame(self._output_fd, json1.dumps(fault.reply))
         self._finished = True
         self._refusal = fault.code
         self._calls.fail_all(fault)
@@ -358,20 +367,6 @@ class _Runtime:
             _log(diagnostic)
         if not self.exit.done():
             self.exit.set_result(status)
-
-
-def _decode(payload: bytes) -> JSONValue:
-    """One frame payload as a JSON/1 value; invalid UTF-8 closes silently (§1)."""
-    if not payload:
-        raise protocol_error("an empty frame", (PARSE_ERROR, None))
-    try:
-        payload.decode("utf-8")
-    except UnicodeDecodeError:
-        raise protocol_error("a frame is not valid UTF-8") from None
-    try:
-        return json1.loads(payload)
-    except json1.JSON1Error as error:
-        raise protocol_error(f"a frame is not JSON/1: {error}", (PARSE_ERROR, None)) from None
 
 
 def _log(message: str) -> None:
