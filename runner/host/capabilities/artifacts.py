@@ -68,12 +68,12 @@ from runner.json1 import JSONValue
 
 from .paths import CHILD_DIRECTORY, DIRECTORY, PathRefused, open_directory
 from .provider import (
+    Budget,
     CapabilityError,
     InvalidInput,
     OptionReader,
     ProviderConfigError,
     UnknownMethod,
-    budget_exhausted,
     input_object,
     list_request,
     string_member,
@@ -107,6 +107,13 @@ class ArtifactsProvider:
         self.max_files = reader.integer("max_files", default=DEFAULT_MAX_FILES, low=0, high=2**53)
         self.max_file_bytes = reader.integer(
             "max_file_bytes", default=MAX_ARTIFACT_BYTES, low=0, high=MAX_ARTIFACT_BYTES
+        )
+        self._files_budget = Budget(
+            "artifacts", "max_files", self.max_files, "files and directories",
+            "write to fewer paths",
+        )  # fmt: skip
+        self._bytes_budget = Budget(
+            "artifacts", "max_bytes", self.max_bytes, "bytes", "write less, or to fewer files"
         )
         try:
             opened = open_directory(os.path.expanduser(root), create=True)
@@ -156,16 +163,8 @@ class ArtifactsProvider:
 
     def _check(self, grown: int, added: int) -> None:
         """Refuse a write that adds ``added`` entries and ``grown`` bytes past a budget."""
-        if added > 0 and self._files + added > self.max_files:
-            raise budget_exhausted(
-                "artifacts", "max_files", self.max_files, self._files, added,
-                unit="files and directories", fix="write to fewer paths",
-            )  # fmt: skip
-        if grown > 0 and self._bytes + grown > self.max_bytes:
-            raise budget_exhausted(
-                "artifacts", "max_bytes", self.max_bytes, self._bytes, grown,
-                unit="bytes", fix="write less, or to fewer files",
-            )  # fmt: skip
+        self._files_budget.check(self._files, added)
+        self._bytes_budget.check(self._bytes, grown)
 
     def _read(self, path: str, segments: list[str]) -> JSONValue:
         directory = self._parent(path, segments, create=False)

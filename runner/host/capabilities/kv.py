@@ -65,12 +65,12 @@ from runner.json1 import JSONValue
 
 from .paths import PathRefused, open_directory
 from .provider import (
+    Budget,
     CapabilityError,
     InvalidInput,
     OptionReader,
     ProviderConfigError,
     UnknownMethod,
-    budget_exhausted,
     input_object,
     list_request,
     string_member,
@@ -123,6 +123,17 @@ class KeyValueProvider:
         self.max_value_bytes = reader.integer(
             "max_value_bytes", default=DEFAULT_MAX_VALUE_BYTES, low=0, high=MAX_VALUE_BYTES
         )
+        self._keys_budget = Budget(
+            "kv", "max_keys", self.max_keys, "keys", "delete keys you no longer need"
+        )
+        self._bytes_budget = Budget(
+            "kv", "max_bytes", self.max_bytes, "bytes of keys and values",
+            "delete keys, or store smaller values",
+        )  # fmt: skip
+        self._value_budget = Budget(
+            "kv", "max_value_bytes", self.max_value_bytes, "bytes of canonical JSON",
+            "store a smaller value",
+        )  # fmt: skip
         self._lock = threading.Lock()
         self.path = self._private_path()
         try:
@@ -182,11 +193,7 @@ class KeyValueProvider:
         elif method == "put":
             fields = input_object(input, required={"key", "value"})
             key, value = _key(fields), json1.canonical(fields["value"])
-            if len(value) > self.max_value_bytes:
-                raise budget_exhausted(
-                    "kv", "max_value_bytes", self.max_value_bytes, None, len(value),
-                    unit="bytes of canonical JSON", fix="store a smaller value",
-                )  # fmt: skip
+            self._value_budget.check(None, len(value))
             work = partial(self._put, key, value.decode(), len(key.encode()) + len(value))
         elif method == "list":
             work = partial(self._list, *list_request(input))
@@ -229,18 +236,9 @@ class KeyValueProvider:
         return {"version": version}
 
     def _check(self, grown: int, added: int) -> None:
-        """Refuse a put that adds ``added`` keys and ``grown`` bytes past a budget (one
-        that adds nothing passes even in a namespace found over its budgets)."""
-        if added > 0 and self._keys + added > self.max_keys:
-            raise budget_exhausted(
-                "kv", "max_keys", self.max_keys, self._keys, added,
-                unit="keys", fix="delete keys you no longer need",
-            )  # fmt: skip
-        if grown > 0 and self._bytes + grown > self.max_bytes:
-            raise budget_exhausted(
-                "kv", "max_bytes", self.max_bytes, self._bytes, grown,
-                unit="bytes of keys and values", fix="delete keys, or store smaller values",
-            )  # fmt: skip
+        """Refuse a put that adds ``added`` keys and ``grown`` bytes past a budget."""
+        self._keys_budget.check(self._keys, added)
+        self._bytes_budget.check(self._bytes, grown)
 
     def _delete(self, key: str) -> JSONValue:
         with self._lock:

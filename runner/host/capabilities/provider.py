@@ -31,6 +31,7 @@ binding is discarded. Blocking work belongs in a worker thread
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 from typing import Final, Protocol
 
@@ -186,23 +187,35 @@ class OptionReader:
         return value
 
 
-def budget_exhausted(
-    provider: str, budget: str, limit: int, used: int | None, wanted: int, *, unit: str, fix: str
-) -> OperationError:
-    """``RESOURCE_EXHAUSTED`` for a provider's budget option: what is in use (``None`` for
-    a budget of one item), what the call wanted, and the option that raises the budget;
-    ``details`` carry the same for programs."""
-    needs = (
-        f"this call needs {wanted:,}"
-        if used is None
-        else f"{used:,} in use, this call needs {wanted:,} more"
-    )
-    return OperationError(
-        "RESOURCE_EXHAUSTED",
-        f"{provider}: the budget {budget} = {limit:,} {unit} would be exceeded ({needs}); "
-        f"{fix}, or raise the option {budget!r}",
-        {"budget": budget, "limit": limit, "used": used, "wanted": wanted},
-    )
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """A provider's budget option: at most ``limit`` of ``unit`` (``option`` names it in the
+    binding's ``options``); ``fix`` is what a refused caller can do besides raising it."""
+
+    provider: str
+    option: str
+    limit: int
+    unit: str
+    fix: str
+
+    def check(self, used: int | None, wanted: int) -> None:
+        """Refuse a call wanting ``wanted`` more where ``used`` are in use (``None``: a
+        budget of one item) past the limit: ``RESOURCE_EXHAUSTED`` saying what is in use,
+        what the call wanted and the option, ``details`` the same for programs. A call
+        that wants nothing more passes, even in a store found over its budget."""
+        if wanted <= 0 or (used or 0) + wanted <= self.limit:
+            return
+        needs = (
+            f"this call needs {wanted:,}"
+            if used is None
+            else f"{used:,} in use, this call needs {wanted:,} more"
+        )
+        raise OperationError(
+            "RESOURCE_EXHAUSTED",
+            f"{self.provider}: the budget {self.option} = {self.limit:,} {self.unit} would be "
+            f"exceeded ({needs}); {self.fix}, or raise the option {self.option!r}",
+            {"budget": self.option, "limit": self.limit, "used": used, "wanted": wanted},
+        )
 
 
 def input_object(
