@@ -25,9 +25,12 @@ COPY .build/tini-static /usr/bin/tini
 # container copies them into the pod for a component image that has neither.
 COPY .build/job-wrapper /opt/flow-runner/job
 COPY images/runner/entrypoint /usr/local/bin/flow-runner-entrypoint
-# The unprivileged user the runner becomes (the entrypoint adds the socket's group).
-RUN echo 'flow-runner:x:10001:10001:flow-runner:/nonexistent:/usr/sbin/nologin' >>/etc/passwd \
- && echo 'flow-runner:x:10001:' >>/etc/group
+# The unprivileged user the runner becomes (the entrypoint adds the socket's group), with a
+# home of its own: its state (the container-label key, ~/.local/state/flow-runner) is kept
+# there, so the image keys its own labels with nothing mounted.
+RUN echo 'flow-runner:x:10001:10001:flow-runner:/home/flow-runner:/usr/sbin/nologin' >>/etc/passwd \
+ && echo 'flow-runner:x:10001:' >>/etc/group \
+ && install -d -o 10001 -g 10001 -m 700 /home/flow-runner
 ENV PATH=/opt/flow-runner/bin:/usr/local/bin:/usr/bin:/bin
 # tini is PID 1: it forwards SIGTERM (`docker stop`) to flow-runner, which cancels its runs
 # with their grace and removes their containers, and it reaps whatever exits.

@@ -358,3 +358,31 @@ def test_batch_takes_user_as_exec_does_and_the_fix_it_prints_works(
     assert "exec --user" not in message
     status, ran = batch("--user", "4242:4242")
     assert (status, ran["status"]) == (0, "succeeded"), ran["error_message"]
+
+
+# --- the runner image, bare -------------------------------------------------------------------
+
+
+def bare_runner(*args: str) -> subprocess.CompletedProcess[str]:
+    """``docker run flow-runner:latest ARGS`` with only the engine's socket mounted."""
+    return subprocess.run(
+        ["docker", "run", "--rm", "--network", "none",
+         "-v", "/var/run/docker.sock:/var/run/docker.sock", "flow-runner:latest", *args],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+
+
+@pytest.mark.docker
+def test_the_runner_image_runs_hello_with_only_the_socket_mounted(docker_client: Any) -> None:
+    """The image keys its own container labels (uid 10001 has a home of its own)."""
+    ran = bare_runner("exec", HELLO, "--input", '{"name": "X"}')
+    assert ran.returncode == 0, ran.stderr
+    assert json.loads(ran.stdout) == {"outcome": "done", "output": {"greeting": "Hello, X!"}}
+
+
+@pytest.mark.docker
+def test_the_runner_image_names_the_mount_a_missing_attachment_needs(docker_client: Any) -> None:
+    ran = bare_runner("exec", WORDCOUNT, "--input", "{}", "--attach", "source=/srv/corpus")
+    assert ran.returncode == 2, ran.stderr
+    assert "start it with `-v HOSTPATH:/srv/corpus`" in ran.stderr
+    assert json.loads(ran.stdout)["error"]["code"] == "INVALID_ATTACHMENTS"

@@ -121,7 +121,7 @@ def parse_attach(spec: str) -> Attachment:
             hint = f" (only a final :ro or :rw is a mode, so {path_text!r} was taken as the path)"
         raise AttachmentError(
             f"attachment {spec!r}: host path {path_text!r} does not exist or cannot be "
-            f"resolved{hint}; create it or fix the path"
+            f"resolved{hint}; {_missing_fix(Path(path_text))}"
         ) from exc
     return Attachment(name=name, host_path=host_path, access=access)
 
@@ -301,6 +301,21 @@ def check_usable(held: HeldPath, user: str, *, shown_as: str | None = None) -> N
         f"{'directory' if directory else 'file'}). Fixes: let {uid}:{gid} in, "
         f"`chown {uid}:{gid} {held.path}` or `setfacl -m u:{uid}:{grant} {held.path}`; "
         f"or give a path {uid}:{gid} may {what}{as_owner}"
+    )
+
+
+def _missing_fix(path: Path) -> str:
+    """What to do about a path that is not there: in a container (the runner image), mount
+    it in; elsewhere, create it or fix the path."""
+    from runner.sandbox.own_container import in_container
+
+    if not in_container():
+        return "create it or fix the path"
+    inner = Path(os.path.abspath(path.expanduser()))
+    return (
+        f"flow-runner runs in a container, which has only what is mounted into it: start it "
+        f'with `-v HOSTPATH:{inner}` (or a directory above it, e.g. -v "$PWD:$PWD" -w '
+        f'"$PWD"), HOSTPATH being where the engine\'s host has it; or create it or fix the path'
     )
 
 
