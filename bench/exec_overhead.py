@@ -13,9 +13,13 @@ Side by side in one process run, interleaved round by round, the same image and 
 - (b') the same API call in a fresh Python process (interpreter, imports, one run);
 - (c)  the ``flow-runner exec`` CLI as a subprocess (``--report`` for its time split), in
   its own process (``FLOW_RUNNER_WARM=0``);
-- (c') the same command with a warm runner (``flow-runner daemon start``) serving it: the
-  console script as pip writes it for ``runner.launch:main``, and a server started by it
-  before the rounds (its start time and memory are reported) and stopped by its pid after;
+- (c') the same command with a warm runner (``flow-runner daemon start --pool 0``) serving
+  it: the console script as pip writes it for ``runner.launch:main``, and a server started
+  by it before the rounds (its start time and memory are reported) and stopped by its pid
+  after;
+- (p)  the same with a warm runner that keeps a container waiting (``--pool 1``), one ready
+  when the command starts: the run claims it instead of creating and starting one (each
+  run is checked to have been pooled; the replacement is waited for, untimed, after it);
 - (d)  the runner image: ``docker run --rm -v SOCKET flow-runner:latest exec IMAGE``, the
   run's container a sibling of the runner's (``--report`` into a mounted directory);
 - (e)  the runner container's own start cost: ``docker run --rm flow-runner:latest
@@ -25,11 +29,14 @@ Reported: the median wall time of each with its minimum and quartiles, its ratio
 and (a') (the median of the per-round ratios), the median split create/attach/start/run/
 cleanup from the run reports of (b), (b') and (c), and where the CLI spends the time
 outside the run: one more CLI run per round, with timestamps taken around the imports,
-the sweep and ``execute`` (``--phases 0`` skips it).
+the sweep and ``execute`` (``--phases 0`` skips it). With (p): the idle memory of a pool
+(the server's RSS, and each waiting container's memory and its engine shim's RSS) for
+``--pool 1`` and ``--pool 4`` (``--pool-memory ''`` skips it).
 
     .venv/bin/python bench/exec_overhead.py [--runs 9] [--image IMAGE] [--profile NAME]
                                             [--runner-image flow-runner:latest] [--phases 1]
-                                            [--base DIR] [--cases a,a',b,b',c,c',d,e]
+                                            [--base DIR] [--cases a,a',b,b',c,c',p,d,e]
+                                            [--pool-memory 1,4]
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ import argparse
 import json
 import os
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -45,7 +53,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import anyio
@@ -211,8 +219,20 @@ def cli_run(image: str, profile: str, report: Path, warm: Warm | None = None) ->
     elapsed = time.perf_counter() - started
     if done.returncode != 0:
         raise RuntimeError(f"flow-runner exec failed: {done.returncode} {done.stderr!r}")
-    timings: dict[str, float] = json.loads(report.read_text())["timings"]
+    written = json.loads(report.read_text())
+    if warm is not None and written["pooled"] != (warm.pool > 0):
+        raise RuntimeError(f"a run of the warm runner with --pool {warm.pool}: {written!r}")
+    timings: dict[str, float] = written["timings"]
     return elapsed, timings
+
+
+def pooled_run(image: str, profile: str, report: Path, warm: Warm) -> Timed:
+    """(p): with a container waiting; its replacement waited for after, untimed, so that
+    its preparation runs during no other variant's measurement."""
+    warm.wait_pool(1)
+    timed = cli_run(image, profile, report, warm)
+    warm.wait_pool(1)
+    return timed
 
 
 @dataclass
@@ -222,6 +242,44 @@ class Warm:
     use: tuple[Path, dict[str, str]]
     pid: int
     start_seconds: float
+    pool: int
+
+    def waiting(self) -> list[str]:
+        """The ids of the pool's containers (the server's own label), running."""
+        label = f"flow-runner.owner={socket.gethostname()}:{self.pid}"
+        command = ["docker", "ps", "-q", "--no-trunc", "--filter", f"label={label}",
+                   "--filter", "status=running"]  # fmt: skip
+        return subprocess.run(command, capture_output=True, check=True, text=True).stdout.split()
+
+    def wait_pool(self, count: int, timeout: float = 60.0) -> None:
+        """Return once ``count`` containers wait, handed to the server (``daemon status``)."""
+        script, env = self.use
+        deadline = time.monotonic() + timeout
+        while True:
+            said = subprocess.run([str(script), "daemon", "status"], env=env, capture_output=True)
+            if f"pool:       {count} ".encode() in said.stdout:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"not {count} pooled containers after {timeout} s: {said!r}")
+            time.sleep(0.02)
+
+    def pool_memory_mib(self) -> tuple[float, float, float]:
+        """The waiting containers' memory (cgroup), their shims' RSS, and the server's."""
+        ids = self.waiting()
+        stats = subprocess.run(
+            ["docker", "stats", "--no-stream", "--format", "{{.ID}} {{.MemUsage}}", *ids],
+            capture_output=True, check=True, text=True,
+        ).stdout.split("\n")  # fmt: skip
+        containers = sum(_mib(line.split()[1]) for line in stats if line.strip())
+        shims = 0.0
+        for pid in (entry for entry in os.listdir("/proc") if entry.isdigit()):
+            try:
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                if b"-id" in argv and argv[argv.index(b"-id") + 1].decode() in ids:
+                    shims += _rss_mib(int(pid))
+            except (OSError, IndexError):
+                continue
+        return containers, shims, self.rss_mib()
 
     def connections(self) -> int:
         """Connections the server accepted so far (this question's own included)."""
@@ -233,15 +291,28 @@ class Warm:
 
     def rss_mib(self) -> float:
         """The server's resident memory (its runs are other processes)."""
-        status = Path(f"/proc/{self.pid}/status").read_text()
-        return int(status.split("VmRSS:")[1].split()[0]) / 1024
+        return _rss_mib(self.pid)
+
+
+def _rss_mib(pid: int) -> float:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(status.split("VmRSS:")[1].split()[0]) / 1024
+
+
+def _mib(usage: str) -> float:
+    """``docker stats``' ``12.3MiB`` (or KiB, GiB) in MiB."""
+    for unit, scale in (("KiB", 1 / 1024), ("MiB", 1.0), ("GiB", 1024.0), ("B", 1 / 1024**2)):
+        if usage.endswith(unit):
+            return float(usage[: -len(unit)]) * scale
+    raise ValueError(usage)
 
 
 @contextmanager
-def warm_runner(scratch: Path) -> Iterator[Warm]:
-    """Start ``flow-runner daemon start --foreground`` and wait for its ready line; stop it
-    by its pid at the end. Its socket directory is the benchmark's own."""
-    bin_dir, runtime = scratch / "warm-bin", scratch / "warm-run"
+def warm_runner(scratch: Path, pool: int = 0) -> Iterator[Warm]:
+    """Start ``flow-runner daemon start --foreground --pool POOL`` and wait for its ready
+    line; stop it by its pid at the end. Its socket directory is the benchmark's own."""
+    home = Path(tempfile.mkdtemp(prefix=f"warm-{pool}-", dir=scratch))
+    bin_dir, runtime = home / "bin", home / "run"
     bin_dir.mkdir()
     runtime.mkdir(mode=0o700)
     script = bin_dir / "flow-runner"  # what pip writes for `runner.launch:main`
@@ -254,7 +325,7 @@ def warm_runner(scratch: Path) -> Iterator[Warm]:
     env.pop("FLOW_RUNNER_WARM", None)
     started = time.perf_counter()
     server = subprocess.Popen(
-        [str(script), "daemon", "start", "--foreground", "--idle", "1h"],
+        [str(script), "daemon", "start", "--foreground", "--idle", "1h", "--pool", str(pool)],
         env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )  # fmt: skip
     try:
@@ -262,7 +333,7 @@ def warm_runner(scratch: Path) -> Iterator[Warm]:
         ready = server.stderr.readline().decode()
         if "warm runner ready" not in ready:
             raise RuntimeError(f"the warm runner did not start: {ready}{server.stderr.read()!r}")
-        yield Warm((script, env), server.pid, time.perf_counter() - started)
+        yield Warm((script, env), server.pid, time.perf_counter() - started, pool)
     finally:
         os.kill(server.pid, signal.SIGTERM)
         server.wait(30)
@@ -303,6 +374,10 @@ def cli_phases(image: str, profile: str, marks_file: Path) -> dict[str, float]:
     return {name: marks[end] - marks[begin] for name, (begin, end) in PHASE_NAMES.items()}
 
 
+def wanted_keys(every: dict[str, object], wanted: set[str]) -> list[str]:
+    return [key for key in every if key in wanted]
+
+
 def quartiles(values: list[float]) -> tuple[float, float, float]:
     if len(values) < 2:
         return values[0], values[0], values[0]
@@ -329,7 +404,10 @@ def main() -> None:
         "--runner-image", default="flow-runner:latest", help="for (d) and (e); '' skips them"
     )
     parser.add_argument("--base", type=Path, default=None, help="the tree of (b base)")
-    parser.add_argument("--cases", default="a,a',b,b',c,c',d,e", help="the variants to run")
+    parser.add_argument("--cases", default="a,a',b,b',c,c',p,d,e", help="the variants to run")
+    parser.add_argument(
+        "--pool-memory", default="1,4", help="pool sizes whose idle memory to measure ('' none)"
+    )
     parser.add_argument("--api-once", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--api-serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -345,8 +423,20 @@ def main() -> None:
     reports.mkdir()
     os.chown(reports, 10001, 10001)  # the runner image's user writes its report there
     image, profile = args.image, args.profile
-    with warm_runner(scratch) as warm:
-        measure(args, flags, scratch, reports, image, profile, warm)
+    with warm_runner(scratch) as warm, warm_runner(scratch, 1) as pooled:
+        measure(args, flags, scratch, reports, image, profile, warm, pooled)
+    sizes = [int(size) for size in args.pool_memory.split(",") if size]
+    if sizes and "p" in args.cases.split(","):
+        print("\n| idle pool, one configuration | containers' memory MiB | their shims' RSS MiB "
+              "| server RSS MiB | total MiB |")  # fmt: skip
+        print("|---|---:|---:|---:|---:|")
+        for size in sizes:
+            with warm_runner(scratch, size) as sized:
+                cli_run(image, profile, scratch / f"m{size}.json", replace(sized, pool=0))
+                sized.wait_pool(size)
+                memory = sized.pool_memory_mib()
+                cells = " | ".join(f"{value:.1f}" for value in (*memory, sum(memory)))
+                print(f"| --pool {size} | {cells} |")
 
 
 def measure(
@@ -357,6 +447,7 @@ def measure(
     image: str,
     profile: str,
     warm: Warm,
+    pooled: Warm,
 ) -> None:
     idle_rss = warm.rss_mib()
     connected = warm.connections()
@@ -375,6 +466,8 @@ def measure(
               lambda: cli_run(image, profile, scratch / "r.json")),
         "c'": ("(c') `flow-runner exec`, warm runner",
                lambda: cli_run(image, profile, scratch / "w.json", warm)),
+        "p": ("(p) `flow-runner exec`, warm runner, a pooled container ready",
+              lambda: pooled_run(image, profile, scratch / "p.json", pooled)),
         "d": ("(d) `docker run flow-runner:latest exec`",
               lambda: runner_image_run(args.runner_image, image, profile, reports)),
         "e": ("(e) `docker run flow-runner:latest --version`",
@@ -387,8 +480,11 @@ def measure(
     walls: dict[str, list[float]] = {name: [] for name in cases}
     splits: dict[str, list[dict[str, float]]] = {name: [] for name in cases}
     phases: list[dict[str, float]] = []
-    for run in cases.values():  # warm-up: image and page caches, the in-process client
-        run()
+    for key, run in zip(wanted_keys(every, wanted), cases.values(), strict=True):
+        if key == "p":  # its warm-up is fresh: it makes the configuration's first container
+            cli_run(image, profile, scratch / "p.json", replace(pooled, pool=0))
+        else:  # image and page caches, the in-process client
+            run()
     for _ in range(args.runs):
         for name, run in cases.items():
             wall, timings = run()

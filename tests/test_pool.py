@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -72,6 +73,7 @@ def serving(snapshot: Install, engine: Any) -> Iterator[Callable[..., Server]]:
     def start(*options: str) -> Server:
         found = start_server(snapshot, "--idle", "10m", *options)
         started.append(found)
+        installs[found.pid] = snapshot
         return found
 
     yield start
@@ -97,13 +99,24 @@ def until(what: str, check: Callable[[], Any], timeout: float = WAIT) -> Any:
 
 
 def waiting(engine: Any, server: Server, count: int = 1) -> list[Any]:
-    """Once ``count`` containers of the server's run, started, its waiting ones."""
-    return until(  # type: ignore[no-any-return]
-        f"{count} pooled container(s) running",
-        lambda: (
-            (found := of_server(engine, server.pid, "running")) and len(found) >= count and found
-        ),
-    )
+    """Once ``count`` containers wait in the server's pool (its status says so), they."""
+    until(f"{count} container(s) waiting in the pool", lambda: pool_says(server) == count)
+    return of_server(engine, server.pid, "running")
+
+
+def pool_says(server: Server) -> int | None:
+    """The containers waiting in the server's pool, as ``daemon status`` says."""
+    install = installs[server.pid]
+    command = [str(install.script), "daemon", "status"]
+    said = subprocess.run(command, env=install.env, capture_output=True, text=True, timeout=60)
+    for line in said.stdout.splitlines():
+        if line.startswith("pool:"):
+            return int(line.split()[1])
+    return None
+
+
+installs: dict[int, Install] = {}
+"""The installation each started server serves."""
 
 
 def exec_report(install: Install, tmp_path: Path, name: str, *args: str) -> dict[str, Any]:
@@ -230,7 +243,7 @@ def test_a_read_write_scratch_run_leaves_nothing_waiting(
 def test_a_waiting_container_outliving_pool_idle_is_removed(
     serving: Callable[..., Server], snapshot: Install, engine: Any, tmp_path: Path
 ) -> None:
-    server = serving("--pool", "1", "--pool-idle", "1s")
+    server = serving("--pool", "1", "--pool-idle", "3s")
     exec_report(snapshot, tmp_path, "first", *fake("echo"))
     [ready] = waiting(engine, server)
     until("the idle container removed", lambda: ready.id not in ids(engine, server))

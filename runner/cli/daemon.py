@@ -186,6 +186,8 @@ def status() -> None:
     typer.echo(f"served:     {reply['connections']} connections before this one")
     typer.echo(f"stops:      after {_duration(reply['idle'])} unused (unused for "
                f"{_duration(reply['quiet'])})")  # fmt: skip
+    if reply.get("pool") is not None:
+        typer.echo(f"pool:       {reply['pool']} container(s) waiting")
     refusal = reply["refusal"]
     typer.echo("from here:  " + ("commands go to it" if refusal is None else f"refused: {refusal}"))
 

@@ -65,6 +65,8 @@ class Served:
     """Connections accepted before this one."""
     use_pool: Callable[[Claims], None] | None = None
     """Make a run's launches claim from the server's pool (None: the server keeps none)."""
+    pool_waiting: int = 0
+    """Containers waiting in the pool, handed to the server, when this connection came."""
 
 
 def attend(conn: socket, served: Served, channel: socket | None = None) -> int:
@@ -114,6 +116,7 @@ def _status(served: Served) -> Message:
         "busy": served.busy,
         "connections": served.connections,
         "quiet": time.monotonic() - served.quiet_since,
+        "pool": served.pool_waiting if served.use_pool is not None else None,
     }
 
 

@@ -211,7 +211,11 @@ def _loop(listener: socket.socket, served: Served, held: int, containers: Pool |
                     continue
                 quiet_since = time.monotonic()
                 now = replace(
-                    served, busy=len(handlers), quiet_since=quiet_since, connections=accepted
+                    served,
+                    busy=len(handlers),
+                    quiet_since=quiet_since,
+                    connections=accepted,
+                    pool_waiting=len(containers.waiting) if containers is not None else 0,
                 )
                 accepted += 1
                 channel = containers.channel() if containers is not None else None
