@@ -64,7 +64,7 @@ class Container:
             # A SIGKILL nobody here sent: the OOM killer's, or another's. Ask the cgroup.
             if self._oom is not None:
                 await anyio.to_thread.run_sync(self._oom.settle)
-            if not state["OOMKilled"] and (self._oom is None or self._oom.verdict is None):
+            if not state["OOMKilled"] and (self._oom is None or self._oom.verdict is not True):
                 state = await self._late_oom(state)
         return self._record(state)
 
@@ -117,18 +117,23 @@ class Container:
             delay = min(delay * 2, 0.25)
 
     async def _late_oom(self, state: dict[str, Any]) -> dict[str, Any]:
-        """Re-read a SIGKILL nobody here sent when the cgroup cannot tell: the engine may
-        report the exit before the OOM event of the same container (or never: see
-        :mod:`runner.sandbox.docker.oom`), and an OOM must not be reported as a plain kill.
+        """Re-read a SIGKILL that neither the host nor (as far as it can tell) the OOM
+        killer sent. Where the cgroup cannot tell, the engine may report the exit before
+        the OOM event of the same container (or never: see :mod:`runner.sandbox.docker.oom`),
+        and an OOM must not be reported as a plain kill. Where it can, the kill was
+        someone else's: ``docker rm -f`` kills, then removes, and a container removed from
+        under its run is a loss (:class:`ContainerGone`, raised by the re-read), not a
+        component killed by a signal.
 
-        The re-reads back off up to ~3 s in all, which only a SIGKILL from outside (no
-        OOM) pays in full; a late event beyond that is missed.
+        The re-reads back off up to ~3 s in all, which only a SIGKILL from outside pays in
+        full; a late event or removal beyond that is missed.
         """
+        cgroup_can_tell = self._oom is not None and self._oom.verdict is not None
         delay = 0.05
         while delay < 2:
             await anyio.sleep(delay)
             latest = await self._inspect()
-            if latest["OOMKilled"]:
+            if latest["OOMKilled"] and not cgroup_can_tell:
                 return latest
             delay *= 2
         return state
