@@ -13,8 +13,9 @@ its children) is charged to one :class:`TreeBudget`, kept by the tree's channel 
 Past :data:`TREE_BYTES` the host refuses new work with ``RESOURCE_EXHAUSTED`` where the
 protocol lets a request be refused (a ``channel/send``, a new ``operationId``, a large
 request), and stops running a run's calls and reading its stdout where it cannot (the
-answers it owes a component that does not read): a run that owes nothing may always run
-one more call, so a tree whose budget another run spent is slowed, never stalled. So:
+answers it owes a component that does not read): a run that owes no more than 64 KiB
+may always run one more call, so a tree whose budget another run spent is slowed, never
+stalled. So:
 
     peak RSS of a tree's host  <=  PEAK_RSS = 512 MiB, with the default limits, as
        60 MiB    the interpreter, its imports and the loop (a run holding nothing: 45-60)
@@ -25,7 +26,7 @@ one more call, so a tree whose budget another run spent is slowed, never stalled
                  the default max_children runs at once) and the reports of ended children
                  (256 kept, 64 KiB of stderr each)
     +  66 MiB    what passes one check before the next, and slack: an answer per run
-                 that owed none (a large answer is a retained result or a channel item the
+                 that owed little (a large answer is a retained result or a channel item the
                  budget already counts, queued uncopied between its frame's head and
                  tail), a 1 MiB write per run, the allocator's fragmentation
 

@@ -28,10 +28,11 @@ queues behind it, in order.
 What the run holds for its component is bounded with the rest of its run tree
 (:mod:`runner.host.bounds`): the answers it owes (the session's outbox and the output not
 yet handed to stdin) are charged to the tree's budget, and the pump runs no call and reads
-no more while the component leaves more than :data:`STDIN_BACKLOG` of them unread, or any
-while the tree's budget is spent; a large request is refused ``RESOURCE_EXHAUSTED`` when
-the budget cannot hold it. The pump yields to the loop between calls once it has run for
-:data:`PUMP_SLICE` seconds: nothing a component asks for holds the loop long.
+no more while the component leaves more than :data:`STDIN_BACKLOG` of them unread, or more
+than :data:`OWED_FREELY` while the tree's budget is spent; a large request is refused
+``RESOURCE_EXHAUSTED`` when the budget cannot hold it. The pump yields to the loop between
+calls once it has run for :data:`PUMP_SLICE` seconds: nothing a component asks for holds
+the loop long.
 """
 
 from __future__ import annotations
@@ -103,6 +104,8 @@ session's outbox and the output not yet in the transport); past it the pump runs
 calls and reads no more until they leave. So a component that never reads, and asks
 (replays of a large result, reads of a full channel), holds at most this and one answer,
 instead of every answer it asked for."""
+OWED_FREELY = 1 << 16
+"""Answers a run may owe whatever its tree's budget: the small answers of one pass."""
 PUMP_SLICE = 0.02
 """Seconds the pump runs calls before it lets the loop serve others (the deadline, a
 signal, the other runs of the tree)."""
@@ -421,12 +424,14 @@ class _Run:
 
     def _held_back(self) -> bool:
         """Whether the pump must wait before it runs a call or reads more: the component
-        leaves more than :data:`STDIN_BACKLOG` of answers unread, or any while the tree's
-        budget is spent (a run that owes nothing may always go on)."""
-        owed = self._charge_owed()
-        if owed == 0 or self.stdin_failed:
+        leaves more than :data:`STDIN_BACKLOG` of answers unread, or more than
+        :data:`OWED_FREELY` while the tree's budget is spent (a run that owes little may
+        always go on)."""
+        owed = self.session.outbox_bytes + self.output_bytes  # charged as it changed
+        if owed <= OWED_FREELY or self.stdin_failed:
             return False
-        return owed > STDIN_BACKLOG or self.tree.spent
+        tree = self.tree
+        return owed > STDIN_BACKLOG or tree.held >= tree.limit
 
     async def _room(self) -> None:
         """Wait until the pump is no longer :meth:`_held_back` (the answers left, or were
@@ -578,7 +583,8 @@ class _Run:
         self.pumping = True
         self.resumed = time.monotonic()
         while True:
-            if (queued or not payloads) and self._held_back():
+            owed = session.outbox_bytes + self.output_bytes
+            if owed > OWED_FREELY and (queued or not payloads) and self._held_back():
                 self._pause_pumping()
                 await self._room()
                 self.pumping = True
@@ -752,12 +758,13 @@ class _Run:
     ) -> None:
         """Run one call in its cancel scope and answer it; ``waiting`` is a channel
         call's wait, begun by :meth:`_answer_now`. An answer made while the pump is
-        :meth:`_held_back` waits for room too (it may be a replay of a large result)."""
+        :meth:`_held_back` waits for room too if it is large (a replay of a large result,
+        a read of a large item)."""
         rid = event.request_id
         with self.calls[rid] as scope:
             try:
                 result = await (self._dispatch(event, ticket) if waiting is None else waiting)
-                if self._held_back():
+                if len(result) > OWED_FREELY and self._held_back():
                     await self._room()
             except Exception as exc:  # EN-06: a host-side failure is never a -32603
                 self._respond_failure(rid, exc)

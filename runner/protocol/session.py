@@ -316,7 +316,9 @@ class HostSession:
 
     def _queue(self, message: dict[str, JSONValue]) -> None:
         if not self.closed:
-            self._queue_frame(encode_frame(message))
+            frame = encode_frame(message)
+            self._outbox.append(frame)
+            self.outbox_bytes += len(frame)
 
     def _queue_frame(self, frame: bytes) -> None:
         """Queue ``frame``, or one piece of one (the pieces of a frame are queued one
