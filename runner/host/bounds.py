@@ -99,10 +99,6 @@ class TreeBudget:
         """Whether ``size`` more bytes stay within the budget."""
         return self.held + size <= self.limit
 
-    @property
-    def spent(self) -> bool:
-        return self.held >= self.limit
-
     def refusal(self, what: str) -> str:
         """The message of a ``RESOURCE_EXHAUSTED`` for ``what`` the budget cannot take."""
         return (

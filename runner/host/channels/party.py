@@ -329,6 +329,8 @@ class ChannelParty:
         if isinstance(answer, int):
             return {"end": {"lastSequence": answer}}
         sequence, encoded = answer
+        if len(encoded) > SMALL_REQUEST:  # a large item is decoded away from the loop
+            return {"item": {"sequence": sequence, "value": await offload(json1.loads, encoded)}}
         return {"item": {"sequence": sequence, "value": json1.loads(encoded)}}
 
     def _begin_read(self, token: str) -> Receiver:
