@@ -44,7 +44,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("engine")]
 SLOW_IMAGE = "flow-runner/examples-slow:latest"
 CLI = [sys.executable, "-m", "runner.cli", "batch"]
 PLAIN_LINE = re.compile(
-    r"^flow-runner batch: (\d+)/(\d+) done=\d+ failed=\d+ retried=\d+ running=\d+ eta \S+$"
+    r"^flow-runner batch: (\d+)/(\d+) succeeded=\d+ failed=\d+ retried=\d+ running=\d+ eta \S+$"
 )
 
 
@@ -351,7 +351,8 @@ def test_infrastructure_failures_are_retried_and_run_failures_are_not(
     expected = Counter({"vanish-once": 2, "vanish-always": 2, "fails": 1})
     assert starts(docker_client, since, done.pid) == expected
     assert "RETRY vanish-once (attempt 2)" in done.stderr
-    assert "retried=2" in done.stderr.splitlines()[-1]
+    assert "retried=2" in done.stderr.splitlines()[-2]  # the last progress line
+    assert "exit status 5: 1 row(s) failed on the engine's side" in done.stderr.splitlines()[-1]
     suite = ET.parse(tmp_path / "j.xml").getroot().find("testsuite")
     assert suite is not None and (suite.attrib["failures"], suite.attrib["errors"]) == ("1", "1")
 
@@ -397,7 +398,7 @@ def test_a_terminal_gets_the_live_display(tmp_path: Path, fast: Path) -> None:
     assert process.wait(10) == 4
     text = screen.decode(errors="replace")
     assert "\x1b[" in text  # cursor control: a live display, not log lines
-    assert "3/3" in text and "done=2 failed=1" in text
+    assert "3/3" in text and "succeeded=2 failed=1" in text
     assert "FAILED t-bad: EXECUTION_FAILED" in text
     assert not any(PLAIN_LINE.match(line.strip()) for line in text.splitlines())
 

@@ -386,3 +386,60 @@ def test_the_runner_image_names_the_mount_a_missing_attachment_needs(docker_clie
     assert ran.returncode == 2, ran.stderr
     assert "start it with `-v HOSTPATH:/srv/corpus`" in ran.stderr
     assert json.loads(ran.stdout)["error"]["code"] == "INVALID_ATTACHMENTS"
+
+
+# --- batch bookkeeping ------------------------------------------------------------------------
+
+
+def store_with(path: Path, rows: dict[str, tuple[str, str]]) -> None:
+    """A result store of finished rows of manifest ``m``: id -> (input digest, status)."""
+    from runner.batch.store import RowResult, Store
+
+    store = Store(path)
+    try:
+        for line, (row_id, (digest, status)) in enumerate(rows.items()):
+            store.queue({
+                "id": row_id, "manifest": "m", "line": line, "key": f"k-{row_id}-{digest}",
+                "input_digest": digest, "target": "image", "image_id": None,
+            })  # fmt: skip
+            store.finish("m", row_id, RowResult(status), seconds=0.1)
+    finally:
+        store.close()
+
+
+def test_batch_diff_reports_added_removed_and_input_changed_rows(tmp_path: Path) -> None:
+    store_with(tmp_path / "old.sqlite", {"same": ("d1", "succeeded"), "gone": ("d2", "failed"),
+                                         "edited": ("d3", "succeeded")})  # fmt: skip
+    store_with(tmp_path / "new.sqlite", {"same": ("d1", "succeeded"), "fresh": ("d4", "failed"),
+                                         "edited": ("d5", "succeeded")})  # fmt: skip
+    changed = flow_runner(
+        "batch", "diff", str(tmp_path / "old.sqlite"), str(tmp_path / "new.sqlite"), "--json"
+    )
+    assert changed.returncode == 1, changed.stderr
+    kinds = {e["id"]: e["kind"] for e in map(json.loads, changed.stdout.splitlines())}
+    assert kinds == {"fresh": "added", "gone": "removed", "edited": "input-changed"}
+    text = flow_runner("batch", "diff", str(tmp_path / "old.sqlite"), str(tmp_path / "new.sqlite"))
+    assert "m/gone: removed: status 'failed' -> None" in text.stdout
+
+
+@pytest.mark.docker
+def test_a_batch_ends_with_its_exit_status_and_why(docker_client: Any, tmp_path: Path) -> None:
+    """Halted, and resumed with nothing left to run: the last line says why it exits 4."""
+    rows = [
+        {"id": f"r{i}", "image": FAKE_IMAGE, "command": ["python3", FAKE_SCRIPT, "exit7-silent"]}
+        for i in range(3)
+    ]
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    args = ["batch", str(manifest), "--results", str(tmp_path / "r.sqlite"), "--jobs", "1"]
+    halted = flow_runner(*args, "--halt-on-failure", "1", "--prepare", "0")
+    assert halted.returncode == 4
+    last = halted.stderr.splitlines()[-1]
+    assert "exit status 4: halted by --halt-on-failure; 2 row(s) not run" in last, last
+    assert "succeeded=0 failed=1 infra-failed=0" in last
+    flow_runner(*args)  # the other two run and fail
+    resumed = flow_runner(*args)
+    assert resumed.returncode == 4
+    last = resumed.stderr.splitlines()[-1]
+    assert "finished: 3 row(s), 0 run now, 3 kept from earlier runs" in last, last
+    assert "3 row(s) failed, all in earlier runs (--rerun failed runs them again)" in last

@@ -69,26 +69,49 @@ def _keep_existing(out: Store, row: Any) -> bool:
 
 
 def diff(old: Path, new: Path) -> Iterator[dict[str, Any]]:
-    """Rows with the same id and input whose status, outcome, error code or output changed.
+    """What changed from ``old`` to ``new``, row by row (by id), finished rows only.
 
-    Rows are matched by id and input digest (not by key: the key changes with the image
-    and the runner, which is what a regression report compares).
+    Each entry has ``kind``: ``changed`` (same input; its status, outcome, error code or
+    output differ: ``changed`` names them), ``input-changed`` (the row's input differs,
+    and with it whatever else), ``added`` (in ``new`` only) or ``removed`` (in ``old``
+    only). Rows are matched by id (the same manifest's row, and the same input's, first),
+    not by key: the key changes with the image and the runner, which is what a
+    regression report compares.
     """
     a, b = Store(old, create=False), Store(new, create=False)
     fields = ("status", "outcome", "error_code", "output")
     try:
         for row in b.rows("state = 'done'"):
             before = a.db.execute(
-                "SELECT * FROM runs WHERE id = ? AND input_digest = ? AND state = 'done' "
-                "ORDER BY manifest = ? DESC LIMIT 1",  # the same manifest's row first
-                (row["id"], row["input_digest"], row["manifest"]),
+                "SELECT * FROM runs WHERE id = ? AND state = 'done' "
+                "ORDER BY manifest = ? DESC, input_digest = ? DESC LIMIT 1",  # the likeliest
+                (row["id"], row["manifest"], row["input_digest"]),
             ).fetchone()
             if before is None:
+                yield _entry("added", row, {"status": {"old": None, "new": row["status"]}})
                 continue
             changed = {f: {"old": before[f], "new": row[f]} for f in fields if before[f] != row[f]}
-            if changed:
-                yield {"manifest": row["manifest"], "id": row["id"], "changed": changed,
-                       "image_id": {"old": before["image_id"], "new": row["image_id"]}}  # fmt: skip
+            if before["input_digest"] != row["input_digest"]:
+                inputs = {"old": before["input_digest"], "new": row["input_digest"]}
+                yield _entry("input-changed", row, {"input_digest": inputs, **changed}, before)
+            elif changed:
+                yield _entry("changed", row, changed, before)
+        seen = {row["id"] for row in b.rows("state = 'done'")}
+        for row in a.rows("state = 'done'"):
+            if row["id"] not in seen:
+                yield _entry("removed", row, {"status": {"old": row["status"], "new": None}})
     finally:
         a.close()
         b.close()
+
+
+def _entry(
+    kind: str, row: Any, changed: dict[str, Any], before: Any | None = None
+) -> dict[str, Any]:
+    old_image = before["image_id"] if before is not None else None
+    if kind == "removed":
+        old_image, new_image = row["image_id"], None
+    else:
+        new_image = row["image_id"]
+    return {"kind": kind, "manifest": row["manifest"], "id": row["id"], "changed": changed,
+            "image_id": {"old": old_image, "new": new_image}}  # fmt: skip

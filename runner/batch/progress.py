@@ -3,8 +3,9 @@
 On a terminal (``rich``, imported only then) a live bar with done / failed / running /
 retried counts and the ETA, failures printed above it as they happen. Elsewhere (a CI
 log) one plain line every few seconds and a last one at the end, e.g.
-``412/1000 done=400 failed=8 retried=4 running=2 eta 3m``, failures on lines of their
-own. ``quiet`` shows nothing.
+``412/1000 succeeded=400 failed=8 retried=4 running=2 eta 3m`` (the first number counts
+the rows finished, whatever their status), failures on lines of their own, and a closing
+line with the exit status and its reason (:func:`closing`). ``quiet`` shows nothing.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ class Counts:
     total: int = 0
     skipped: int = 0
     done: int = 0
+    """Runs that succeeded (a store row's ``state = done`` means finished, any status)."""
     failed: int = 0
     retried: int = 0
     running: int = 0
@@ -44,7 +46,7 @@ class Counts:
 
     def line(self) -> str:
         return (
-            f"{self.finished}/{self.total} done={self.done} failed={self.failed} "
+            f"{self.finished}/{self.total} succeeded={self.done} failed={self.failed} "
             f"retried={self.retried} running={self.running} eta {self.eta()}"
         )
 
@@ -122,7 +124,7 @@ class Live(Progress):
             self.task,
             total=c.total,
             completed=c.finished,
-            counts=f"done={c.done} failed={c.failed} running={c.running} retried={c.retried}",
+            counts=f"succeeded={c.done} failed={c.failed} running={c.running} retried={c.retried}",
         )
 
     async def show(self) -> None:
@@ -148,3 +150,40 @@ def progress(
     if mode == "rich" or (mode == "auto" and out.isatty()):
         return Live(counts, out, every)
     return Progress(counts, out, every)
+
+
+def closing(
+    statuses: dict[str, int],
+    *,
+    planned: int,
+    queued: int,
+    halted: bool,
+    interrupted: bool,
+    status: int,
+) -> str:
+    """The batch's last line: its rows' final statuses, its exit status and why.
+
+    ``statuses`` counts the final statuses of every row looked at (``planned``), those
+    kept from earlier runs included; ``queued`` of them ran now.
+    """
+    succeeded = statuses.get("succeeded", 0)
+    failed, infra = statuses.get("failed", 0), statuses.get("infra-failed", 0)
+    counts = f"succeeded={succeeded} failed={failed} infra-failed={infra}"
+    kept = planned - queued
+    rows = f"{planned} row(s), {queued} run now" + (
+        f", {kept} kept from earlier runs" if kept else ""
+    )
+    if interrupted:
+        why = "interrupted; the rows not finished run when the batch is run again"
+    elif infra:
+        why = f"{infra} row(s) failed on the engine's side; running the batch again retries them"
+    elif halted:
+        not_run = planned - succeeded - failed - infra
+        why = f"halted by --halt-on-failure; {not_run} row(s) not run"
+    elif failed:
+        why = f"{failed} row(s) failed"
+        if queued == 0:
+            why += ", all in earlier runs (--rerun failed runs them again)"
+    else:
+        why = "every row succeeded"
+    return f"finished: {rows}; {counts}; exit status {status}: {why}"

@@ -156,6 +156,7 @@ def _run_batch(options: object, junit: Path | None, jsonl: Path | None) -> int:
     from runner.batch import (
         BatchControl,
         BatchOptions,
+        BatchResult,
         ManifestError,
         Store,
         StoreError,
@@ -164,13 +165,14 @@ def _run_batch(options: object, junit: Path | None, jsonl: Path | None) -> int:
         write_jsonl,
         write_junit,
     )
+    from runner.batch.progress import closing
     from runner.sandbox.errors import SandboxError
 
     assert isinstance(options, BatchOptions)
     control = BatchControl()
 
-    async def main() -> int | Exception:
-        outcome: int | Exception
+    async def main() -> BatchResult | Exception:
+        outcome: BatchResult | Exception
         async with anyio.create_task_group() as tg:
 
             async def signals() -> None:
@@ -187,16 +189,23 @@ def _run_batch(options: object, junit: Path | None, jsonl: Path | None) -> int:
 
             tg.start_soon(signals)
             try:
-                outcome = (await run_batch(options, control)).exit_status
+                outcome = await run_batch(options, control)
             except (ManifestError, StoreError, SandboxError) as exc:  # not into a group
                 outcome = exc
             tg.cancel_scope.cancel()
         return outcome
 
     collect_from_here()
-    status = anyio.run(main)
-    if isinstance(status, Exception):
-        _fail_usage(str(status))
+    result = anyio.run(main)
+    if isinstance(result, Exception):
+        _fail_usage(str(result))
+    status = result.exit_status
+    if options.progress != "quiet":
+        said = closing(
+            result.statuses, planned=result.planned, queued=result.queued,
+            halted=result.halted, interrupted=result.interrupted, status=status,
+        )  # fmt: skip
+        notice(f"flow-runner batch: {said}")
     name = manifest_name(options.manifest)
     store = Store(options.results)
     try:
@@ -255,7 +264,8 @@ def batch_diff(
     new: Annotated[Path, typer.Argument(help="The later result store.")],
     json_: Annotated[bool, typer.Option("--json", help="One JSON object a changed row.")] = False,
 ) -> None:
-    """List rows (same id and input) whose status, outcome, error code or output changed.
+    """List finished rows whose status, outcome, error code or output changed, and rows
+    added, removed or given another input (matched by id).
 
     Exit status 0 when nothing changed, 1 when some row did (like diff(1)).
     """
@@ -273,7 +283,8 @@ def batch_diff(
             parts = ", ".join(
                 f"{name} {c['old']!r} -> {c['new']!r}" for name, c in entry["changed"].items()
             )
-            typer.echo(f"{entry['manifest']}/{entry['id']}: {parts}")
+            kind = "" if entry["kind"] == "changed" else f"{entry['kind']}: "
+            typer.echo(f"{entry['manifest']}/{entry['id']}: {kind}{parts}")
     except StoreError as exc:
         _fail_usage(str(exc))
     raise typer.Exit(1 if changed else 0)
