@@ -443,3 +443,15 @@ def test_a_batch_ends_with_its_exit_status_and_why(docker_client: Any, tmp_path:
     last = resumed.stderr.splitlines()[-1]
     assert "finished: 3 row(s), 0 run now, 3 kept from earlier runs" in last, last
     assert "3 row(s) failed, all in earlier runs (--rerun failed runs them again)" in last
+
+
+def test_batch_report_takes_the_store_as_batch_run_names_it(tmp_path: Path) -> None:
+    """``--results FILE`` (as ``batch run`` has it), the argument, or the default file."""
+    store_with(tmp_path / "flow-runner-results.sqlite", {"a": ("d1", "succeeded")})
+    for args in (["--results", "flow-runner-results.sqlite"], ["flow-runner-results.sqlite"], []):
+        shown = subprocess.run(
+            [*CLI, "batch", "report", "--json", *args], cwd=tmp_path, capture_output=True,
+            text=True, timeout=60, check=False, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )  # fmt: skip
+        assert shown.returncode == 0, (args, shown.stderr)
+        assert json.loads(shown.stdout)["manifests"] == {"m": {"succeeded": 1, "total": 1}}

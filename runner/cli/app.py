@@ -8,11 +8,16 @@ imported inside the commands, so that ``--help`` and ``--version`` are instant a
 ``exec`` pays only for what it uses.
 
 Exit status of ``exec``: 0 outcome ``done``; 3 a declared custom outcome; 124
-``DEADLINE_EXCEEDED``; 130 ``CANCELLED`` by the user; 4 any other Run failure (a container
-removed by someone else included); 5 infrastructure failure: the engine failed or went
-away during the run, retrying may succeed; 2 bad usage or configuration (nothing was run).
+``DEADLINE_EXCEEDED``; 130 ``CANCELLED`` by the user (a Ctrl-C before the run started
+included); 4 any other Run failure (a container removed by someone else included); 5
+infrastructure failure: the engine failed or went away during the run, retrying may
+succeed; 2 refused before any container existed (bad usage, an output path that cannot
+be written, a configuration, profile or package error, an input, settings or attachments
+the package refuses, a missing image or engine): ``exec`` then prints the same
+``{"error": ...}`` line as a failed run, its code naming the check (:class:`UsageError`).
 Of ``batch``: 0 every run succeeded (``done`` or a declared outcome), 4 some run failed, 5
-some run infra-failed, 130 interrupted, 2 bad usage (nothing ran).
+some run infra-failed, 130 interrupted, 2 bad usage (nothing ran); its last line says
+which and why.
 """
 
 from __future__ import annotations

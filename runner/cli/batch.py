@@ -220,7 +220,14 @@ def _run_batch(options: object, junit: Path | None, jsonl: Path | None) -> int:
 
 @batch_app.command("report")
 def batch_report(
-    results: Annotated[Path, typer.Argument(help="A batch result store.")],
+    results: Annotated[
+        Path | None,
+        typer.Argument(help="A batch result store (default: flow-runner-results.sqlite)."),
+    ] = None,
+    results_option: Annotated[
+        Path | None,
+        typer.Option("--results", help="The store, named as `batch run --results` names it."),
+    ] = None,
     json_: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Print the summary of a result store: counts by status, rows not succeeded."""
@@ -228,6 +235,9 @@ def batch_report(
 
     from runner.batch import Store, StoreError, print_summary, summary
 
+    if results is not None and results_option is not None and results != results_option:
+        _fail_usage(f"two stores given ({results} and --results {results_option}); give one")
+    results = results or results_option or Path("flow-runner-results.sqlite")
     try:
         store = Store(results, create=False)
     except StoreError as exc:
