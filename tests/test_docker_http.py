@@ -148,8 +148,12 @@ def reset(conn: socket.socket, _request: bytes) -> None:
         (reply(b"SSH-2.0-OpenSSH\r\n\r\n"), "not an HTTP status"),
         (reply(chunked("200 OK", b"x" * 50)[:-5]), "ended before its body did"),
         (reply(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n-5\r\nhello\r\n0\r\n\r\n"),
-         "chunk size"),
+         "chunk header"),
         (reply(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nnot json"), "not JSON"),
+        (reply(b"HTTP/1.1 200 OK\r\nno colon\r\nContent-Length: 2\r\n\r\n{}"),
+         "not an HTTP status and head"),
+        (reply(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}"),
+         "not an HTTP status and head"),
     ],
 )  # fmt: skip
 @pytest.mark.anyio

@@ -1,28 +1,25 @@
 """The engine's HTTP API, spoken directly for the calls every run makes.
 
-docker-py sends each call through requests and urllib3 in a worker thread: about 1 ms of
-runner CPU per call (the environment searched for proxies and ``.netrc``, a connection
-pool made per URL, which for a new container id is a new connection anyway, and the
-thread's hand-off), and on a loaded machine that CPU is taken from the engine starting
-the next containers. A run makes five such calls (create, attach, start, inspect,
-remove). Here each is one HTTP/1.1 request on a connection of its own (``Connection:
-close``), written and read in the event loop; about 0.1 ms. The attach request, whose
-connection becomes the component's stdio, is made on a blocking socket in a worker
-thread, as docker-py made it.
+Each call (create, attach, start, inspect, remove, the sweep's list) is one HTTP/1.1
+request on a connection of its own (``Connection: close``), written and read in the
+event loop; h11 reads the reply. docker-py is not used for them: its client (requests,
+urllib3, a worker thread per call) costs a cold start its import and each call CPU that
+a loaded machine takes from the engine starting containers (bench/README.md). The attach
+request, whose connection becomes the component's stdio, is made on a blocking socket in
+a worker thread.
 
 Only the transports the Docker backend supports are spoken: the engine's unix socket and
 a plain ``tcp://`` address (the attach connection must be a plain socket, read with async
-I/O). docker-py still makes the rare calls (``info``, an image's archive, the runner's own
-container) and is the client of an address this module does not read as docker-py would
-(see :func:`plain_address`); this module knows only HTTP. A process that needs no rare
-call never imports docker-py (about 60 ms of a cold start): :meth:`EngineHttp.from_env`
-finds the engine and negotiates the API version as ``docker.from_env()`` does.
+I/O). docker-py makes the rare calls (``info``, an image's archive, the runner's own
+container) and is the client of any address :func:`plain_address` cannot read as
+docker-py would; :meth:`EngineHttp.from_env` finds the engine and negotiates the API
+version as ``docker.from_env()`` does.
 
-A call runs to its end, shielded from cancellation and bounded by the client's timeout,
-as a call in a worker thread did: a create whose answer is lost to a cancellation would
-leave a container nobody knows the id of. What the engine said comes back as a
-:class:`Reply`, whatever its status; an engine that does not answer (refused, reset,
-closed early, too slow, garbled) is :class:`NoAnswer`.
+A call runs to its end, shielded from cancellation and bounded by the client's timeout:
+a create whose answer is lost to a cancellation would leave a container nobody knows the
+id of. What the engine said comes back as a :class:`Reply`, whatever its status; an
+engine that does not answer (refused, reset, closed early, too slow, garbled) is
+:class:`NoAnswer`.
 """
 
 from __future__ import annotations
@@ -37,13 +34,13 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import anyio
+import h11
 
 MAX_REPLY_BYTES = 64 << 20
 """Bytes of one reply read at most (an inspect document is a few KiB)."""
 MAX_HEAD_BYTES = 64 << 10
 """Bytes of a reply's status line and headers read at most."""
 _USER_AGENT = "flow-runner"
-_HEX = b"0123456789abcdefABCDEF"
 DEFAULT_SOCKET: Final = "/var/run/docker.sock"
 DEFAULT_TIMEOUT: Final = 60.0
 """docker-py's ``DEFAULT_TIMEOUT_SECONDS``, the timeout of ``docker.from_env()``."""
@@ -146,11 +143,11 @@ class EngineHttp:
     ) -> Reply:
         """Send one request (``body`` as JSON) and read the whole reply, within
         ``timeout`` seconds (default: the client's)."""
-        request = self._request(method, path, query, body)
+        exchange = self._exchange_of(method, path, query, body)
         limit = self.timeout if timeout is None else timeout
         try:
             with anyio.fail_after(limit, shield=True):
-                return await self._exchange(request)
+                return await self._exchange(exchange)
         except TimeoutError as exc:
             raise NoAnswer(f"no answer in {limit:.3g} s") from exc
 
@@ -165,13 +162,9 @@ class EngineHttp:
         """:meth:`call`, blocking, for a caller outside the event loop (the sweep)."""
         sock = self._connect_blocking()
         try:
-            sock.sendall(self._request(method, path, query, None, versioned=versioned))
-            reader = ReplyReader()
-            while True:
-                chunk = sock.recv(1 << 16)
-                reply = reader.feed(chunk) if chunk else reader.end()
-                if reply is not None:
-                    return reply
+            exchange = self._exchange_of(method, path, query, None, versioned=versioned)
+            sock.sendall(exchange.request)
+            return _reply_blocking(sock, exchange)
         except TimeoutError as exc:
             raise NoAnswer(f"no answer in {self.timeout:g} s") from exc
         except OSError as exc:
@@ -188,18 +181,17 @@ class EngineHttp:
         sock = self._connect_blocking()
         try:
             sock.settimeout(self.timeout)
-            sock.sendall(self._request("POST", path, query, None, upgrade=True))
-            reader = ReplyReader()
-            while reader.status is None:
+            exchange = self._exchange_of("POST", path, query, None, upgrade=True)
+            sock.sendall(exchange.request)
+            while exchange.status is None:
                 chunk = sock.recv(MAX_HEAD_BYTES)
-                if not chunk:
-                    raise NoAnswer("the engine closed the connection before its reply")
-                reader.feed(chunk, head_only=True)
-            status = reader.status
+                exchange.feed(chunk, head_only=True) if chunk else exchange.end()
+            status = exchange.status
             if status not in (101, 200):
+                refusal = _reply_blocking(sock, exchange)
                 sock.close()
-                return None, Reply(status, reader.partial())
-            if reader.pending:  # the stream starts only when the container does, after this
+                return None, refusal
+            if exchange.pending:  # the stream starts only when the container does, after this
                 raise NoAnswer("the engine sent stream bytes before the container started")
             sock.settimeout(None)
             return sock, Reply(status, b"")
@@ -210,7 +202,7 @@ class EngineHttp:
             sock.close()
             raise
 
-    def _request(
+    def _exchange_of(
         self,
         method: str,
         path: str,
@@ -219,23 +211,27 @@ class EngineHttp:
         *,
         upgrade: bool = False,
         versioned: bool = True,
-    ) -> bytes:
+    ) -> Exchange:
         target = urllib.parse.quote(path, safe="/:")
         if versioned:
             target = f"/v{self.version}{target}"
         if query:
             target += "?" + urllib.parse.urlencode(query)
-        lines = [f"{method} {target} HTTP/1.1", "Host: docker", f"User-Agent: {_USER_AGENT}"]
-        lines += ["Connection: Upgrade", "Upgrade: tcp"] if upgrade else ["Connection: close"]
+        headers = [("Host", "docker"), ("User-Agent", _USER_AGENT)]
+        headers += (
+            [("Connection", "Upgrade"), ("Upgrade", "tcp")]
+            if upgrade
+            else [("Connection", "close")]
+        )
         payload = b""
         if body is not None:
             payload = json.dumps(body).encode()
-            lines.append("Content-Type: application/json")
+            headers.append(("Content-Type", "application/json"))
         if body is not None or method == "POST":
-            lines.append(f"Content-Length: {len(payload)}")
-        return ("\r\n".join(lines) + "\r\n\r\n").encode() + payload
+            headers.append(("Content-Length", str(len(payload))))
+        return Exchange(method, target, headers, payload)
 
-    async def _exchange(self, request: bytes) -> Reply:
+    async def _exchange(self, exchange: Exchange) -> Reply:
         """Write the request and read the reply on a socket of its own.
 
         The socket is read directly, woken by the event loop only when it is readable,
@@ -248,20 +244,19 @@ class EngineHttp:
         except OSError as exc:
             raise NoAnswer(str(exc) or type(exc).__name__) from exc
         try:
-            view = memoryview(request)
+            view = memoryview(exchange.request)
             while view:
                 try:
                     view = view[sock.send(view) :]
                 except BlockingIOError:
                     await anyio.wait_writable(sock.fileno())
-            reader = ReplyReader()
             while True:
                 try:
                     chunk = sock.recv(1 << 16)
                 except BlockingIOError:
                     await anyio.wait_readable(sock.fileno())
                     continue
-                reply = reader.feed(chunk) if chunk else reader.end()
+                reply = exchange.feed(chunk) if chunk else exchange.end()
                 if reply is not None:
                     return reply
         except OSError as exc:
@@ -306,116 +301,84 @@ class EngineHttp:
             raise NoAnswer(str(exc) or type(exc).__name__) from exc
 
 
-def _head(head: bytes) -> tuple[int, dict[str, str]]:
-    """The status and the headers (names lower-cased) of a reply's head."""
-    status_line, *header_lines = head.decode("latin-1").split("\r\n")
-    version, _, rest = status_line.partition(" ")
-    code = rest[:3]
-    if not version.startswith("HTTP/1.") or not code.isdigit():
-        raise NoAnswer(f"the engine's reply starts {status_line[:80]!r}, not an HTTP status")
-    headers = {}
-    for line in header_lines:
-        name, _, value = line.partition(":")
-        headers[name.strip().lower()] = value.strip()
-    return int(code), headers
+def _reply_blocking(sock: socket.socket, exchange: Exchange) -> Reply:
+    """The rest of ``exchange``'s reply, read from a blocking socket."""
+    while True:
+        chunk = sock.recv(1 << 16)
+        reply = exchange.feed(chunk) if chunk else exchange.end()
+        if reply is not None:
+            return reply
 
 
-class ReplyReader:
-    """An HTTP/1.1 reply read incrementally: its head, then its body by its framing
-    (``Content-Length``, chunks, or the end of the connection), each byte looked at once.
-    Anything that is not such a reply, or exceeds the bounds, is :class:`NoAnswer`."""
+class Exchange:
+    """One request on a connection of its own and its reply, as h11 reads HTTP/1.1:
+    the reply's head, then its body by its framing (``Content-Length``, chunks, or the
+    end of the connection). Anything that is not such a reply, or exceeds the bounds,
+    is :class:`NoAnswer`."""
 
-    def __init__(self) -> None:
-        self._data = bytearray()
-        self._scanned = 0
-        self._size = 0
+    def __init__(
+        self, method: str, target: str, headers: list[tuple[str, str]], payload: bytes
+    ) -> None:
+        self._connection = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD_BYTES)
+        events: list[h11.Request | h11.Data] = [
+            h11.Request(method=method, target=target, headers=headers)
+        ]
+        events += [h11.Data(data=payload)] if payload else []
+        self.request: bytes = b"".join(
+            self._connection.send(event) or b"" for event in [*events, h11.EndOfMessage()]
+        )
+        """The request's bytes, to write before reading the reply."""
         self.status: int | None = None
-        self._headers: dict[str, str] = {}
+        self._size = 0
         self._body = bytearray()
-        self._chunks_done = False
 
     @property
     def pending(self) -> bool:
-        """True if bytes beyond the head were received and not yet taken as body."""
-        return bool(self._data)
+        """True if bytes beyond the reply's head were received and not yet taken."""
+        return bool(self._connection.trailing_data[0])
 
     def feed(self, chunk: bytes, *, head_only: bool = False) -> Reply | None:
         """Take ``chunk``; the reply once it is complete (never with ``head_only``)."""
         self._size += len(chunk)
         if self._size > MAX_REPLY_BYTES:
             raise NoAnswer(f"the engine's reply exceeds {MAX_REPLY_BYTES} bytes")
-        self._data += chunk
-        if self.status is None and not self._read_head():
-            return None
-        if head_only:
-            return None
-        return self._complete()
+        self._connection.receive_data(chunk)
+        return self._next(head_only)
 
     def end(self) -> Reply:
         """The connection ended: the reply, if it was complete."""
-        if self.status is None:
+        if self.status is None and not self._connection.trailing_data[0]:
             raise NoAnswer("the engine closed the connection before its reply")
-        reply = self._complete()
-        if reply is not None:
-            return reply
-        if self._length() is None and not self._chunked():
-            return Reply(self.status, bytes(self._data))  # the body ends with the connection
-        raise NoAnswer("the engine's reply ended before its body did")
+        self._connection.receive_data(b"")
+        reply = self._next(False, ended=True)
+        assert reply is not None  # at the end of the input h11 finishes or refuses
+        return reply
 
-    def partial(self) -> bytes:
-        """What body was received so far (for a refusal's message)."""
-        self._complete()
-        return bytes(self._body) if self._chunked() else bytes(self._data)
-
-    def _read_head(self) -> bool:
-        end = self._data.find(b"\r\n\r\n", max(0, self._scanned - 3))
-        if end < 0:
-            self._scanned = len(self._data)
-            if self._scanned > MAX_HEAD_BYTES:
-                raise NoAnswer(f"the engine's reply head exceeds {MAX_HEAD_BYTES} bytes")
-            return False
-        self.status, self._headers = _head(bytes(self._data[:end]))
-        del self._data[: end + 4]
-        return True
-
-    def _length(self) -> int | None:
-        length = self._headers.get("content-length")
-        if length is None:
-            return None
-        if not length.isdigit():
-            raise NoAnswer(f"the engine's reply has Content-Length {length[:40]!r}")
-        return int(length)
-
-    def _chunked(self) -> bool:
-        return "chunked" in self._headers.get("transfer-encoding", "").lower()
-
-    def _complete(self) -> Reply | None:
-        assert self.status is not None
-        if self.status < 200 or self.status in (204, 304):
-            return Reply(self.status, b"")
-        if self._chunked():
-            return Reply(self.status, bytes(self._body)) if self._dechunk() else None
-        length = self._length()
-        if length is None or len(self._data) < length:
-            return None
-        return Reply(self.status, bytes(self._data[:length]))
-
-    def _dechunk(self) -> bool:
-        """Move whole chunks from the received bytes to the body; True at the last one."""
-        while not self._chunks_done:
-            end = self._data.find(b"\r\n")
-            if end < 0:
-                return False
-            size_text = bytes(self._data[:end]).split(b";", 1)[0].strip()
-            if not size_text or size_text.strip(_HEX) or len(size_text) > 16:
-                raise NoAnswer(f"the engine's reply has chunk size {size_text[:40]!r}")
-            size = int(size_text, 16)
-            if len(self._data) < end + 2 + size + 2:
-                return False
-            self._body += self._data[end + 2 : end + 2 + size]
-            del self._data[: end + 2 + size + 2]
-            self._chunks_done = size == 0
-        return True
+    def _next(self, head_only: bool, *, ended: bool = False) -> Reply | None:
+        try:
+            while True:
+                event = self._connection.next_event()
+                if isinstance(event, h11.Response) or (
+                    isinstance(event, h11.InformationalResponse) and event.status_code == 101
+                ):
+                    self.status = event.status_code
+                    if head_only or self.status == 101:
+                        return None
+                elif isinstance(event, h11.Data):
+                    self._body += event.data
+                elif isinstance(event, h11.EndOfMessage):
+                    assert self.status is not None
+                    return Reply(self.status, bytes(self._body))
+                elif not isinstance(event, h11.InformationalResponse):
+                    return None  # NEED_DATA, or PAUSED after a switch of protocols
+        except h11.RemoteProtocolError as exc:
+            if self.status is None:
+                what = "is not an HTTP status and head"
+            elif ended:
+                what = "ended before its body did"
+            else:
+                what = "has a malformed body"
+            raise NoAnswer(f"the engine's reply {what} ({exc})") from exc
 
 
 def plain_address(environ: Mapping[str, str]) -> tuple[str | None, str, int] | None:
