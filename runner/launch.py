@@ -3,14 +3,14 @@
 This module and what it imports first are the standard library's cheapest parts and
 :mod:`runner.warm`'s client: with no socket directory (no warm runner was ever started)
 the hand-off costs one ``lstat``; with one, a digest of the installation and a
-connection. Refused or not found, the command runs in this process, as it always did:
+connection. Refused or not found, the command runs in this process:
 :func:`runner.cli.main`, imported only then. ``daemon serve`` is the warm runner itself
 (:mod:`runner.warm.server`), reached here before any command-line parsing.
 
 A command run here starts with Python's cyclic garbage collector paused: its imports
-make ~200,000 objects that live as long as the process, and the collector's passes over
-them cost a cold ``exec`` ~15 ms (about 3 % of it). The command turns the collector on,
-with what was made so far frozen out of its passes, just before its event loop starts
+make objects that live as long as the process, and passes over them would only cost a
+cold ``exec`` time. The command turns the collector on, with what was made so far frozen
+out of its passes, just before its event loop starts
 (:func:`runner.cli.app.collect_from_here`), so a run is collected as ever.
 """
 
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 def main() -> NoReturn:
     """Hand the command to a warm runner, else run it here.
 
-    A Ctrl-C that comes before a command has its own handlers (its imports take ~0.2 s)
+    A Ctrl-C that comes before a command has its own handlers (during its imports)
     ends it with status 130 (the status of a Ctrl-C'd run) and no traceback. Nothing is
     left: before the event loop no container exists, and in the loop before the run's
     handlers, the loop cancels the run (its cleanup removes what it made) before the

@@ -3,8 +3,8 @@
 anyio's streams spend at least one more event-loop turn on every ``send`` (a checkpoint
 after the write, and for the attach socket a lock around it), and asyncio's subprocess
 pipes hand every read to the loop once more before a reader sees it. The host's answers
-are one small write each and its requests one small read: those turns were a large part
-of what a call or a channel item cost (bench/calls.py, bench/channels.py).
+are one small write each and its requests one small read, so those turns would be a large
+part of what a call or a channel item costs (bench/calls.py, bench/channels.py).
 
 - :class:`StdinWriter` writes at once while the transport's buffer is under
   :data:`WRITE_LIMIT` and waits, in arrival order, only while it is over (the component

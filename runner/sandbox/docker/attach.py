@@ -16,10 +16,8 @@ turn; stdin is a :class:`StdinWriter` (no lock, no checkpoint while the buffer h
 room). Half-closing stdin is a ``shutdown(SHUT_WR)`` on the socket, which the engine
 turns into EOF for the component (``StdinOnce``).
 
-This replaces anyio's socket stream, whose every receive added the socket to the selector
-and removed it again and whose every send took one more loop turn, and a reader that was
-woken after every read of the socket whether or not its stream had bytes
-(bench/channels.py).
+Not anyio's socket stream: its every receive adds the socket to the selector and removes
+it again, and its every send takes one more loop turn (bench/channels.py).
 """
 
 from __future__ import annotations
@@ -49,13 +47,10 @@ tail of it): past this the socket is not read either."""
 READ_BYTES = 1 << 16
 """The most the socket is read at once, into a buffer kept for the connection.
 
-asyncio's own socket reads allocate a fresh 256 KiB bytes object for every read; until
-glibc raises its mapping threshold (once the process has freed a mapped block that
-large), it maps that memory in and out each time: ~20 µs of system time per read, against
-~1 µs for 64 KiB, and 61–76 µs against 22–25 per line of a blocking echo over an attach
-socket (bench/README.md, "sixth session"). Reading into one buffer of 64 KiB, and copying
-out only what arrived (under glibc's 128 KiB threshold), never costs it; a large frame
-takes more reads, each far cheaper."""
+asyncio's own socket reads allocate a fresh 256 KiB bytes object for every read, which
+glibc maps in and out each time until it raises its mapping threshold (bench/README.md,
+"sixth session"). Reading into one buffer of 64 KiB, and copying out only what arrived
+(under glibc's 128 KiB threshold), never does."""
 _HEADER = struct.Struct(">BxxxL")
 
 
