@@ -357,21 +357,32 @@ def test_k8s_batch_indexed_job(tmp_path: Path) -> None:
     assert [(r["id"], r["line"], r["input"], r["deadline"]) for r in rows] == [
         ("a", 1, 1, "300000ms"), ("b", 3, 2, "600000ms")]  # fmt: skip
     bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"id": "a", "image": "other:2"}\n{"id": "a"}\n{"id": "B"}\nnot json\n')
+    bad.write_text('{"id": "a", "image": "other:2"}\n{"id": "a"}\n{"id": "B"}\nnot json\n'
+                   '{"id": "f", "flow": "x"}\n{"id": "g", "attach": ["x=/tmp:ro"]}\n')  # fmt: skip
     refused = cli("k8s", "batch", str(bad), "--image", "img:1", "--command", "run")
     assert refused.returncode == 2
-    for text in (b"line 1: image", b"line 2: id 'a' is already on line 1", b"line 3: id",
-                 b"line 4:"):  # fmt: skip
+    for text in (b"line 1: image", b"line 2: id: 'a' is already on line 1", b"line 3: id",
+                 b"line 4:", b"line 5: flow: an Indexed Job runs the image of --image; run "
+                 b"flows with flow-runner batch", b"line 6: attach: give attachments as "
+                 b"volumes with k8s batch --attach"):  # fmt: skip
         assert text in refused.stderr
 
 
-def test_input_digest_is_batchs() -> None:
-    """``batch diff`` matches rows by it: it must be the batch store's own digest."""
+def test_batch_rows_are_keyed_as_batch_keys_them(tmp_path: Path) -> None:
+    """A row's key is batch's key document (the deadline in it: a row that ran out of
+    time may finish with more), and its input digest the batch store's, by which
+    ``batch diff`` matches rows."""
     from runner.batch import keys
-    from runner.batch.manifest import Row
+    from runner.batch.manifest import Defaults, check
 
-    row = Row(1, "a", "img", None, {"x": 1}, {"s": 2}, (), 1.0, None, None)
-    assert manifests.input_digest({"x": 1}, {"s": 2}) == keys.input_digest(row)
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text('{"id": "a", "input": {"x": 1}}\n{"id": "b", "input": {"x": 1}, '
+                        '"deadline": "10m"}\n')  # fmt: skip
+    spec = manifests.JobSpec("img:1", ("run",), load_profile("default"), 300.0)
+    rows = [json.loads(x) for x in manifests.batch_rows(manifest, spec).lines]
+    assert rows[0]["key"] != rows[1]["key"]
+    batch_rows = check(manifest, Defaults(image="img:1"), None)
+    assert [r["inputDigest"] for r in rows] == [keys.input_digest(r) for r in batch_rows]
 
 
 def test_profile_notes_cover_what_a_pod_cannot_set() -> None:

@@ -149,15 +149,10 @@ class Keys:
 
     def document(self, row: Row) -> dict[str, JSONValue]:
         """Everything the row's result depends on, as a JSON/1 object."""
-        doc: dict[str, JSONValue] = {
-            "flow-runner": __version__,
-            "input": row.input,
-            "settings": row.settings,
-            "deadline": row.deadline,  # a row that ran out of time may finish with more
-        }
         if row.flow is not None:
             config = self._config
             assert config is not None
+            doc = _run_document(row.input, row.settings, row.deadline)
             doc["flow"] = row.flow
             doc["config"] = self._share(config, lambda: config_document(config, self._digests))
             doc["images"] = {
@@ -168,16 +163,17 @@ class Keys:
             return doc
         assert row.image is not None and row.profile is not None
         profile = row.profile
-        doc["image"] = self._image_ids(row.image) or f"missing:{row.image}"
-        doc["profile"] = self._share(profile, profile.as_json)
         seccomp = profile.seccomp_json
-        if seccomp is not None:  # the profile names its file; this is what the file says
-            doc["seccomp"] = self._share(
-                seccomp, lambda: hashlib.sha256(seccomp.encode()).hexdigest()
-            )
-        doc["command"] = list(row.command) if row.command is not None else None
-        doc["attachments"] = [_attachment(att, self._digests) for att in row.attachments]
-        return doc
+        return image_document(
+            self._image_ids(row.image) or f"missing:{row.image}",
+            self._share(profile, profile.as_json),
+            None if seccomp is None else self._share(seccomp, lambda: _seccomp_digest(seccomp)),
+            row.command,
+            [_attachment(att, self._digests) for att in row.attachments],
+            row.input,
+            row.settings,
+            row.deadline,
+        )
 
     def _share(self, owner: object, value: Callable[[], JSONValue]) -> JSONValue:
         """``owner``'s JSON value, made (and encoded) on first use; kept with ``owner``,
@@ -194,6 +190,45 @@ class Keys:
         if encoded is not None and encoded[0] is value:
             return encoded[1]
         return json1.canonical(value)
+
+
+def image_document(
+    image: str,
+    profile: JSONValue,
+    seccomp: JSONValue,
+    command: tuple[str, ...] | None,
+    attachments: list[JSONValue],
+    value: JSONValue,
+    settings: dict[str, JSONValue],
+    deadline: float,
+) -> dict[str, JSONValue]:
+    """The key document of a run of an image: ``image`` as the caller can name it (its
+    id where an engine has it), the profile's effective settings (``as_json``) and its
+    seccomp file's digest, the command, each attachment as the caller identifies it, the
+    input, settings and deadline, and flow-runner's version."""
+    doc = _run_document(value, settings, deadline)
+    doc["image"] = image
+    doc["profile"] = profile
+    if seccomp is not None:  # the profile names its file; this is what the file says
+        doc["seccomp"] = seccomp
+    doc["command"] = list(command) if command is not None else None
+    doc["attachments"] = attachments
+    return doc
+
+
+def _run_document(
+    value: JSONValue, settings: dict[str, JSONValue], deadline: float
+) -> dict[str, JSONValue]:
+    return {
+        "flow-runner": __version__,
+        "input": value,
+        "settings": settings,
+        "deadline": deadline,  # a row that ran out of time may finish with more
+    }
+
+
+def _seccomp_digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _attachment(att: Attachment, digests: Digests) -> JSONValue:
@@ -249,7 +284,7 @@ def _profile(config: HostConfig, backend: str, profile: str) -> JSONValue:
     seccomp = loaded.seccomp_json
     return {
         "settings": loaded.as_json(),
-        "seccomp": hashlib.sha256(seccomp.encode()).hexdigest() if seccomp is not None else None,
+        "seccomp": _seccomp_digest(seccomp) if seccomp is not None else None,
     }
 
 

@@ -11,7 +11,7 @@ in for every field a line leaves out, so a line can be just ``{"id": "case-7"}``
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -32,6 +32,7 @@ FIELDS = ("id", "image", "flow", "input", "settings", "attach", "deadline", "pro
 MAX_LINE = 16 << 20
 """Bytes in one manifest line; a longer line is refused (a run's input cannot be larger)."""
 _Bad = Callable[[str, str], None]
+_Refuse = Callable[[dict[str, JSONValue]], Iterable[tuple[str, str]]]
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,9 @@ class Defaults:
     settings: dict[str, JSONValue] = field(default_factory=dict)
     attach: tuple[str, ...] = ()
     deadline: str = "5m"
-    profile: str = "default"
+    profile: str | SandboxProfile = "default"
+    """A profile's name or path, or the profile itself (a row may also name it by its
+    ``name``)."""
     command: tuple[str, ...] | None = None
     user: str | None = None
     """``UID[:GID]`` every image row's container runs as instead of its profile's user
@@ -96,10 +99,15 @@ class ManifestError(ValueError):
 class _Reader:
     """Turns raw lines into rows; caches profiles so 100,000 lines load each file once."""
 
-    def __init__(self, defaults: Defaults, config: HostConfig | None) -> None:
+    def __init__(
+        self, defaults: Defaults, config: HostConfig | None, refuse: _Refuse | None = None
+    ) -> None:
         self.defaults = defaults
         self.config = config
+        self.refuse = refuse
         self._profiles: dict[str, SandboxProfile | str] = {}
+        if isinstance(defaults.profile, SandboxProfile):
+            self._profiles[defaults.profile.name] = defaults.profile
 
     def profile(self, name: str) -> SandboxProfile:
         cached = self._profiles.get(name)
@@ -132,6 +140,11 @@ class _Reader:
         if not isinstance(value, dict):
             bad("(line)", 'not a JSON object; write {"id": ..., ...}')
             return None
+        if self.refuse is not None:
+            refused = dict(self.refuse(value))
+            for name, message in refused.items():
+                bad(name, message)
+            value = {name: v for name, v in value.items() if name not in refused}
         before = len(problems)
         for name in value:
             if name not in FIELDS:
@@ -158,7 +171,8 @@ class _Reader:
         profile = None
         if flow is None:
             try:
-                profile = self.profile(_text(value.get("profile", d.profile), "profile"))
+                given = d.profile if isinstance(d.profile, str) else d.profile.name
+                profile = self.profile(_text(value.get("profile", given), "profile"))
             except ValueError as exc:
                 bad("profile", str(exc))
         elif flow_config is not None:
@@ -246,14 +260,21 @@ def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
 
 
 def check(
-    path: Path, defaults: Defaults, config: HostConfig | None, *, limit: int = 100
+    path: Path,
+    defaults: Defaults,
+    config: HostConfig | None,
+    *,
+    limit: int = 100,
+    refuse: _Refuse | None = None,
 ) -> Iterator[Row]:
     """Check every line, then hand out the rows one at a time (reading the file again).
 
     Raises :class:`ManifestError` (at most ``limit`` problems listed, the rest counted)
     before the first row is handed out, so nothing runs from a manifest with a bad line.
+    ``refuse`` names the fields of a line that the caller cannot run, as (field, what to
+    change) pairs; the line is read on without them, so its other problems are listed too.
     """
-    reader = _Reader(defaults, config)
+    reader = _Reader(defaults, config, refuse)
     problems: list[Problem] = []
     seen: dict[str, int] = {}
     count = 0

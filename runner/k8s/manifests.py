@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from runner import __version__, json1
-from runner.durations import parse_duration
+from runner.batch.keys import image_document, input_digest
+from runner.batch.manifest import Defaults, ManifestError, Row, check
 from runner.exits import EXIT_WRAPPER
 from runner.json1 import JSONValue
 from runner.protocol.names import is_local_name
@@ -62,7 +63,6 @@ LABEL_JOB = "flow-runner.io/job"
 NOTES = "flow-runner.io/not-enforced"
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _CONFIG_KEY = re.compile(r"[^-._a-zA-Z0-9]")
-BATCH_FIELDS = ("id", "image", "input", "settings", "deadline", "profile", "command", "attach")
 
 
 class RenderError(ValueError):
@@ -78,6 +78,13 @@ class Mount:
     source: str
     subpath: str | None
     writable: bool
+
+    def as_json(self) -> JSONValue:
+        """The mount as an invocation key names it."""
+        return {
+            "name": self.name, "kind": self.kind, "source": self.source,
+            "subpath": self.subpath, "writable": self.writable,
+        }  # fmt: skip
 
     def volume(self, volume_name: str) -> dict[str, Any]:
         if self.kind == "pvc":
@@ -144,7 +151,7 @@ class JobSpec:
     profile: SandboxProfile
     deadline: float
     input: JSONValue = None
-    settings: dict[str, Any] = field(default_factory=dict)
+    settings: dict[str, JSONValue] = field(default_factory=dict)
     mounts: tuple[Mount, ...] = ()
     results: Mount | None = None
     package: str | None = None
@@ -154,21 +161,21 @@ class JobSpec:
     ttl: int = 86400
     runner_image: str = RUNNER_IMAGE
 
-    def key(self, value: JSONValue, settings: dict[str, Any]) -> str:
-        """The invocation key of a run of this job with ``value`` and ``settings``."""
-        profile = self.profile.as_json()
-        del profile["seccomp"], profile["allowed_mounts"]
+    def key(self, value: JSONValue, settings: dict[str, JSONValue], deadline: float) -> str:
+        """The invocation key of a run of this job with ``value``, ``settings`` and
+        ``deadline``: ``batch``'s key document (:func:`runner.batch.keys.image_document`),
+        the image by its name (a cluster resolves it) and each volume by its source."""
         seccomp = self.profile.seccomp_json
-        document: dict[str, Any] = {
-            "flow-runner": __version__,
-            "image": self.image,
-            "command": list(self.command),
-            "profile": profile,
-            "input": value,
-            "settings": settings,
-            "seccomp": None if seccomp is None else hashlib.sha256(seccomp.encode()).hexdigest(),
-            "attachments": [[m.name, m.kind, m.source, m.subpath, m.writable] for m in self.mounts],
-        }
+        document = image_document(
+            self.image,
+            self.profile.as_json(),
+            None if seccomp is None else hashlib.sha256(seccomp.encode()).hexdigest(),
+            self.command,
+            [m.as_json() for m in self.mounts],
+            value,
+            settings,
+            deadline,
+        )
         return hashlib.sha256(json1.canonical(document)).hexdigest()
 
 
@@ -182,7 +189,7 @@ class Rendered:
 
 def render_job(spec: JobSpec) -> Rendered:
     """A ConfigMap with the input and settings, the Job, and a deny-all NetworkPolicy."""
-    key = spec.key(spec.input, spec.settings)
+    key = spec.key(spec.input, spec.settings, spec.deadline)
     name = _job_name(spec.name, key)
     files = {
         "input.json": json1.dumps(spec.input).decode(),
@@ -211,90 +218,52 @@ class BatchRows:
 
 
 def batch_rows(path: Path, spec: JobSpec) -> BatchRows:
-    """Read a ``flow-runner batch`` manifest for an Indexed Job.
+    """Read a ``flow-runner batch`` manifest for an Indexed Job, as ``batch`` reads it
+    (:func:`runner.batch.manifest.check`, ``spec`` giving what a row leaves out).
 
     One pod template serves every row, so a row may vary its id, input, settings and
-    deadline; a row that names another image, profile, command or attachments is
+    deadline; a row that names another image, profile or command, or attachments, is
     refused (render one Job per such group). Every bad line is listed.
     """
-    problems: list[str] = []
+    defaults = Defaults(
+        image=spec.image, input=spec.input, settings=spec.settings,
+        deadline=f"{spec.deadline}s", profile=spec.profile, command=spec.command,
+    )  # fmt: skip
     lines: list[str] = []
-    seen: dict[str, int] = {}
     longest = 0.0
     try:
-        raw_lines = path.read_bytes().splitlines()
-    except OSError as exc:
-        raise RenderError(f"{path}: cannot read the manifest: {exc.strerror}") from exc
-    for number, raw in enumerate(raw_lines, start=1):
-        if not raw.strip():
-            continue
-        try:
-            value = json1.loads(raw.strip())
-        except json1.JSON1Error as exc:
-            problems.append(f"line {number}: {exc}")
-            continue
-        if not isinstance(value, dict):
-            problems.append(f"line {number}: not a JSON object")
-            continue
-        problems += [f"line {number}: {p}" for p in _row_problems(value, spec)]
-        row_id = value.get("id")
-        if isinstance(row_id, str) and seen.setdefault(row_id, number) != number:
-            problems.append(f"line {number}: id {row_id!r} is already on line {seen[row_id]}")
-        if problems:
-            continue
-        settings = value.get("settings", spec.settings)
-        assert isinstance(row_id, str) and isinstance(settings, dict)
-        row_input = value.get("input", spec.input)
-        deadline = parse_duration(str(value.get("deadline", f"{spec.deadline}s")))
-        longest = max(longest, deadline)
-        lines.append(
-            json1.dumps(
-                {
-                    "id": row_id,
-                    "line": number,
-                    "key": spec.key(row_input, settings),
-                    "inputDigest": input_digest(row_input, settings),
-                    "input": row_input,
-                    "settings": settings,
-                    "deadline": f"{round(deadline * 1000)}ms",
-                }
-            ).decode()
-        )
-    if problems:
-        shown = "\n".join(f"  {p}" for p in problems[:100])
-        raise RenderError(f"{path}: {len(problems)} problem(s), nothing rendered:\n{shown}")
-    if not lines:
-        raise RenderError(f"{path}: no rows; one JSON object a line")
+        for row in check(path, defaults, None, refuse=lambda value: _refused(value, spec)):
+            lines.append(_row_line(row, spec))
+            longest = max(longest, row.deadline)
+    except ManifestError as exc:
+        raise RenderError(str(exc)) from exc
     stem = path.name.removesuffix(".jsonl").removesuffix(".json") or path.name
     return BatchRows(_CONFIG_KEY.sub("-", stem), lines, longest)
 
 
-def _row_problems(value: dict[str, Any], spec: JobSpec) -> Iterable[str]:
-    for name in value:
-        if name not in BATCH_FIELDS:
-            yield f"{name}: not a field of an Indexed Job row ({', '.join(BATCH_FIELDS[:5])})"
-    row_id = value.get("id")
-    if not isinstance(row_id, str) or not is_local_name(row_id):
-        yield f"id: {row_id!r} is not a LocalName (lowercase letters, digits, single dashes)"
-    if not isinstance(value.get("settings", {}), dict):
-        yield "settings: must be a JSON object"
-    if "deadline" in value:
-        try:
-            parse_duration(str(value["deadline"]))
-        except ValueError as exc:
-            yield f"deadline: {exc}"
+def _row_line(row: Row, spec: JobSpec) -> str:
+    return json1.dumps(
+        {
+            "id": row.id,
+            "line": row.line,
+            "key": spec.key(row.input, row.settings, row.deadline),
+            "inputDigest": input_digest(row),
+            "input": row.input,
+            "settings": row.settings,
+            "deadline": f"{round(row.deadline * 1000)}ms",
+        }
+    ).decode()
+
+
+def _refused(value: dict[str, JSONValue], spec: JobSpec) -> Iterable[tuple[str, str]]:
     same = {"image": spec.image, "profile": spec.profile.name, "command": list(spec.command)}
     for name, expected in same.items():
         if name in value and value[name] != expected:
-            yield f"{name}: every pod of the Indexed Job has {expected!r}; render this row apart"
+            yield name, f"every pod of the Indexed Job has {expected!r}; render this row apart"
     if value.get("attach"):
-        yield "attach: give attachments as volumes with k8s batch --attach, not per row"
-
-
-def input_digest(value: JSONValue, settings: dict[str, Any]) -> str:
-    """The row's input and settings digested as ``runner.batch.keys.input_digest`` does,
-    so ``batch diff`` matches an imported Kubernetes row with a local run of it."""
-    return hashlib.sha256(json1.canonical({"input": value, "settings": settings})).hexdigest()
+        yield "attach", "give attachments as volumes with k8s batch --attach, not per row"
+    if "flow" in value:
+        yield "flow", "an Indexed Job runs the image of --image; run flows with flow-runner batch"
 
 
 def render_batch(
