@@ -25,7 +25,7 @@ import pytest
 from execkit import CLI, ROOT
 from runner.policy import render
 from runner.policy import verify as verifying
-from runner.policy.battery import Context, Row, checks, failed, judge_row
+from runner.policy.battery import Context, Finding, checks, failed, judge_row
 from runner.sandbox.base import SandboxFacts
 from runner.sandbox.errors import RuntimeMissing
 from runner.sandbox.profiles import load_profile
@@ -370,7 +370,7 @@ def test_bad_usage_exits_2_and_runs_nothing(args: list[str], message: str) -> No
 # --- judged without a probe run ---------------------------------------------------------
 
 
-def gvisor_rows(observations: dict[str, Any]) -> dict[str, Row]:
+def gvisor_rows(observations: dict[str, Any]) -> dict[str, Finding]:
     ctx = Context(load_profile("strict"), {}, observations)
     return {c.id: judge_row(c, ctx) for c in checks() if c.id in observations}
 
@@ -446,9 +446,9 @@ def test_the_table_fits_the_terminal_it_is_given(
 ) -> None:
     long = "a very long piece of evidence " * 12
     rows = [
-        Row(f"fs.attachment.{'x' * 30}", "fs", "attachment is read only", "read", "ro",
+        Finding(f"fs.attachment.{'x' * 30}", "fs", "attachment is read only", "read", "ro",
             "writable=yes", "FAIL", long, long),
-        *(Row(key, key.split(".")[0], "g" * 40, "d" * 30, "e" * 30, "o" * 50, "PASS", long)
+        *(Finding(key, key.split(".")[0], "g" * 40, "d" * 30, "e" * 30, "o" * 50, "PASS", long)
           for key in ROWS),
     ]  # fmt: skip
     for columns in (80, 60, 120):

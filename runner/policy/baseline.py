@@ -11,15 +11,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from runner.policy.battery import Row, Verdict
+from runner.policy.battery import Finding, Verdict
 
 _NET_BIND_SERVICE = 1 << 10
 
-Control = tuple[str, str, tuple[str, ...], Callable[[dict[str, Row]], tuple[Verdict, str]] | None]
+Control = tuple[
+    str, str, tuple[str, ...], Callable[[dict[str, Finding]], tuple[Verdict, str]] | None
+]
 
 
-def _rows_pass(ids: tuple[str, ...]) -> Callable[[dict[str, Row]], tuple[Verdict, str]]:
-    def judge(rows: dict[str, Row]) -> tuple[Verdict, str]:
+def _rows_pass(ids: tuple[str, ...]) -> Callable[[dict[str, Finding]], tuple[Verdict, str]]:
+    def judge(rows: dict[str, Finding]) -> tuple[Verdict, str]:
         present = [rows[i] for i in ids if i in rows]
         for verdict in ("ERROR", "FAIL", "SKIP"):
             bad = [row.id for row in present if row.verdict == verdict]
@@ -30,7 +32,7 @@ def _rows_pass(ids: tuple[str, ...]) -> Callable[[dict[str, Row]], tuple[Verdict
     return judge
 
 
-def _capabilities(rows: dict[str, Row]) -> tuple[Verdict, str]:
+def _capabilities(rows: dict[str, Finding]) -> tuple[Verdict, str]:
     """Restricted: drop ALL; only NET_BIND_SERVICE may be added back."""
     row = rows.get("caps.bnd")
     if row is None or row.verdict in ("ERROR", "SKIP"):
@@ -41,7 +43,7 @@ def _capabilities(rows: dict[str, Row]) -> tuple[Verdict, str]:
     return "PASS", ""
 
 
-def _volumes(rows: dict[str, Row]) -> tuple[Verdict, str]:
+def _volumes(rows: dict[str, Finding]) -> tuple[Verdict, str]:
     """Restricted allows no hostPath volume: an attachment is a host bind mount."""
     hosts = [row.id for row in rows.values() if row.id.startswith("fs.attachment.")]
     if hosts:
@@ -76,7 +78,7 @@ _NOTHING_HERE = {
 }
 
 
-def restricted(rows: list[Row]) -> list[Row]:
+def restricted(rows: list[Finding]) -> list[Finding]:
     """One row per restricted control, judged from the battery's rows."""
     by_id = {row.id: row for row in rows}
     found = []
@@ -87,7 +89,7 @@ def restricted(rows: list[Row]) -> list[Row]:
         else:
             verdict, reason = (judge or _rows_pass(ids))(by_id)
         shown = ", ".join(ids) or ("fs.attachment.*" if key == "host-path-volumes" else "-")
-        found.append(Row(
+        found.append(Finding(
             f"pss.{key}", "pss", f"restricted: {name}", "-", "-", shown,
             verdict, f"from rows {shown}", reason,
         ))  # fmt: skip

@@ -56,7 +56,7 @@ NO_ROUTE = ("ENETUNREACH", "EHOSTUNREACH")
 
 
 @dataclass(frozen=True)
-class Row:
+class Finding:
     """One guarantee as verified: stable keys, plain strings (the JSON output's shape)."""
 
     id: str
@@ -115,17 +115,17 @@ class Check:
         return self.declared(profile) is not None
 
 
-def judge_row(check: Check, ctx: Context) -> Row:
+def judge_row(check: Check, ctx: Context) -> Finding:
     observation = ctx.observations.get(check.id)
     declared = _text(check.declared(ctx.profile))
     engine = _text(check.engine(ctx.engine)) if ctx.engine else "(not inspected)"
     if observation is None:
-        return Row(
+        return Finding(
             check.id, check.group, check.guarantee, declared, engine, "(none)", "ERROR",
             "", "the probe reported no observation for this row",
         )  # fmt: skip
     if "error" in observation:  # the probe ran but could not observe this row
-        return Row(check.id, check.group, check.guarantee, declared, engine, "(none)", "ERROR",
+        return Finding(check.id, check.group, check.guarantee, declared, engine, "(none)", "ERROR",
                    "", str(observation["error"]))  # fmt: skip
     value = observation.get("value")
     evidence = str(observation.get("evidence", ""))
@@ -146,7 +146,7 @@ def judge_row(check: Check, ctx: Context) -> Row:
                 "runsc: from inside, this shows gVisor's user-space kernel, not the "
                 f"host's, and the profile declares nothing here (would fail on runc: {reason})"
             )
-    return Row(check.id, check.group, check.guarantee, declared, engine, _text(value),
+    return Finding(check.id, check.group, check.guarantee, declared, engine, _text(value),
                verdict, evidence, reason)  # fmt: skip
 
 
@@ -517,7 +517,7 @@ def _mount_mode(engine: Mapping[str, Any], name: str) -> object:
     return None
 
 
-def judge(ctx: Context, stress: bool = False) -> list[Row]:
+def judge(ctx: Context, stress: bool = False) -> list[Finding]:
     """Every row for one probe run."""
     return [judge_row(check, ctx) for check in checks(ctx.attachments, stress)]
 
@@ -529,18 +529,18 @@ def unprobed(
     reason: str,
     *,
     runnable: bool = True,
-) -> list[Row]:
+) -> list[Finding]:
     """Every row when the probe did not report: ERROR where it should have run
     (``runnable``); where the profile cannot run on this engine, FAIL for each control
     the profile declares (none is shown in effect) and SKIP for the others."""
     rows = []
     for c in checks(attachments, stress):
         verdict: Verdict = "ERROR" if runnable else "FAIL" if c.declares(profile) else "SKIP"
-        rows.append(Row(c.id, c.group, c.guarantee, _text(c.declared(profile)), "-", "-",
+        rows.append(Finding(c.id, c.group, c.guarantee, _text(c.declared(profile)), "-", "-",
                         verdict, "", reason))  # fmt: skip
     return rows
 
 
-def failed(rows: list[Row]) -> bool:
+def failed(rows: list[Finding]) -> bool:
     """True when any row failed or could not be judged."""
     return any(row.verdict in ("FAIL", "ERROR") for row in rows)

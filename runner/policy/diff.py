@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from runner.policy.battery import Row
+from runner.policy.battery import Finding
 from runner.sandbox.profiles import SandboxProfile
 
 Side = Literal["A", "B", "?"]
@@ -24,12 +24,12 @@ class Difference:
 
     id: str
     guarantee: str
-    a: Row
-    b: Row
+    a: Finding
+    b: Finding
     looser: Side
 
 
-def differences(a_rows: list[Row], b_rows: list[Row]) -> list[Difference]:
+def differences(a_rows: list[Finding], b_rows: list[Finding]) -> list[Difference]:
     """The rows present on both sides whose observation or verdict differ, in A's order."""
     b_by_id = {row.id: row for row in b_rows}
     found = []
@@ -41,7 +41,7 @@ def differences(a_rows: list[Row], b_rows: list[Row]) -> list[Difference]:
     return found
 
 
-def _looser(a: Row, b: Row) -> Side:
+def _looser(a: Finding, b: Finding) -> Side:
     ranks = _RANK[a.verdict], _RANK[b.verdict]
     if {a.verdict, b.verdict} == {"PASS", "FAIL"}:
         return "A" if ranks[0] > ranks[1] else "B"
@@ -52,7 +52,7 @@ def _looser(a: Row, b: Row) -> Side:
     return "?"
 
 
-def _number(row: Row) -> float | None:
+def _number(row: Finding) -> float | None:
     for text in (row.observed, row.declared):
         try:
             return float(text)

@@ -7,7 +7,7 @@ import shutil
 from collections.abc import Iterable, Sequence
 from xml.etree import ElementTree
 
-from runner.policy.battery import Row
+from runner.policy.battery import Finding
 
 _STYLE = {"PASS": "green", "FAIL": "bold red", "SKIP": "yellow", "ERROR": "bold magenta"}
 
@@ -16,7 +16,7 @@ WIDE = 160
 """Terminal columns from which the table shows every view in a column of its own."""
 
 
-def table(title: str, rows: Sequence[Row], width: int | None = None) -> None:
+def table(title: str, rows: Sequence[Finding], width: int | None = None) -> None:
     """The rows as a table on standard output, fitted to ``width`` columns (by default the
     terminal's: ``COLUMNS``, else the terminal, else 80).
 
@@ -60,19 +60,19 @@ def table(title: str, rows: Sequence[Row], width: int | None = None) -> None:
         console.print("(declared and engine views: --json, or a terminal of 160 columns)")
 
 
-def summary(rows: Iterable[Row]) -> str:
+def summary(rows: Iterable[Finding]) -> str:
     counts: dict[str, int] = {}
     for row in rows:
         counts[row.verdict] = counts.get(row.verdict, 0) + 1
     return ", ".join(f"{counts[v]} {v}" for v in ("PASS", "FAIL", "SKIP", "ERROR") if v in counts)
 
 
-def as_json(rows: Sequence[Row]) -> str:
+def as_json(rows: Sequence[Finding]) -> str:
     """A JSON array with one object per row, its keys always the same and in one order."""
     return json.dumps([row.as_json() for row in rows], indent=1) + "\n"
 
 
-def junit(suite: str, rows: Sequence[Row], seconds: float) -> bytes:
+def junit(suite: str, rows: Sequence[Finding], seconds: float) -> bytes:
     """A JUnit XML report: one testcase per row; FAIL a failure, ERROR an error, SKIP skipped."""
     failures = sum(row.verdict == "FAIL" for row in rows)
     errors = sum(row.verdict == "ERROR" for row in rows)

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from runner.policy.battery import Row
+from runner.policy.battery import Finding
 
 FORMAT = "flow-runner-policy-snapshot/1"
 
@@ -20,7 +20,7 @@ class SnapshotError(ValueError):
     """A snapshot file cannot be read or is not one."""
 
 
-def record(path: Path, profile: str, environment: dict[str, str], rows: list[Row]) -> None:
+def record(path: Path, profile: str, environment: dict[str, str], rows: list[Finding]) -> None:
     document = {
         "format": FORMAT,
         "profile": profile,
@@ -43,7 +43,9 @@ def load(path: Path) -> dict[str, Any]:
     return document
 
 
-def compare(document: dict[str, Any], environment: dict[str, str], rows: list[Row]) -> list[Row]:
+def compare(
+    document: dict[str, Any], environment: dict[str, str], rows: list[Finding]
+) -> list[Finding]:
     """A FAIL row per observation that changed, or one PASS row when none did."""
     then_env: dict[str, str] = document.get("environment", {})
     moved = [
@@ -56,7 +58,7 @@ def compare(document: dict[str, Any], environment: dict[str, str], rows: list[Ro
         before = recorded.get(row.id)
         if before is None or before.get("observed") == row.observed:
             continue
-        changed.append(Row(
+        changed.append(Finding(
             f"snapshot.{row.id}", "snapshot", f"unchanged since the snapshot: {row.guarantee}",
             str(before.get("observed")), "-", row.observed, "FAIL", context,
             f"was {before.get('observed')} ({before.get('verdict')}), now {row.observed} "
@@ -64,13 +66,13 @@ def compare(document: dict[str, Any], environment: dict[str, str], rows: list[Ro
         ))  # fmt: skip
     gone = sorted(set(recorded) - {row.id for row in rows})
     if gone:
-        changed.append(Row(
+        changed.append(Finding(
             "snapshot.rows", "snapshot", "the same rows as the snapshot", _join(recorded), "-",
             "", "FAIL", context, f"no longer observed: {', '.join(gone)}",
         ))  # fmt: skip
     if changed:
         return changed
-    return [Row("snapshot", "snapshot", "nothing changed since the snapshot",
+    return [Finding("snapshot", "snapshot", "nothing changed since the snapshot",
                 f"{len(recorded)} rows", "-", f"{len(rows)} rows", "PASS", context)]  # fmt: skip
 
 

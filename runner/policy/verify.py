@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runner.api import Invocation, execute
-from runner.policy.battery import Context, Row, judge, sandbox_ended, unprobed
+from runner.policy.battery import Context, Finding, judge, sandbox_ended, unprobed
 from runner.sandbox.base import (
     Attachment,
     ImageSource,
@@ -42,7 +42,7 @@ class Verification:
     """The rows of one profile, with what it took to get them."""
 
     profile: SandboxProfile
-    rows: list[Row]
+    rows: list[Finding]
     timings: dict[str, float] = field(default_factory=dict)
 
 
