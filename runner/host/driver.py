@@ -106,6 +106,8 @@ calls and reads no more until they leave. So a component that never reads, and a
 instead of every answer it asked for."""
 OWED_FREELY = 1 << 16
 """Answers a run may owe whatever its tree's budget: the small answers of one pass."""
+SMALL_VALUES = 256
+"""Results of up to this many values (and 64 KiB of text) are encoded on the loop."""
 PUMP_SLICE = 0.02
 """Seconds the pump runs calls before it lets the loop serve others (the deadline, a
 signal, the other runs of the tree)."""
@@ -794,15 +796,14 @@ class _Run:
             self.session.respond_error(rid, OperationError("EXECUTION_FAILED", message))
 
     async def _dispatch(self, event: CallRequested, ticket: Ticket | None) -> bytes:
-        """An operation's success result, encoded once, as the ledger keeps it (a child's
-        away from the loop: a component chose it)."""
+        """An operation's success result, encoded once, as the ledger keeps it (away from
+        the loop unless it is small: a component chose it, or what a provider gave back)."""
         method = event.method
         work = partial(self.broker.handle, method, event.params, self.context)
         if ticket is None:
             return json1.dumps(await work())
-        if method == "flow/run-child":
-            return await self.ledger.settle_encoded(ticket, work, _run_problem, _encode_away)
-        return await self.ledger.settle_encoded(ticket, work, _capability_problem)
+        check = _run_problem if method == "flow/run-child" else _capability_problem
+        return await self.ledger.settle_encoded(ticket, work, check, _encode)
 
 
 class _Eager(Generic[_T]):
@@ -883,8 +884,35 @@ def _invalid(method: str, reason: str) -> str:
     return bounded_message(f"the {method} result is invalid: {reason}")
 
 
-async def _encode_away(result: JSONValue) -> bytes:
+async def _encode(result: JSONValue) -> bytes:
+    """``json1.dumps(result)``: on the loop if the result is small, else in the worker."""
+    if _small(result):
+        return json1.dumps(result)
     return await offload(json1.dumps, result)
+
+
+def _small(value: JSONValue) -> bool:
+    """Whether ``value`` has at most :data:`SMALL_VALUES` values and
+    :data:`SMALL_REQUEST` characters of strings: quick to encode (a look at no more than
+    that many values decides it)."""
+    values, chars = 1, 0
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            chars += len(item)
+        elif isinstance(item, dict | list):
+            values += len(item)
+            if values > SMALL_VALUES:
+                return False
+            if isinstance(item, dict):
+                chars += sum(map(len, item))
+                pending.extend(item.values())
+            else:
+                pending.extend(item)
+        if chars > SMALL_REQUEST:
+            return False
+    return True
 
 
 def _decode_limiter() -> anyio.CapacityLimiter:
