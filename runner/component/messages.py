@@ -1,20 +1,18 @@
 """Run/1 messages from the component's side: parse what arrives, build what leaves.
 
-Everything here is pure: JSON/1 values in, typed records or frame bytes out. Frames
-and envelopes are checked by the protocol core, as the host checks them
-(:mod:`runner.protocol.frames`, :mod:`runner.protocol.envelope`); what follows are the
-closed shapes of PROTOCOL.md §4–§7 and §9–§10 as a *receiver of ``flow/run``* and
-*originator of calls* applies them:
+Everything here is pure: JSON/1 values in, typed records or frame bytes out. What
+arrives is checked by the protocol core, as the host checks what it receives: frames
+and envelopes (:mod:`runner.protocol.frames`, :mod:`runner.protocol.envelope`),
+``flow/run`` params (:mod:`runner.protocol.params`) and the results of our calls
+(:mod:`runner.protocol.results`); here the checked values become records, and what a
+*receiver of ``flow/run``* and *originator of calls* does with a failure is decided:
 
 - a malformed result, a standard JSON-RPC error, or an unknown ``-32000`` code in
   reply to one of our calls is fatal without a reply (the peers disagree on Run/1);
 - invalid ``flow/run`` params are *not* fatal: they earn a ``-32602`` and end the Run.
 
-Endpoint grants arrive both in ``flow/run`` params and in channel results, so one
-checker (:func:`parse_grant`) serves both and raises a plain ``ValueError``; each
-caller decides whether that means ``-32602`` or a fatal host violation. The channel
-result parsers check shapes only; what depends on a receiver's history (contiguous
-sequences, a consistent end) is checked in ``channels.py``.
+What depends on a receiver's history (contiguous sequences, a consistent end) is checked
+in ``channels.py``.
 
 Outbound calls are encoded once, at admission (:class:`PreparedRequest`): that both
 snapshots the caller's values and proves the whole frame is JSON/1 before anything is
@@ -23,8 +21,7 @@ queued, so a bad argument fails in the caller and never reaches the wire.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping, Set
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final, Literal, cast
 
@@ -40,7 +37,7 @@ from runner.component.model import (
     ReleaseStatus,
     RunResult,
 )
-from runner.json1 import MAX_SAFE_INTEGER, JSONValue
+from runner.json1 import JSONValue
 from runner.protocol.codes import (
     MAX_ERROR_MESSAGE_SCALARS,
     OPERATIONAL,
@@ -49,28 +46,24 @@ from runner.protocol.codes import (
 )
 from runner.protocol.envelope import ErrorResponse
 from runner.protocol.names import (
+    CHANNEL_CREATE,
+    CHANNEL_NEXT,
+    CHANNEL_RELEASE,
+    CHANNEL_SEND,
+    CHANNEL_SUBSCRIBE,
+    FLOW_RUN,
     JSONRPC_VERSION,
-    MAX_ATTACHMENTS,
     REQUEST_CANCEL,
-    RUN_PROTOCOL,
     is_local_name,
-    is_wire_id,
 )
-from runner.protocol.shapes import is_integer_in
+from runner.protocol.params import validate_params
+from runner.protocol.results import (
+    validate_capability_result,
+    validate_channel_result,
+    validate_run_result,
+)
 
 COMPONENT_ID_PREFIX: Final = "component:"
-
-_ROOT_REQUIRED: Final = frozenset(
-    {"protocol", "input", "settings", "attachments", "scratch", "deadlineUnixMs"}
-)
-_CONTRACT_ID: Final = re.compile(
-    r"https://(?!(?:(?:25[0-5]|2[0-4][0-9]|[01]?[0-9]?[0-9])\.){3}"
-    r"(?:25[0-5]|2[0-4][0-9]|[01]?[0-9]?[0-9])(?:/|$))"
-    r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)+"
-    r"/(?!\.{1,2}(?:/|$))[a-z0-9._~-]+(?:/(?!\.{1,2}(?:/|$))[a-z0-9._~-]+)*"
-)
-_SEMVER: Final = re.compile(r"(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)")
-_DIGEST: Final = re.compile(r"sha256:[0-9a-f]{64}")
 
 
 class InvalidParams(ValueError):
@@ -120,124 +113,41 @@ class End:
 
 
 def parse_root(params: JSONValue) -> Root:
-    """Validate ``flow/run`` params exactly (§4); raise :class:`InvalidParams`."""
-    if not isinstance(params, dict):
-        raise InvalidParams("params must be an object")
-    _require_members(params, _ROOT_REQUIRED, _ROOT_REQUIRED | {"channels"}, "params")
-    if params["protocol"] != RUN_PROTOCOL:
-        raise InvalidParams('protocol must be "run/1"')
-    settings = params["settings"]
-    if not isinstance(settings, dict):
-        raise InvalidParams("settings must be an object")
-    scratch = params["scratch"]
-    if not isinstance(scratch, str) or not scratch:
-        raise InvalidParams("scratch must be a nonempty string")
-    deadline = params["deadlineUnixMs"]
-    if not is_integer_in(deadline, 0, MAX_SAFE_INTEGER):
-        raise InvalidParams("deadlineUnixMs must be an integer in 0…2^53−1")
-    channels = _local_name_map(params.get("channels", {}), "channels")
+    """Validate ``flow/run`` params exactly (§4), as the host does; raise :class:`InvalidParams`."""
+    reason = validate_params(FLOW_RUN, params)
+    if reason is not None:
+        raise InvalidParams(reason)
+    fields = cast(JSONObject, params)
+    attachments = cast(dict[str, JSONObject], fields["attachments"])
+    channels = cast(JSONObject, fields.get("channels", {}))
     return Root(
-        input=params["input"],
-        settings=settings,
-        attachments=_parse_attachments(params["attachments"]),
-        scratch=scratch,
-        deadline_unix_ms=int(cast(float, deadline)),
+        input=fields["input"],
+        settings=cast(JSONObject, fields["settings"]),
+        attachments={
+            name: Attachment(cast(str, entry["path"]), cast(AttachmentAccess, entry["access"]))
+            for name, entry in attachments.items()
+        },
+        scratch=cast(str, fields["scratch"]),
+        deadline_unix_ms=int(cast(float, fields["deadlineUnixMs"])),
         channels=channels,
-        grants=_parse_grants(channels),
+        grants={name: _grant(grant) for name, grant in channels.items()},
     )
 
 
-def _parse_attachments(value: JSONValue) -> dict[str, Attachment]:
-    entries = _local_name_map(value, "attachments")
-    attachments: dict[str, Attachment] = {}
-    for name, entry in entries.items():
-        if not isinstance(entry, dict):
-            raise InvalidParams(f"attachment {name!r} must be an object")
-        _require_members(entry, {"path", "access"}, {"path", "access"}, f"attachment {name!r}")
-        path, access = entry["path"], entry["access"]
-        if not isinstance(path, str) or not path:
-            raise InvalidParams(f"attachment {name!r} path must be a nonempty string")
-        if access not in ("read", "read-write"):
-            raise InvalidParams(f'attachment {name!r} access must be "read" or "read-write"')
-        attachments[name] = Attachment(path, cast(AttachmentAccess, access))
-    return attachments
-
-
-def _parse_grants(channels: JSONObject) -> dict[str, Grant]:
-    try:
-        grants = {
-            name: parse_grant(grant, f"channel grant {name!r}") for name, grant in channels.items()
-        }
-    except ValueError as error:
-        raise InvalidParams(str(error)) from None
-    if len({grant.endpoint for grant in grants.values()}) != len(grants):
-        raise InvalidParams("two channel grants share one endpoint reference")
-    return grants
-
-
-def parse_grant(value: JSONValue, where: str) -> Grant:
-    """Check one endpoint grant (§7.1); ``ValueError`` says what is wrong with it."""
-    if not isinstance(value, dict):
-        raise ValueError(f"{where} must be an object")
-    direction = value.get("direction")
-    if direction != "send" and direction != "receive":
-        raise ValueError(f'{where} direction must be "send" or "receive"')
-    required = {"endpoint", "direction", "delivery"}
-    if direction == "receive":
-        required.add("startSequence")
-    _require_members(value, required, required | {"contract"}, where)
-    endpoint, delivery = value["endpoint"], value["delivery"]
-    if not is_wire_id(endpoint):
-        raise ValueError(f"{where} endpoint is not a Run/1 reference")
-    if delivery != "direct" and delivery != "broadcast":
-        raise ValueError(f'{where} delivery must be "direct" or "broadcast"')
-    start = value.get("startSequence")
-    if direction == "receive" and (
-        not is_integer_in(start, 1, MAX_SAFE_INTEGER) or (delivery == "direct" and start != 1)
-    ):
-        raise ValueError(f"{where} startSequence is out of range")
-    contract = _contract_identity(value["contract"], where) if "contract" in value else None
+def _grant(value: JSONValue) -> Grant:
+    """A checked endpoint grant (§7.1) as a record."""
+    grant = cast(JSONObject, value)
+    contract = cast("dict[str, str] | None", grant.get("contract"))
+    start = grant.get("startSequence")
     return Grant(
-        endpoint,
-        cast(Literal["send", "receive"], direction),
-        cast(Delivery, delivery),
-        contract,
+        cast(str, grant["endpoint"]),
+        cast(Literal["send", "receive"], grant["direction"]),
+        cast(Delivery, grant["delivery"]),
+        None
+        if contract is None
+        else ChannelContractIdentity(contract["id"], contract["version"], contract["digest"]),
         None if start is None else int(cast(float, start)),
     )
-
-
-def _contract_identity(value: JSONValue, where: str) -> ChannelContractIdentity:
-    if not isinstance(value, dict):
-        raise ValueError(f"{where} contract must be an object")
-    members = {"id", "version", "digest"}
-    _require_members(value, members, members, f"{where} contract")
-    checks = ((_CONTRACT_ID, "id"), (_SEMVER, "version"), (_DIGEST, "digest"))
-    for pattern, member in checks:
-        text = value[member]
-        if not isinstance(text, str) or pattern.fullmatch(text) is None:
-            raise ValueError(f"{where} contract {member} is malformed")
-    return ChannelContractIdentity(*(cast(str, value[member]) for _, member in checks))
-
-
-def _local_name_map(value: JSONValue, what: str) -> JSONObject:
-    if not isinstance(value, dict) or len(value) > MAX_ATTACHMENTS:
-        raise InvalidParams(f"{what} must be an object of at most {MAX_ATTACHMENTS} entries")
-    for name in value:
-        if not is_local_name(name):
-            raise InvalidParams(f"{what} key {name!r} is not a LocalName")
-    return value
-
-
-def _require_members(
-    value: Mapping[str, object],
-    required: set[str] | frozenset[str],
-    allowed: set[str] | frozenset[str],
-    where: str,
-) -> None:
-    missing = required - value.keys()
-    unknown = value.keys() - allowed
-    if missing or unknown:
-        raise InvalidParams(f"{where}: missing {sorted(missing)}, unknown {sorted(unknown)}")
 
 
 def operation_error(response: ErrorResponse) -> OperationError:
@@ -254,40 +164,32 @@ def operation_error(response: ErrorResponse) -> OperationError:
 
 def parse_run_result(result: JSONValue) -> RunResult:
     """A child Run's result: exactly ``{outcome, output}`` with a LocalName outcome."""
-    if not isinstance(result, dict) or result.keys() != {"outcome", "output"}:
-        raise protocol_error("a child result is not exactly {outcome, output}")
-    outcome = result["outcome"]
-    if not is_local_name(outcome):
-        raise protocol_error("a child result outcome is not a LocalName")
-    return RunResult(outcome, result["output"])
+    _check(validate_run_result(result), "a child result")
+    fields = cast(JSONObject, result)
+    return RunResult(cast(str, fields["outcome"]), fields["output"])
 
 
 def parse_capability_result(result: JSONValue) -> JSONValue | CapabilityError:
     """``{value}`` → the value; ``{error: {name, data}}`` → a :class:`CapabilityError`."""
-    if isinstance(result, dict) and result.keys() == {"value"}:
-        return result["value"]
-    if not isinstance(result, dict) or result.keys() != {"error"}:
-        raise protocol_error("a capability result is not exactly {value} or {error}")
-    error = result["error"]
-    if not isinstance(error, dict) or error.keys() != {"name", "data"}:
-        raise protocol_error("a capability error is not exactly {name, data}")
-    name = error["name"]
-    if not is_local_name(name):
-        raise protocol_error("a capability error name is not a LocalName")
-    return CapabilityError(name, error["data"])
+    _check(validate_capability_result(result), "a capability result")
+    fields = cast(JSONObject, result)
+    if "value" in fields:
+        return fields["value"]
+    error = cast(JSONObject, fields["error"])
+    return CapabilityError(cast(str, error["name"]), error["data"])
 
 
 def parse_null(result: JSONValue) -> None:
     """``channel/send`` and ``channel/close`` answer exactly ``null``."""
-    if result is not None:
-        raise protocol_error("a channel/send or channel/close result is not null")
+    _channel_result(CHANNEL_SEND, result)
 
 
 def parse_pair(result: JSONValue) -> tuple[Grant, Grant]:
     """A direct ``channel/create`` result: a writer and its one reader, told apart (§7.2)."""
-    members = _exact_members(result, {"send", "receive"}, "a direct channel/create result")
-    send = _host_grant(members["send"], "the created writer", "send", "direct")
-    receive = _host_grant(members["receive"], "the created reader", "receive", "direct")
+    fields = _channel_result(CHANNEL_CREATE, result)
+    if "receive" not in fields:
+        raise protocol_error("a direct channel/create was answered with a broadcast result")
+    send, receive = _grant(fields["send"]), _grant(fields["receive"])
     if send.endpoint == receive.endpoint:
         raise protocol_error("a created writer and reader share one endpoint reference")
     if send.contract != receive.contract:
@@ -297,17 +199,15 @@ def parse_pair(result: JSONValue) -> tuple[Grant, Grant]:
 
 def parse_broadcast(result: JSONValue) -> tuple[Grant, str]:
     """A broadcast ``channel/create`` result: the writer and the opaque source reference."""
-    members = _exact_members(result, {"send", "source"}, "a broadcast channel/create result")
-    send = _host_grant(members["send"], "the created writer", "send", "broadcast")
-    source = members["source"]
-    if not is_wire_id(source):
-        raise protocol_error("a created source reference is not a Run/1 reference")
-    return send, source
+    fields = _channel_result(CHANNEL_CREATE, result)
+    if "source" not in fields:
+        raise protocol_error("a broadcast channel/create was answered with a direct pair")
+    return _grant(fields["send"]), cast(str, fields["source"])
 
 
 def parse_subscription(result: JSONValue) -> Grant:
     """A ``channel/subscribe`` result: one broadcast receiver grant."""
-    return _host_grant(result, "a subscription", "receive", "broadcast")
+    return _grant(_channel_result(CHANNEL_SUBSCRIBE, result))
 
 
 def parse_next(result: JSONValue) -> Item | End:
@@ -315,57 +215,35 @@ def parse_next(result: JSONValue) -> Item | End:
 
     Whether the sequence fits the receiver's history is the receiver's check.
     """
-    if isinstance(result, dict) and result.keys() == {"item"}:
-        item = _exact_members(result["item"], {"sequence", "value"}, "a channel item")
-        return Item(_sequence(item["sequence"], 1), item["value"])
-    end = _exact_members(result, {"end"}, "a channel/next result")
-    last = _exact_members(end["end"], {"lastSequence"}, "a channel end")["lastSequence"]
-    return End(_sequence(last, 0))
+    fields = _channel_result(CHANNEL_NEXT, result)
+    if "item" in fields:
+        item = cast(JSONObject, fields["item"])
+        return Item(int(cast(float, item["sequence"])), item["value"])
+    end = cast(JSONObject, fields["end"])
+    return End(int(cast(float, end["lastSequence"])))
 
 
 def parse_release(result: JSONValue) -> ReleaseStatus:
     """A ``channel/release`` result: ``released``, ``ended`` with a sequence, or ``failed``."""
-    status = result.get("status") if isinstance(result, dict) else None
-    if status == "released":
-        _exact_members(result, {"status"}, "a released status")
-        return ReleaseStatus("released")
-    if status == "ended":
-        ended = _exact_members(result, {"status", "lastSequence"}, "an ended status")
-        return ReleaseStatus("ended", last_sequence=_sequence(ended["lastSequence"], 0))
-    if status == "failed":
-        failed = _exact_members(result, {"status", "code"}, "a failed status", {"details"})
-        code = failed["code"]
-        if not is_wire_code(code):
-            raise protocol_error(f"a failed release carries the unknown code {code!r}")
-        return ReleaseStatus("failed", code=cast(WireCode, code), details=failed.get("details"))
-    raise protocol_error("a channel/release result has no known status")
+    fields = _channel_result(CHANNEL_RELEASE, result)
+    if fields["status"] == "ended":
+        return ReleaseStatus("ended", last_sequence=int(cast(float, fields["lastSequence"])))
+    if fields["status"] == "failed":
+        code = cast(WireCode, fields["code"])
+        return ReleaseStatus("failed", code=code, details=fields.get("details"))
+    return ReleaseStatus("released")
 
 
-def _host_grant(
-    value: JSONValue, where: str, direction: Literal["send", "receive"], delivery: Delivery
-) -> Grant:
-    """A grant the host minted in a result; a malformed or unexpected one is fatal."""
-    try:
-        grant = parse_grant(value, where)
-    except ValueError as error:
-        raise protocol_error(str(error)) from None
-    if grant.direction != direction or grant.delivery != delivery:
-        raise protocol_error(f"{where} is not a {delivery} {direction} grant")
-    return grant
+def _channel_result(method: str, result: JSONValue) -> JSONObject:
+    """``result`` once the protocol core found it a valid answer to ``method``."""
+    _check(validate_channel_result(method, result), f"a {method} result")
+    return cast(JSONObject, result)
 
 
-def _exact_members(
-    value: JSONValue, required: set[str], where: str, optional: Set[str] = frozenset()
-) -> JSONObject:
-    if not isinstance(value, dict) or not required <= value.keys() <= required | optional:
-        raise protocol_error(f"{where} does not have exactly the members {sorted(required)}")
-    return value
-
-
-def _sequence(value: JSONValue, minimum: int) -> int:
-    if not is_integer_in(value, minimum, MAX_SAFE_INTEGER):
-        raise protocol_error(f"a channel sequence is not an integer in {minimum}…2^53−1")
-    return int(cast(float, value))
+def _check(reason: str | None, what: str) -> None:
+    """A host result that breaks Run/1 ends the channel, with no reply (§1)."""
+    if reason is not None:
+        raise protocol_error(f"{what}: {reason}")
 
 
 # --- outbound --------------------------------------------------------------------------
