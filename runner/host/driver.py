@@ -796,14 +796,20 @@ class _Run:
             self.session.respond_error(rid, OperationError("EXECUTION_FAILED", message))
 
     async def _dispatch(self, event: CallRequested, ticket: Ticket | None) -> bytes:
-        """An operation's success result, encoded once, as the ledger keeps it (away from
-        the loop unless it is small: a component chose it, or what a provider gave back)."""
+        """An operation's success result, encoded once, as the ledger keeps it.
+
+        A child's result (a component chose it) is encoded away from the loop unless it is
+        small. A provider's is encoded here, in the call: encoded elsewhere, the pump would
+        run the next call before this answer counts as owed, and a provider that answers
+        at once with large results would have them all made before the pump is held back.
+        """
         method = event.method
         work = partial(self.broker.handle, method, event.params, self.context)
         if ticket is None:
             return json1.dumps(await work())
-        check = _run_problem if method == "flow/run-child" else _capability_problem
-        return await self.ledger.settle_encoded(ticket, work, check, _encode)
+        if method == "flow/run-child":
+            return await self.ledger.settle_encoded(ticket, work, _run_problem, _encode)
+        return await self.ledger.settle_encoded(ticket, work, _capability_problem)
 
 
 class _Eager(Generic[_T]):
