@@ -28,7 +28,6 @@ from typing import Final, Literal, cast
 from runner import json1
 from runner.component.errors import CapabilityError, OperationError, protocol_error
 from runner.component.model import (
-    MAX_FRAME_BYTES,
     Attachment,
     AttachmentAccess,
     ChannelContractIdentity,
@@ -45,6 +44,7 @@ from runner.protocol.codes import (
     is_wire_code,
 )
 from runner.protocol.envelope import ErrorResponse
+from runner.protocol.frames import MAX_PAYLOAD_BYTES
 from runner.protocol.names import (
     CHANNEL_CREATE,
     CHANNEL_NEXT,
@@ -267,7 +267,7 @@ class PreparedRequest:
         frame = json1.dumps(
             {"jsonrpc": JSONRPC_VERSION, "id": placeholder, "method": method, "params": params}
         )
-        if len(frame) + self._ID_GROWTH > MAX_FRAME_BYTES:
+        if len(frame) + self._ID_GROWTH > MAX_PAYLOAD_BYTES:
             raise ValueError(f"the {method} request would exceed the 16 MiB frame limit")
         self._head, _, self._tail = frame.partition(f'"{self._PLACEHOLDER}"'.encode())
 
@@ -319,6 +319,6 @@ def operation_error_frame(root_id: str, error: OperationError) -> bytes:
 
 def _encode(message: JSONObject) -> bytes:
     frame = json1.dumps(message)
-    if len(frame) > MAX_FRAME_BYTES:
+    if len(frame) > MAX_PAYLOAD_BYTES:
         raise ValueError("the frame would exceed the 16 MiB limit")
     return frame

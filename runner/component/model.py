@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final, Literal, TypeAlias
 
-from runner.json1 import MAX_DOCUMENT_BYTES, JSONValue
+from runner.json1 import JSONValue
 from runner.protocol.codes import WireCode
 
 JSONObject: TypeAlias = dict[str, JSONValue]
@@ -17,7 +17,6 @@ AttachmentAccess: TypeAlias = Literal["read", "read-write"]
 Delivery: TypeAlias = Literal["direct", "broadcast"]
 ReleaseOutcome: TypeAlias = Literal["released", "ended", "failed"]
 
-MAX_FRAME_BYTES: Final = MAX_DOCUMENT_BYTES  # a frame's payload is one JSON/1 document
 MAX_ENDPOINTS: Final = 512  # per Run, root grants included: the reference SDK's local cap
 MAX_SOURCES: Final = 512  # broadcast sources per Run, likewise
 

@@ -9,7 +9,7 @@ by a thread with blocking ``os.read`` (:class:`FrameReader`), which works for ev
 descriptor kind; it only reads and splits lines, hands the frames of each read to the
 loop and waits for the loop to finish with them before handing over more than a few
 batches. The thread costs a hand-off per read (a wake-up of the loop and a switch of
-the interpreter lock), which was a large part of a call's round trip.
+the interpreter lock), which would be a large part of a call's round trip.
 
 Why blocking writes from the loop thread: a write is one frame, looped until every
 byte is out (gVisor returns short writes above 64 KiB), and writes can then never
@@ -32,46 +32,15 @@ import threading
 from collections.abc import Callable
 from typing import Final
 
-from runner.component.errors import ChannelFault, protocol_error
-from runner.component.model import MAX_FRAME_BYTES
+from runner.component.errors import ChannelFault, fault_of
+from runner.protocol.codes import ProtocolViolation
+from runner.protocol.frames import FrameDecoder
 
 _READ_SIZE: Final = 65_536
 _BATCHES_IN_FLIGHT: Final = 4
 
 Delivery = list[bytes] | ChannelFault
 """What the reader hands the loop: the frames one read completed, or the end of the input."""
-
-
-class Framer:
-    """Splits a byte stream into LF-terminated payloads of at most 16 MiB each."""
-
-    __slots__ = ("_partial",)
-
-    def __init__(self) -> None:
-        self._partial = bytearray()
-
-    def feed(self, data: bytes) -> list[bytes]:
-        """Return the payloads ``data`` completes; raise once a payload passes 16 MiB."""
-        frames: list[bytes] = []
-        start = 0
-        while (end := data.find(b"\n", start)) >= 0:
-            self._extend(data, start, end)
-            frames.append(bytes(self._partial))
-            self._partial.clear()
-            start = end + 1
-        self._extend(data, start, len(data))
-        return frames
-
-    def end(self) -> ChannelFault:
-        """How the input ended: mid-frame is a violation, on a boundary the channel is lost."""
-        if self._partial:
-            return protocol_error("stdin ended inside a frame (no LF)")
-        return ChannelFault("CHANNEL_LOST", "stdin ended before the root response")
-
-    def _extend(self, data: bytes, start: int, end: int) -> None:
-        if len(self._partial) + (end - start) > MAX_FRAME_BYTES:
-            raise protocol_error("a frame exceeds 16,777,216 bytes")
-        self._partial += data[start:end]
 
 
 def start_reader(
@@ -93,7 +62,7 @@ class _Reader:
         self._fd = fd
         self._loop = loop
         self._deliver = deliver
-        self._framer = Framer()
+        self._frames = FrameDecoder()
 
     def _take(self, read: Callable[[int, int], bytes]) -> tuple[Delivery | None, bool]:
         """One ``read``: the frames it completed (``None`` for none) or how the input
@@ -104,12 +73,13 @@ class _Reader:
             raise
         except OSError as error:
             return ChannelFault("CHANNEL_LOST", f"reading stdin failed: {error}"), True
-        if not chunk:
-            return self._framer.end(), True
         try:
-            return self._framer.feed(chunk) or None, False
-        except ChannelFault as fault:
-            return fault, True
+            if chunk:
+                return self._frames.feed(chunk) or None, False
+            self._frames.eof()
+        except ProtocolViolation as violation:
+            return fault_of(violation), True
+        return ChannelFault("CHANNEL_LOST", "stdin ended before the root response"), True
 
 
 class LoopReader(_Reader):
