@@ -25,12 +25,15 @@ HELLO = "flow-runner/examples-hello:latest"
 
 
 def created_by(client: Any, pid: int, since: float) -> list[dict[str, Any]]:
-    """The container ``create`` events the engine logged for runner ``pid`` since then."""
+    """The run containers (labelled with a run id) the engine logged runner ``pid``
+    creating since then. (Reading an image's package the first time creates a container
+    that is never started, and carries no run id.)"""
+    labels = [f"{LABEL_OWNER}={owner(pid)}", "flow-runner.run-id"]
     events = client.events(
         since=int(since) - 1,
         until=int(time.time()) + 1,
         decode=True,
-        filters={"type": "container", "event": "create", "label": f"{LABEL_OWNER}={owner(pid)}"},
+        filters={"type": "container", "event": "create", "label": labels},
     )
     return list(events)
 
