@@ -58,11 +58,12 @@ for line in inp:  # read every answer, ignore the cancel: killed after the grace
 
 
 def test_sixty_four_costly_channel_sends_hold_neither_the_loop_nor_the_deadline() -> None:
-    """64 sends in one write, each item near Schema/1's work limit (about 0.5 s of CPU to
-    check): the checks run in worker threads, the deadline (2 s) ends the run within its
-    grace, and the loop answers a 10 ms sleep on time throughout. Bounds: the end within
-    deadline + grace + 3 s, the loop's largest lag 100 ms (measured 2.6 s and 10-20 ms;
-    before: 30 to 33 s, the loop held for all of it)."""
+    """64 sends in one write, each item near Schema/1's work limit (0.5 to 1.6 s of CPU to
+    check on this machine): the checks run in a worker thread, the deadline (4 s) ends the
+    run within its grace, and the loop answers a 10 ms sleep on time throughout. Bounds:
+    the end within deadline + grace + 3 s; the loop's largest lag 300 ms (measured 4.5 s,
+    and 40 to 190 ms with the machine's load at 5 to 12 on its 2 cores; c7018b0 held the
+    loop 2 s at once, checking one item after another on it)."""
     deadline, graces = 4.0, Graces(cancel=0.5, exit=0.5)
     sandbox = ProcessSandbox([sys.executable, "-c", SCHEMA_SENDS])
     lag = 0.0
