@@ -167,6 +167,8 @@ class Pool:
         self.waiting: list[Waiting] = []
         self.preparing: dict[int, Preparing] = {}
         self.channels: dict[int, Channel] = {}
+        self.removing: set[int] = set()
+        """Children removing containers (the server reaps them; :meth:`close` waits)."""
 
     def channel(self) -> socket.socket:
         """A new connection's channel: the end its run keeps (the pool keeps the other)."""
@@ -230,6 +232,10 @@ class Pool:
         if ids:
             with suppress(Exception):
                 self.backend.remove(ids)
+        for pid in self.removing:  # so that the server's end is its containers' end
+            with suppress(ChildProcessError):  # reaped by the server already
+                os.waitpid(pid, 0)
+        self.removing.clear()
 
     def _channel(self, channel: Channel) -> None:
         try:
@@ -265,7 +271,7 @@ class Pool:
         if answered:
             channel.claimed.add(found.container_id)
         else:
-            self._fork(self.backend.remove, [found.container_id])
+            self._removal([found.container_id])
 
     def _answer(self, channel: Channel, message: Message, fds: list[int] | None = None) -> bool:
         try:
@@ -280,7 +286,7 @@ class Pool:
         self.channels.pop(channel.sock.fileno(), None)
         channel.sock.close()
         if channel.claimed:
-            self._fork(self.backend.remove, sorted(channel.claimed))
+            self._removal(sorted(channel.claimed))
         for name in sorted(channel.wanted):
             self._top_up(name)
 
@@ -343,13 +349,17 @@ class Pool:
         for entry in gone:
             self.waiting.remove(entry)
             entry.attach.close()
-        self._fork(self.backend.remove, [entry.container_id for entry in gone])
+        self._removal([entry.container_id for entry in gone])
 
-    def _fork(self, work: Callable[..., object], *args: object, keep: tuple[int, ...] = ()) -> None:
+    def _fork(self, work: Callable[..., object], *args: object, keep: tuple[int, ...] = ()) -> int:
         """Run ``work(*args)`` in a child that holds none of the server's descriptors."""
         pid = os.fork()
         if pid == 0:
             _child(work, args, keep)
+        return pid
+
+    def _removal(self, ids: list[str]) -> None:
+        self.removing.add(self._fork(self.backend.remove, ids))
 
 
 def _child(

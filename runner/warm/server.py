@@ -178,7 +178,7 @@ def _loop(listener: socket.socket, served: Served, held: int, containers: Pool |
     quiet_since = time.monotonic()
     accepted = 0
     while not stopping:
-        if _reap(handlers):
+        if _reap(handlers, containers.removing if containers is not None else set()):
             quiet_since = time.monotonic()
         left = served.idle - (time.monotonic() - quiet_since)
         if not handlers and left <= 0:
@@ -250,8 +250,9 @@ def _handle(
         os._exit(code)
 
 
-def _reap(handlers: set[int]) -> bool:
-    """Collect the children that ended (handlers, and the pool's); whether a handler did."""
+def _reap(handlers: set[int], others: set[int]) -> bool:
+    """Collect the children that ended (``handlers``, and the pool's, some of them in
+    ``others``: each is taken out of its set); whether a handler did."""
     reaped = False
     while True:
         try:
@@ -259,9 +260,11 @@ def _reap(handlers: set[int]) -> bool:
         except ChildProcessError:
             reaped = reaped or bool(handlers)
             handlers.clear()
+            others.clear()
             return reaped
         if pid == 0:
             return reaped
+        others.discard(pid)
         if pid in handlers:
             handlers.discard(pid)
             reaped = True
