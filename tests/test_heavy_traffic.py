@@ -19,11 +19,13 @@ from typing import Any
 import anyio
 import pytest
 
+from memkit import MemoryComponent
 from rsskit import measured, peak_kib
 from runner.api import Invocation, execute
 from runner.host.bounds import PEAK_RSS, TreeBudget
+from runner.host.broker import CallContext
 from runner.host.channels import ChannelHub
-from runner.host.driver import Graces
+from runner.host.driver import Graces, drive
 from runner.host.operations import OperationLedger
 from runner.json1 import JSONValue
 from runner.protocol.codes import OperationError
@@ -31,6 +33,10 @@ from runner.sandbox.process import ProcessSandbox
 
 ROOT = Path(__file__).resolve().parents[1]
 MIB = 1 << 20
+PARAMS: dict[str, JSONValue] = {
+    "protocol": "run/1", "input": None, "settings": {}, "attachments": {},
+    "scratch": "/tmp", "deadlineUnixMs": 2**52,
+}  # fmt: skip
 
 # --- the loop is never held long ------------------------------------------------------
 
@@ -267,3 +273,56 @@ async def test_retained_results_count_against_the_tree_and_leave_with_the_run() 
     assert await ledger.settle_encoded(replay, work) is kept
     ledger.close()
     assert tree.held == 0
+
+
+class _EchoBroker:
+    async def handle(
+        self, method: str, params: dict[str, JSONValue], call: CallContext
+    ) -> JSONValue:
+        return {"value": params["input"]}
+
+
+@pytest.mark.anyio
+async def test_a_run_gives_back_all_it_held_when_it_ends() -> None:
+    """A run that held a large pending request, a kept result and its replay's answer,
+    and a queued channel item: while it runs they count against its tree; once it ended
+    and its channels were concluded, the tree holds nothing."""
+    hub = ChannelHub()
+    party = hub.party("run")
+    component = MemoryComponent()
+    large = "x" * 100_000
+    during: list[int] = []
+
+    def frame(rid: str, method: str, params: dict[str, JSONValue]) -> bytes:
+        message = {"jsonrpc": "2.0", "id": rid, "method": method, "params": params}
+        return json.dumps(message).encode() + b"\n"
+
+    call = {"operationId": "o", "slot": "s", "method": "m", "input": large}
+
+    async def play() -> None:
+        frames = component.frames()
+        root = await frames.__anext__()
+        await component.to_host.send(frame("c:1", "capability/call", call))
+        await component.to_host.send(frame("c:2", "capability/call", call))
+        await component.to_host.send(frame("m:1", "channel/create", {}))
+        answers = {}
+        while len(answers) < 3:
+            answer = await frames.__anext__()
+            answers[answer["id"]] = answer
+        writer = answers["m:1"]["result"]["send"]["endpoint"]
+        assert answers["c:2"]["result"] == {"value": large}, "a replay of the kept result"
+        await component.to_host.send(
+            frame("m:2", "channel/send", {"endpoint": writer, "value": large})
+        )
+        assert (await frames.__anext__())["id"] == "m:2"
+        during.append(hub.budget.held)
+        await component.finish(root)
+
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(play)
+            outcome = await drive(component, PARAMS, _EchoBroker(), channels=party)  # type: ignore[arg-type]
+    assert outcome.verdict.result is not None, outcome.verdict
+    assert during[0] > 2 * len(large), "the kept result and the queued item count"
+    party.conclude(None)
+    assert hub.budget.held == 0
