@@ -38,7 +38,7 @@ def docker_py_body(
 ) -> dict[str, Any]:
     """The body as flow-runner built it with docker-py (held: mount target -> access)."""
     api = docker.APIClient(version=version)
-    tmpfs = {"/tmp": _tmpfs(profile.tmp_size, profile)}
+    tmpfs = {path: _tmpfs(profile.tmp_size, profile) for path in ("/tmp", "/dev/shm")}
     if SCRATCH_PATH not in held:
         tmpfs[SCRATCH_PATH] = _tmpfs(profile.scratch_size, profile)
     security_opt = ["no-new-privileges"] if profile.no_new_privileges else []

@@ -259,6 +259,7 @@ async def test_container_carries_labels_and_the_profile_limits(
     assert host["Init"] is True
     assert host["Ulimits"] == [{"Name": "nofile", "Soft": 1024, "Hard": 1024}]
     assert "size=268435456,nr_inodes=65536" in host["Tmpfs"]["/flow/scratch"]
+    assert "size=67108864,nr_inodes=65536" in host["Tmpfs"]["/dev/shm"]  # not the engine's
     assert container.attrs["Config"]["User"] == "65534:65534"
     assert container.attrs["Config"]["StdinOnce"] is True
     [mount] = [m for m in container.attrs["Mounts"] if m["Type"] == "bind"]

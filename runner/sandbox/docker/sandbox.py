@@ -500,9 +500,11 @@ def _host_config(
     profile: SandboxProfile, held: Mapping[str, HeldPath], sources: Mapping[str, HostSource]
 ) -> dict[str, Any]:
     """The engine's ``HostConfig`` for the profile and the held mounts (target -> path, and
-    its source on the engine's host); without a held scratch directory the scratch is a
-    tmpfs. No log driver: the output goes to the host, not to disk too."""
-    tmpfs = {"/tmp": _tmpfs(profile.tmp_size, profile)}
+    its source on the engine's host); ``/tmp`` and ``/dev/shm`` are tmpfs of ``tmp_size``,
+    and so is the scratch without a held scratch directory. No log driver: the output goes
+    to the host, not to disk too."""
+    # /dev/shm too: the engine's own is a 64 MiB tmpfs with no bound on its entries.
+    tmpfs = {path: _tmpfs(profile.tmp_size, profile) for path in ("/tmp", "/dev/shm")}
     mounts = [
         body.bind_mount(
             target,
