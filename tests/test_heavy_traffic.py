@@ -22,6 +22,7 @@ import pytest
 from memkit import MemoryComponent
 from rsskit import measured, peak_kib
 from runner.api import Invocation, execute
+from runner.contracts.ports import ItemSchema, PortSpec
 from runner.host.bounds import PEAK_RSS, TreeBudget
 from runner.host.broker import CallContext
 from runner.host.channels import ChannelHub
@@ -326,3 +327,28 @@ async def test_a_run_gives_back_all_it_held_when_it_ends() -> None:
     assert during[0] > 2 * len(large), "the kept result and the queued item count"
     party.conclude(None)
     assert hub.budget.held == 0
+
+
+@pytest.mark.anyio
+async def test_a_queued_prefix_too_costly_to_check_at_a_transfer_is_refused_at_once() -> None:
+    """A receiver with 64 queued items (3 KB and 49,000 work units each against the
+    port's schema) moves to that port: the transfer, which never waits, checks no more
+    than one slice on the loop and refuses the rest RESOURCE_EXHAUSTED, moving nothing.
+    Bound: 0.5 s (measured a few ms). Before, every item was checked on the loop (about
+    25-80 ms each here), and the transfer went through."""
+    hub = ChannelHub()
+    caller, callee = hub.party("a"), hub.party("a/child")
+    grants = caller.create({})
+    writer, reader = _token(grants["send"]), _token(grants["receive"])
+    for _ in range(64):
+        await caller.send(writer, [20] * 1000)
+    branches = [{"type": "integer", "minimum": i} for i in range(12)]
+    schema = ItemSchema.compile({"type": "array", "items": {"anyOf": branches}})
+    started = time.monotonic()
+    with pytest.raises(OperationError) as refused:
+        caller.transfer({"in": reader}, {"in": PortSpec("receive", schema=schema)}, callee)
+    assert refused.value.code == "RESOURCE_EXHAUSTED"
+    assert time.monotonic() - started < 0.5
+    assert callee.endpoints == {}
+    callee.conclude(None)
+    caller.conclude(None)

@@ -7,7 +7,7 @@ declared port with the rule of :mod:`runner.contracts.ports`.
 
 from __future__ import annotations
 
-from collections.abc import Coroutine, Mapping
+from collections.abc import Coroutine, Iterable, Mapping
 from functools import partial
 from typing import Any
 
@@ -741,13 +741,37 @@ def _match(where: str, endpoint: Endpoint, spec: PortSpec) -> ItemSchema | None:
                 f"{where}: the port reads from the beginning; this reader starts at "
                 f"{endpoint.start}",
             )
-        if constraint is not None:
-            for _, encoded in endpoint.queue:  # the queued prefix, before the constraint binds
-                if constraint.first_error(json1.loads(encoded)) is not None:
-                    raise OperationError(
-                        "INVALID_INPUT", f"{where}: a queued item does not fit the port's schema"
-                    )
+        if constraint is not None and endpoint.queue:
+            _check_prefix(where, constraint, endpoint.queue)
     return constraint
+
+
+def _check_prefix(where: str, constraint: ItemSchema, queue: Iterable[tuple[int, bytes]]) -> None:
+    """The queued prefix of a receiver moving to a port with a schema, checked against it
+    before the constraint binds. A transfer never waits, so the check is done on the loop
+    within one slice: at most :data:`SMALL_REQUEST` bytes of items, decoded, and
+    :data:`SLICE_UNITS` work units in all; a prefix that needs more is refused
+    ``RESOURCE_EXHAUSTED`` (move the receiver before sending, or read the items first)."""
+    items = list(queue)
+    size = sum(len(encoded) for _, encoded in items)
+    units = max(SLICE_UNITS // len(items), 1)
+    costly = OperationError(
+        "RESOURCE_EXHAUSTED",
+        f"{where}: the receiver's {len(items)} queued item(s) ({size} bytes) are more than "
+        "the host checks against the port's schema during a transfer; move the receiver "
+        "before items are sent to it, or read them first",
+    )
+    if size > SMALL_REQUEST:
+        raise costly
+    for _, encoded in items:
+        try:
+            violation = constraint.first_error(json1.loads(encoded), units)
+        except Unfinished:
+            raise costly from None
+        if violation is not None:
+            raise OperationError(
+                "INVALID_INPUT", f"{where}: a queued item does not fit the port's schema"
+            )
 
 
 def _encoded(answer: tuple[int, bytes] | int) -> bytes:
