@@ -22,7 +22,7 @@ from typing import Any
 import anyio
 import pytest
 
-from execkit import FAKE_IMAGE, fake, of_runner
+from execkit import FAKE_IMAGE, fake, of_runner, profile_file
 from runner.sandbox.base import Attachment, LaunchRequest
 from runner.sandbox.docker import sandbox as docker_sandbox
 from runner.sandbox.docker.sandbox import DockerSandbox, PooledContainer
@@ -178,6 +178,31 @@ def test_a_later_run_claims_the_waiting_container_and_reports_the_same(
     again = exec_report(snapshot, tmp_path, "again", *fake("exit7-after-response"))
     assert again["pooled"] is True
     assert comparable(again) == comparable(failed)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [*fake("custom-outcome")],
+        [*fake("error-result")],
+        ["--deadline", "1s", "--profile", "FAST", *fake("ignore-cancel")],
+    ],
+    ids=["custom-outcome", "failure", "deadline"],
+)
+def test_a_pooled_report_is_a_fresh_ones(
+    args: list[str],
+    serving: Callable[..., Server],
+    snapshot: Install,
+    engine: Any,
+    tmp_path: Path,
+) -> None:
+    args = [str(profile_file(tmp_path)) if arg == "FAST" else arg for arg in args]
+    server = serving("--pool", "1")
+    fresh = exec_report(snapshot, tmp_path, "fresh", *args)
+    waiting(engine, server)
+    pooled = exec_report(snapshot, tmp_path, "pooled", *args)
+    assert (fresh["pooled"], pooled["pooled"]) == (False, True)
+    assert comparable(pooled) == comparable(fresh)
 
 
 def ids(engine: Any, server: Server) -> set[str]:
