@@ -231,7 +231,8 @@ def test_the_pages_show_command_lines_and_are_all_linked_from_the_readme() -> No
         ("batch report store.sqlite --json", None),
         ("exec IMAGE -- python3 --anything", None),
         ("exec IMAGE --made-up 3", "flow-runner exec has no option '--made-up'"),
-        ("batch report --results s", "flow-runner batch report has no option '--results'"),
+        ("batch diff --results s", "flow-runner batch diff has no option '--results'"),
+        ("daemon start --made-up", "flow-runner daemon start has no option '--made-up'"),
         ("frobnicate", "flow-runner has no command 'frobnicate'"),
     ],
 )
