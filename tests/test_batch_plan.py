@@ -419,3 +419,14 @@ def test_a_store_whose_rows_were_named_by_id_alone_is_migrated(tmp_path: Path) -
     reopened = Store(path, create=False)  # migrated once: opened again as it is
     assert [(r["manifest"], r["id"]) for r in reopened.rows()] == [("m", "a"), ("other", "a")]
     reopened.close()
+
+
+def test_the_package_names_its_functions_once_their_modules_are_imported() -> None:
+    """``runner.batch`` imports its modules on first use; a module named like one of its
+    functions (``merge``) must not take the function's place."""
+    import runner.batch.merge
+    import runner.batch.scheduler
+    from runner.batch import __all__, merge, run_batch
+
+    assert callable(merge) and callable(run_batch) and run_batch.__module__.endswith("scheduler")
+    assert all(getattr(runner.batch, name) is not None for name in __all__)

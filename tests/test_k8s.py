@@ -385,6 +385,16 @@ def test_batch_rows_are_keyed_as_batch_keys_them(tmp_path: Path) -> None:
     assert [r["inputDigest"] for r in rows] == [keys.input_digest(r) for r in batch_rows]
 
 
+def test_rendering_imports_no_scheduler_and_no_host_configuration() -> None:
+    """``k8s job`` needs batch's key document, not the batch scheduler or the host
+    configuration (pydantic): those are for running a batch, and slow every render."""
+    heavy = "{'runner.batch.scheduler', 'runner.config'}"
+    code = f"import sys, runner.k8s.manifests; print(sorted({heavy} & set(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.decode().strip() == "[]"
+
+
 def test_profile_notes_cover_what_a_pod_cannot_set() -> None:
     notes = manifests.not_enforced(load_profile("default"))
     assert [n.split(" ")[0] for n in notes[:3]] == ["pids", "nofile", "disk_entries"]

@@ -13,13 +13,44 @@ diffs (:mod:`.merge`) read the store back.
 
 from __future__ import annotations
 
-from .junit import write_junit
-from .manifest import Defaults, ManifestError, Row
-from .merge import diff, merge
-from .report import print_summary, summary, write_jsonl
-from .retry import is_infrastructure_failure
-from .scheduler import BatchControl, BatchOptions, BatchResult, Halt, manifest_name, run_batch
-from .store import Store, StoreError
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from .merge import diff, merge  # at once: the module's name is the function's
+
+if TYPE_CHECKING:
+    from .junit import write_junit
+    from .manifest import Defaults, ManifestError, Row
+    from .report import print_summary, summary, write_jsonl
+    from .retry import is_infrastructure_failure
+    from .scheduler import BatchControl, BatchOptions, BatchResult, Halt, manifest_name, run_batch
+    from .store import Store, StoreError
+
+_MODULE = {
+    "junit": ("write_junit",),
+    "manifest": ("Defaults", "ManifestError", "Row"),
+    "report": ("print_summary", "summary", "write_jsonl"),
+    "retry": ("is_infrastructure_failure",),
+    "scheduler": (
+        "BatchControl",
+        "BatchOptions",
+        "BatchResult",
+        "Halt",
+        "manifest_name",
+        "run_batch",
+    ),
+    "store": ("Store", "StoreError"),
+}
+"""The module of each name of the API, imported on first use: a part that needs one
+module (``k8s`` needs the manifest reader and the key) does not import the scheduler."""
+_WHERE = {name: module for module, names in _MODULE.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
+
 
 __all__ = [
     "BatchControl",

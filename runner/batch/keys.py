@@ -24,15 +24,18 @@ import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from runner import __version__, json1
-from runner.config import HostConfig
 from runner.json1 import JSONValue
 from runner.sandbox.base import Attachment
 from runner.sandbox.errors import SandboxError
 from runner.sandbox.registry import SandboxEngine, SandboxSpec, load_spec_profile
 
 from .manifest import Row
+
+if TYPE_CHECKING:
+    from runner.config import HostConfig
 
 CONTENT_LIMIT = 64 << 20
 """Bytes of a read-only attachment tree digested by content; above it, by metadata."""

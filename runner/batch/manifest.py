@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from runner import json1
-from runner.config import ConfigError, HostConfig
 from runner.durations import parse_duration
 from runner.json1 import JSONValue
 from runner.protocol.names import is_local_name
@@ -26,7 +25,7 @@ from runner.sandbox.base import Attachment
 from runner.sandbox.profiles import ProfileError, SandboxProfile, load_profile, with_user
 
 if TYPE_CHECKING:
-    from runner.config import FlowConfig
+    from runner.config import FlowConfig, HostConfig
 
 FIELDS = ("id", "image", "flow", "input", "settings", "attach", "deadline", "profile", "command")
 MAX_LINE = 16 << 20
@@ -190,6 +189,8 @@ class _Reader:
         )  # fmt: skip
 
     def _flow(self, flow: object, bad: _Bad) -> FlowConfig | None:
+        from runner.config import ConfigError  # a flow row: the configuration is loaded
+
         if self.config is None:
             bad("flow", "a flow row needs a host configuration: pass --config FILE")
             return None
