@@ -38,7 +38,7 @@ import json
 import math
 import re
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from decimal import Decimal
 from itertools import chain
@@ -624,7 +624,7 @@ def _violation(root: object) -> JSON1Error | None:
             fault = _fault(value)
         if fault is not None:
             reason, member = fault
-            return JSON1Error(reason, pointer="".join(map(_pointer_segment, path + member)))
+            return JSON1Error(reason, pointer=json_pointer(path + member))
         if type(value) is dict:
             levels.append(iter(value.items()))
             path.append(None)
@@ -687,8 +687,14 @@ def _number_fault(value: float) -> str:
     return f"integral value {value!r} beyond ±{MAX_SAFE_INTEGER}"
 
 
-def _pointer_segment(name: object) -> str:
-    return "/" + str(name).replace("~", "~0").replace("/", "~1")
+def pointer_segment(name: object) -> str:
+    """One RFC 6901 reference token: a member name or an index, ``~`` and ``/`` escaped."""
+    return str(name).replace("~", "~0").replace("/", "~1")
+
+
+def json_pointer(path: Iterable[object]) -> str:
+    """The RFC 6901 pointer of a path of member names and array indices."""
+    return "".join(f"/{pointer_segment(step)}" for step in path)
 
 
 # --- encoding ------------------------------------------------------------------------

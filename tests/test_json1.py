@@ -607,7 +607,7 @@ def with_duplicate(draw: st.DrawFn) -> tuple[bytes, str]:
         repeated = (
             b"[%s]" % repeated if step == 0 else write({step: None}).replace(b"null", repeated)
         )
-    pointer = "".join(json1._pointer_segment(step) for step in path)
+    pointer = json1.json_pointer(path)
     return repeated, pointer
 
 

@@ -29,9 +29,8 @@ from runner.contracts.schema1 import (
     SchemaError,
     SchemaErrorCode,
     meta_violation,
-    pointer_segment,
 )
-from runner.json1 import JSONValue
+from runner.json1 import JSONValue, pointer_segment
 from runner.protocol.codes import MAX_ERROR_MESSAGE_SCALARS, FlowCode, OperationError, WireCode
 from runner.protocol.results import validate_capability_result
 

@@ -1,0 +1,407 @@
+"""Schema/1 evaluation: compiled schema nodes and the first violation under the work meter.
+
+Instances are not handed to ``jsonschema``: its evaluation is not memoised, so ``allOf``
+of two references to the next definition, forty definitions deep, costs 2^40 steps, and
+the spec requires the meter to be computed before a value may be called invalid. Here each
+distinct (definition, instance path) pair is evaluated once and every keyword is charged.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Iterator
+from typing import Any, Final, NamedTuple
+
+from runner.contracts.meter import Unfinished
+from runner.contracts.schema1_errors import (
+    MAX_REFERENCE_DEPTH,
+    MAX_WORK_UNITS,
+    SchemaError,
+    show,
+)
+from runner.contracts.schema1_meta import SUBSCHEMA, SUBSCHEMA_LISTS, SUBSCHEMA_MAPS
+from runner.json1 import JSONValue, json_pointer, pointer_segment
+
+_NUMBER_BOUNDS: Final[tuple[tuple[str, Callable[[float, float], bool], str], ...]] = (
+    ("minimum", operator.ge, "at least"),
+    ("exclusiveMinimum", operator.gt, "greater than"),
+    ("maximum", operator.le, "at most"),
+    ("exclusiveMaximum", operator.lt, "less than"),
+)
+
+
+class SchemaViolation(NamedTuple):
+    """The first reason an instance fails its schema (Schema/1 diagnostic fields)."""
+
+    instance_pointer: str
+    schema_pointer: str
+    keyword: str | None
+    """The failing keyword; ``None`` when the schema at ``schema_pointer`` is ``false``."""
+    message: str
+
+
+class Schema1Validator:
+    """Validates instances against one compiled schema, under the Schema/1 work meter.
+
+    Obtain one from :func:`compile_schema1`, :func:`compile_schema1_file` or
+    :meth:`Schema1Graph.validator`.
+    """
+
+    def __init__(self, root: Node) -> None:
+        self._root = root
+
+    def first_error(
+        self, instance: JSONValue, units: int = MAX_WORK_UNITS
+    ) -> SchemaViolation | None:
+        """The first violation, or ``None`` when ``instance`` is valid.
+
+        Raises :class:`SchemaError` ``SCHEMA_LIMIT_EXCEEDED`` when the evaluation needs
+        more than 1,000,000 work units: the instance is then neither valid nor invalid.
+        Given fewer ``units``, raises :class:`Unfinished` once they are spent: a caller
+        that must not be held long (an event loop) tries a slice and, failing that,
+        evaluates in full elsewhere.
+        """
+        failure = Evaluation(units).evaluate(self._root, instance, ())
+        if failure is None:
+            return None
+        path, schema_pointer, keyword, message = failure
+        return SchemaViolation(json_pointer(path), schema_pointer, keyword, message)
+
+
+class Node:
+    """One schema of a graph with its subschemas compiled and its ``$ref`` linked."""
+
+    __slots__ = ("children", "height", "memo", "pointer", "ref", "schema")
+
+    def __init__(self, schema: Any, pointer: str, memo: bool) -> None:
+        self.schema = schema
+        self.pointer = pointer
+        self.memo = memo
+        """A definition: reachable from many places, so its results are memoised."""
+        self.children: dict[str, Any] = {}
+        """Keyword -> node, list of nodes or name -> node map."""
+        self.ref: Node | None = None
+        self.height = 0
+        """Depth with references expanded; set for definitions once computed."""
+
+
+def compile_node(schema: Any, pointer: str, referring: list[Node], *, memo: bool = False) -> Node:
+    node = Node(schema, pointer, memo)
+    if isinstance(schema, dict):
+        if "$ref" in schema:
+            referring.append(node)
+        for key, value in schema.items():
+            at = f"{pointer}/{key}"
+            if key in SUBSCHEMA:
+                node.children[key] = compile_node(value, at, referring)
+            elif key in SUBSCHEMA_LISTS:
+                node.children[key] = [
+                    compile_node(item, f"{at}/{index}", referring)
+                    for index, item in enumerate(value)
+                ]
+            elif key in SUBSCHEMA_MAPS:
+                node.children[key] = {
+                    name: compile_node(item, f"{at}/{pointer_segment(name)}", referring)
+                    for name, item in value.items()
+                }
+    return node
+
+
+def bound_expanded_depth(node: Node) -> None:
+    node.height = _height(node)
+    if node.height > MAX_REFERENCE_DEPTH:
+        raise SchemaError(
+            "SCHEMA_LIMIT_EXCEEDED",
+            node.pointer,
+            f"with its references expanded this schema nests {node.height} deep; flow-runner "
+            f"evaluates at most {MAX_REFERENCE_DEPTH}: shorten the chains of $ref",
+        )
+
+
+def _height(node: Node) -> int:
+    deepest = node.ref.height if node.ref is not None else 0
+    for child in _child_nodes(node):
+        deepest = max(deepest, _height(child))
+    return deepest + 1
+
+
+def _child_nodes(node: Node) -> Iterator[Node]:
+    for value in node.children.values():
+        if isinstance(value, Node):
+            yield value
+        elif isinstance(value, list):
+            yield from value
+        else:
+            yield from value.values()
+
+
+Path = tuple[str | int, ...]
+_Failure = tuple[Path, str, str | None, str]  # instance path, schema pointer, keyword, message
+
+
+class Evaluation:
+    """One instance's evaluation: the work meter and the memo of definition results."""
+
+    def __init__(self, limit: int = MAX_WORK_UNITS) -> None:
+        self.units = 0
+        self.limit = min(limit, MAX_WORK_UNITS)
+        self.memo: dict[tuple[int, Path], _Failure | None] = {}
+
+    def charge(self, units: int, node: Node, path: Path) -> None:
+        self.units += units
+        if self.units <= self.limit:
+            return
+        if self.limit < MAX_WORK_UNITS:
+            raise Unfinished(self.limit)
+        raise SchemaError(
+            "SCHEMA_LIMIT_EXCEEDED",
+            node.pointer,
+            f"validating the value at {json_pointer(path) or 'the root'} needs more than "
+            f"{MAX_WORK_UNITS:,} work units; send a smaller value or simplify the schema",
+        )
+
+    def evaluate(self, node: Node, value: Any, path: Path) -> _Failure | None:
+        if not node.memo:
+            self.charge(1, node, path)
+            return self.keywords(node, value, path)
+        key = (id(node), path)
+        if key not in self.memo:
+            self.charge(1, node, path)
+            self.memo[key] = self.keywords(node, value, path)
+        return self.memo[key]
+
+    def keywords(self, node: Node, value: Any, path: Path) -> _Failure | None:
+        """Charge and evaluate every applicable keyword; return the first failure.
+
+        Nothing short-circuits: the meter charges every branch, so every branch is walked.
+        """
+        schema = node.schema
+        if schema is True:
+            return None
+        if schema is False:
+            return (path, node.pointer, None, "no value is allowed here (the schema is false)")
+        first = self.generic(node, value, path)
+        if isinstance(value, dict):
+            first = _first(first, self.object(node, value, path))
+        elif isinstance(value, list):
+            first = _first(first, self.array(node, value, path))
+        elif isinstance(value, str):
+            first = _first(first, self.string(node, value, path))
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            first = _first(first, self.number(node, value, path))
+        return _first(first, self.applicators(node, value, path))
+
+    def generic(self, node: Node, value: Any, path: Path) -> _Failure | None:
+        schema, first = node.schema, None
+        if "type" in schema:
+            names = [schema["type"]] if isinstance(schema["type"], str) else schema["type"]
+            self.charge(len(names), node, path)
+            if not any(_has_type(value, name) for name in names):
+                expected = " or ".join(names)
+                first = (
+                    path,
+                    f"{node.pointer}/type",
+                    "type",
+                    f"expected {expected}, found {_kind(value)}",
+                )
+        if "const" in schema:
+            self.charge(1, node, path)
+            if first is None and not _same(value, schema["const"]):
+                first = (
+                    path,
+                    f"{node.pointer}/const",
+                    "const",
+                    f"must be {show(schema['const'])}",
+                )
+        if "enum" in schema:
+            members = schema["enum"]
+            self.charge(len(members), node, path)
+            if first is None and not any(_same(value, member) for member in members):
+                first = (path, f"{node.pointer}/enum", "enum", f"must be one of {show(members)}")
+        return first
+
+    def object(self, node: Node, value: dict[str, Any], path: Path) -> _Failure | None:
+        schema, children, first = node.schema, node.children, None
+        declared: dict[str, Node] = children.get("properties", {})
+        if "properties" in schema:
+            self.charge(len(declared), node, path)
+            for name, child in declared.items():
+                if name in value:
+                    first = _first(first, self.evaluate(child, value[name], (*path, name)))
+        if "additionalProperties" in children:
+            child = children["additionalProperties"]
+            self.charge(len(value), node, path)
+            for name, member in value.items():
+                if name in declared:
+                    continue
+                failure = self.evaluate(child, member, (*path, name))
+                if failure is not None and child.schema is False:
+                    at = f"{node.pointer}/additionalProperties"
+                    failure = (
+                        (*path, name),
+                        at,
+                        "additionalProperties",
+                        f"member {name!r} is not allowed",
+                    )
+                first = first or failure
+        if "required" in schema:
+            self.charge(len(schema["required"]), node, path)
+            missing = [name for name in schema["required"] if name not in value]
+            if first is None and missing:
+                at = f"{node.pointer}/required"
+                first = (path, at, "required", f"missing required member {missing[0]!r}")
+        first = _first(first, self.bound(node, path, len(value), "minProperties", "members"))
+        first = _first(first, self.bound(node, path, len(value), "maxProperties", "members"))
+        for trigger, names in schema.get("dependentRequired", {}).items():
+            self.charge(1, node, path)
+            if trigger in value:
+                self.charge(len(names), node, path)
+                missing = [name for name in names if name not in value]
+                if first is None and missing:
+                    at = f"{node.pointer}/dependentRequired/{pointer_segment(trigger)}"
+                    message = f"member {trigger!r} requires member {missing[0]!r}"
+                    first = (path, at, "dependentRequired", message)
+        for trigger, child in children.get("dependentSchemas", {}).items():
+            self.charge(1, node, path)
+            if trigger in value:
+                first = _first(first, self.evaluate(child, value, path))
+        return first
+
+    def array(self, node: Node, value: list[Any], path: Path) -> _Failure | None:
+        schema, children, first = node.schema, node.children, None
+        prefix: list[Node] = children.get("prefixItems", [])
+        if prefix:
+            self.charge(len(prefix), node, path)
+            for index, (child, item) in enumerate(zip(prefix, value, strict=False)):
+                first = _first(first, self.evaluate(child, item, (*path, index)))
+        if "items" in children:
+            self.charge(1, node, path)
+            for index in range(len(prefix), len(value)):
+                first = _first(
+                    first, self.evaluate(children["items"], value[index], (*path, index))
+                )
+        if "contains" in children:
+            self.charge(len(value), node, path)
+            matches = 0
+            for index, item in enumerate(value):
+                if self.evaluate(children["contains"], item, (*path, index)) is None:
+                    matches += 1
+            least, most = schema.get("minContains", 1), schema.get("maxContains")
+            self.charge(("minContains" in schema) + ("maxContains" in schema), node, path)
+            if first is None and matches < least:
+                at = f"{node.pointer}/contains"
+                first = (
+                    path,
+                    at,
+                    "contains",
+                    f"{matches} items match 'contains'; at least {least} must",
+                )
+            elif first is None and most is not None and matches > most:
+                at = f"{node.pointer}/maxContains"
+                first = (
+                    path,
+                    at,
+                    "maxContains",
+                    f"{matches} items match 'contains'; at most {most} may",
+                )
+        first = _first(first, self.bound(node, path, len(value), "minItems", "items"))
+        return _first(first, self.bound(node, path, len(value), "maxItems", "items"))
+
+    def string(self, node: Node, value: str, path: Path) -> _Failure | None:
+        schema = node.schema
+        if "minLength" not in schema and "maxLength" not in schema:
+            return None
+        self.charge(len(value), node, path)
+        first = self.bound(node, path, len(value), "minLength", "characters")
+        return _first(first, self.bound(node, path, len(value), "maxLength", "characters"))
+
+    def number(self, node: Node, value: float, path: Path) -> _Failure | None:
+        schema, first = node.schema, None
+        for keyword, holds, relation in _NUMBER_BOUNDS:
+            if keyword in schema:
+                self.charge(1, node, path)
+                if first is None and not holds(value, schema[keyword]):
+                    message = f"{show(value)} is not {relation} {show(schema[keyword])}"
+                    first = (path, f"{node.pointer}/{keyword}", keyword, message)
+        return first
+
+    def bound(self, node: Node, path: Path, size: int, keyword: str, unit: str) -> _Failure | None:
+        """``min*``/``max*`` size keywords: charge 1 and compare ``size``."""
+        if keyword not in node.schema:
+            return None
+        self.charge(1, node, path)
+        limit = node.schema[keyword]
+        if size < limit if keyword.startswith("min") else size > limit:
+            relation = "at least" if keyword.startswith("min") else "at most"
+            message = f"has {size} {unit}; {relation} {limit} allowed"
+            return (path, f"{node.pointer}/{keyword}", keyword, message)
+        return None
+
+    def applicators(self, node: Node, value: Any, path: Path) -> _Failure | None:
+        children, first = node.children, None
+        if node.ref is not None:
+            self.charge(1, node, path)
+            first = self.evaluate(node.ref, value, path)
+        for child in children.get("allOf", []):
+            self.charge(1, node, path)
+            first = _first(first, self.evaluate(child, value, path))
+        for keyword in ("anyOf", "oneOf"):
+            if keyword in children:
+                branches = children[keyword]
+                self.charge(len(branches), node, path)
+                valid = [
+                    i
+                    for i, child in enumerate(branches)
+                    if self.evaluate(child, value, path) is None
+                ]
+                if first is None and (not valid if keyword == "anyOf" else len(valid) != 1):
+                    which = f"alternatives {valid}" if valid else "none of the alternatives"
+                    needed = "one" if keyword == "anyOf" else "exactly one"
+                    message = f"matches {which} in {keyword}; {needed} must match"
+                    first = (path, f"{node.pointer}/{keyword}", keyword, message)
+        if "not" in children:
+            self.charge(1, node, path)
+            if self.evaluate(children["not"], value, path) is None and first is None:
+                message = "matches the schema under 'not', which it must not"
+                first = (path, f"{node.pointer}/not", "not", message)
+        if "if" in children:
+            self.charge(1, node, path)
+            branch = "then" if self.evaluate(children["if"], value, path) is None else "else"
+            if branch in children:
+                self.charge(1, node, path)
+                first = _first(first, self.evaluate(children[branch], value, path))
+        return first
+
+
+def _first(first: _Failure | None, failure: _Failure | None) -> _Failure | None:
+    """The earlier of two failures; both were computed, so every branch was charged."""
+    return first if first is not None else failure
+
+
+def _has_type(value: Any, name: str) -> bool:
+    if name == "integer":
+        return (isinstance(value, int) and not isinstance(value, bool)) or (
+            isinstance(value, float) and value.is_integer()
+        )
+    if name == "number":
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    kinds: dict[str, type | tuple[type, ...]] = {
+        "null": type(None), "boolean": bool, "string": str, "array": list, "object": dict,
+    }  # fmt: skip
+    return isinstance(value, kinds[name])
+
+
+def _same(value: Any, scalar: Any) -> bool:
+    """JSON/1 equality of a value and a ``const``/``enum`` scalar (``1 == 1.0``, ``true != 1``)."""
+    if isinstance(scalar, int | float) and not isinstance(scalar, bool):
+        return _has_type(value, "number") and bool(value == scalar)
+    return type(value) is type(scalar) and bool(value == scalar)
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int) or (isinstance(value, float) and value.is_integer()):
+        return "an integer"
+    names = {float: "a number", str: "a string", list: "an array", dict: "an object"}
+    return names.get(type(value), "null")

@@ -1,0 +1,138 @@
+"""The shipped meta-schemas of Schema/1 and the two Contract/1 kinds, and the dialect's shape.
+
+``jsonschema`` checks a document (one schema node, a contract descriptor) against a
+shipped copy of the spec's meta-schema, with the ``pattern`` keyword given ECMA-262
+semantics for ``$``: Python's ``$`` also matches before a trailing newline, which would
+admit ``"get\\n"`` as a LocalName. :data:`KEYWORDS` and the ``SUBSCHEMA*`` sets say which
+keywords exist and where a keyword's value holds schemas.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from functools import cache
+from importlib import resources
+from typing import Any, Final
+
+from jsonschema import Draft202012Validator, ValidationError, validators
+from jsonschema.exceptions import best_match
+from jsonschema.protocols import Validator
+from referencing import Registry
+from referencing.jsonschema import DRAFT202012
+
+from runner import json1
+from runner.json1 import JSONValue, json_pointer
+
+SCHEMA_1_URI: Final = "https://flow.jig.md/schemas/schema-1.json"
+"""The ``$schema`` a Schema/1 file declares at its root (and the meta-schema's ``$id``)."""
+
+EMBEDDED_SCHEMA_URI: Final = f"{SCHEMA_1_URI}#/$defs/schema"
+"""The meta-schema of one embedded schema (a contract's method, error or definition)."""
+
+SUBSCHEMA: Final = frozenset(
+    {"not", "if", "then", "else", "additionalProperties", "items", "contains"}
+)
+SUBSCHEMA_LISTS: Final = frozenset({"allOf", "anyOf", "oneOf", "prefixItems"})
+SUBSCHEMA_MAPS: Final = frozenset({"properties", "dependentSchemas"})
+"""Keywords whose value is one schema, a list of schemas, or a map of names to schemas."""
+
+
+def meta_violation(instance: JSONValue, schema_uri: str) -> tuple[str, str] | None:
+    """The first way ``instance`` breaks a shipped meta-schema: (pointer, message).
+
+    ``schema_uri`` is :data:`SCHEMA_1_URI`, :data:`EMBEDDED_SCHEMA_URI` or the
+    Capability Contract/1 descriptor schema's ``$id``.
+    """
+    error = best_match(_meta_validator(schema_uri).iter_errors(instance))
+    if error is None:
+        return None
+    return json_pointer(error.absolute_path), error.message
+
+
+def _shipped_schema(name: str) -> dict[str, JSONValue]:
+    """A meta-schema shipped in ``runner/contracts/schemas/`` (a spec copy)."""
+    data = (resources.files(__package__) / "schemas" / name).read_bytes()
+    document = json1.loads(data)
+    assert isinstance(document, dict), f"shipped schema {name} is not an object"
+    return document
+
+
+def _keywords() -> frozenset[str]:
+    """Every keyword ``schema-1.json`` admits: its root's own and its keyword object's."""
+    meta = _shipped_schema("schema-1.json")
+    root, defs = meta["properties"], meta["$defs"]
+    assert isinstance(root, dict) and isinstance(defs, dict)
+    keyword_object = defs["keyword-object"]
+    assert isinstance(keyword_object, dict) and isinstance(keyword_object["properties"], dict)
+    return frozenset(root) | frozenset(keyword_object["properties"])
+
+
+KEYWORDS: Final = _keywords()
+"""The complete Schema/1 keyword allow-list, read from the shipped ``schema-1.json``;
+anything else is refused at every depth."""
+
+
+def _meta_schemas() -> tuple[type[Validator], Registry[Any]]:
+    """The validator class for meta-schemas, and a registry of the shipped ones.
+
+    The registry's copies lack ``$schema``: on entering a resource that declares one,
+    ``jsonschema`` switches to the stock validator class of that dialect, which would
+    drop the ECMA ``pattern``.
+    """
+    documents = [
+        _shipped_schema("schema-1.json"),
+        _shipped_schema("capability-contract-1.schema.json"),
+        _shipped_schema("channel-contract-1.schema.json"),
+    ]
+    registry: Registry[Any] = Registry().with_resources(
+        (str(document["$id"]), DRAFT202012.create_resource(_without_dialect(document)))
+        for document in documents
+    )
+    keywords = {"pattern": _ecma_pattern}
+    # jsonschema.validators.extend carries no annotations
+    return validators.extend(Draft202012Validator, keywords), registry  # type: ignore[no-untyped-call]
+
+
+@cache
+def _meta_validator(schema_uri: str) -> Validator:
+    validator_class, registry = _meta_schemas()
+    return validator_class({"$ref": schema_uri}, registry=registry)
+
+
+def _without_dialect(document: dict[str, JSONValue]) -> dict[str, JSONValue]:
+    return {name: value for name, value in document.items() if name != "$schema"}
+
+
+def _ecma_pattern(
+    validator: Validator, pattern: str, instance: Any, schema: Any
+) -> Iterator[ValidationError]:
+    """The ``pattern`` keyword with ECMA-262 regular-expression semantics."""
+    if isinstance(instance, str) and _ecma_regex(pattern).search(instance) is None:
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+@cache
+def _ecma_regex(pattern: str) -> re.Pattern[str]:
+    """Compile an ECMA-262 pattern: ``$`` outside a class is the end of input (``\\Z``).
+
+    The shipped meta-schemas use only anchors, classes, groups, lookaheads and counted
+    repetition, whose meaning is otherwise the same in Python.
+    """
+    out: list[str] = []
+    index, in_class = 0, False
+    while index < len(pattern):
+        char = pattern[index]
+        if char == "\\":
+            out.append(pattern[index : index + 2])
+            index += 2
+            continue
+        if in_class:
+            in_class = char != "]"
+        elif char == "[":
+            in_class = True
+        elif char == "$":
+            char = r"\Z"
+        out.append(char)
+        index += 1
+    return re.compile("".join(out))
