@@ -13,7 +13,7 @@ from typing import Literal
 
 from runner.json1 import JSONValue
 from runner.protocol.codes import OperationError, bounded_message
-from runner.protocol.session import Condition, HostSession, RootError, RootResult
+from runner.protocol.session import Condition, HostSession, RootError, RootResult, SessionState
 
 HostKill = Literal["cancel", "post-response", "violation", "lost"]
 """Why the host killed the component, when it did."""
@@ -47,7 +47,8 @@ class Verdict:
 def judge(session: HostSession, ending: Ending) -> Verdict:
     """Decide the Run's end from the session's state and how the process ended."""
     response = session.root_response
-    blockers = _acceptance_blockers(session, ending)
+    clean_end = session.state is SessionState.ENDED
+    blockers = _acceptance_blockers(session, ending, clean_end)
     if response is not None and not blockers:
         if isinstance(response, RootResult):
             return Verdict(response.result, None, ("accepted",))
@@ -61,16 +62,16 @@ def judge(session: HostSession, ending: Ending) -> Verdict:
             return Verdict(None, error, (reason,))
         return Verdict(None, error, ("accepted: the component answered with an error",))
     reasons = tuple(blockers) if response is not None else _premature_reasons(session, ending)
-    return Verdict(None, _classify(session, ending, response), reasons)
+    return Verdict(None, _classify(session, ending, response, clean_end), reasons)
 
 
-def _acceptance_blockers(session: HostSession, ending: Ending) -> list[str]:
+def _acceptance_blockers(session: HostSession, ending: Ending, clean_end: bool) -> list[str]:
     blockers: list[str] = []
     if session.violation is not None:
         blockers.append(f"protocol violation: {session.violation}")
     if session.pending:
         blockers.append(f"{len(session.pending)} component request(s) still pending")
-    if not session.stdout_clean_end:
+    if not clean_end:
         blockers.append("stdout did not end cleanly on a frame boundary")
     if ending.exit_code != 0:
         # A kill that found the process already gone (exit 0 by itself) blocks nothing.
@@ -93,7 +94,10 @@ def _premature_reasons(session: HostSession, ending: Ending) -> tuple[str, ...]:
 
 
 def _classify(
-    session: HostSession, ending: Ending, response: RootResult | RootError | None
+    session: HostSession,
+    ending: Ending,
+    response: RootResult | RootError | None,
+    clean_end: bool,
 ) -> OperationError:
     details: dict[str, JSONValue] = {"exitCode": ending.exit_code}
     if ending.oom_killed:
@@ -114,7 +118,7 @@ def _classify(
         return OperationError(
             "PROTOCOL_ERROR", "root response with component requests pending", details
         )
-    if response is not None and not session.stdout_clean_end:
+    if response is not None and not clean_end:
         return OperationError("PROTOCOL_ERROR", "stdout did not end on a frame boundary", details)
     if response is not None and ending.host_kill == "post-response":
         return OperationError(

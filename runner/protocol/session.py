@@ -11,7 +11,8 @@ in-process. The receive pipeline follows PROTOCOL.md §1.3 step by step.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from enum import Enum
+from typing import Final, Literal
 
 from runner import json1
 from runner.json1 import JSONValue
@@ -45,6 +46,75 @@ SPLICE_BYTES = 1 << 16
 """Results from this size on are queued uncopied (:meth:`HostSession.respond_encoded`)."""
 
 Condition = Literal["CANCELLED", "DEADLINE_EXCEEDED"]
+
+
+class SessionState(Enum):
+    """Where one channel incarnation stands: everything that decides what is legal.
+
+    ``condition``, ``root_response``, the pending ids and the byte counters are data kept
+    beside the state; they never decide a move on their own.
+    """
+
+    NOT_STARTED = "NOT_STARTED"
+    """``flow/run`` is not sent yet: the component may ask for nothing."""
+    RUNNING = "RUNNING"
+    """``flow/run`` is sent: every component method is admitted."""
+    CANCELLING = "CANCELLING"
+    """A condition is recorded and ``request/cancel`` sent for the root: only channel
+    settlement is admitted (PROTOCOL.md §10)."""
+    RESPONDED = "RESPONDED"
+    """The valid, correlated root response arrived: any further byte is a violation."""
+    ENDED = "ENDED"
+    """Stdout ended cleanly on a frame boundary (§11 needs it for acceptance)."""
+    CLOSED = "CLOSED"
+    """A fatal protocol violation closed the channel: nothing more is read or written."""
+
+
+class Step(Enum):
+    """What moves a session from one :class:`SessionState` to another."""
+
+    START = "start"
+    """The host sends ``flow/run``."""
+    CANCEL = "cancel"
+    """The host records a condition and cancels the root."""
+    RESPONSE = "response"
+    """The component's valid root response."""
+    EOF = "eof"
+    """The component's stdout ended on a frame boundary."""
+    VIOLATION = "violation"
+    """The component broke the protocol (a truncated last frame included)."""
+
+
+_S = SessionState
+_MOVES: Final[dict[tuple[SessionState, Step], SessionState]] = {
+    (_S.NOT_STARTED, Step.START): _S.RUNNING,
+    (_S.NOT_STARTED, Step.VIOLATION): _S.CLOSED,
+    (_S.RUNNING, Step.CANCEL): _S.CANCELLING,
+    (_S.RUNNING, Step.RESPONSE): _S.RESPONDED,
+    (_S.RUNNING, Step.EOF): _S.ENDED,
+    (_S.RUNNING, Step.VIOLATION): _S.CLOSED,
+    (_S.CANCELLING, Step.RESPONSE): _S.RESPONDED,
+    (_S.CANCELLING, Step.EOF): _S.ENDED,
+    (_S.CANCELLING, Step.VIOLATION): _S.CLOSED,
+    (_S.RESPONDED, Step.EOF): _S.ENDED,
+    (_S.RESPONDED, Step.VIOLATION): _S.CLOSED,
+    (_S.ENDED, Step.CANCEL): _S.ENDED,
+    (_S.ENDED, Step.VIOLATION): _S.CLOSED,
+    (_S.CLOSED, Step.EOF): _S.CLOSED,
+}
+"""Every legal move; any other (state, step) pair raises :class:`LocalProtocolError`.
+A cancel after a clean end of stdout stays ``ENDED``: the condition is still recorded
+when no root response came (it decides the verdict if the host then kills, §11)."""
+
+_ADMITS: Final[dict[SessionState, frozenset[str]]] = {
+    _S.NOT_STARTED: frozenset(),
+    _S.RUNNING: COMPONENT_TO_HOST_METHODS,
+    _S.CANCELLING: frozenset({"channel/close", "channel/release"}),
+    _S.RESPONDED: frozenset(),
+    _S.ENDED: frozenset(),
+    _S.CLOSED: frozenset(),
+}
+"""The component methods each state admits; any other valid request is ``OWNER_CLOSED``."""
 
 
 def flow_run_overflow(params: dict[str, JSONValue]) -> int | None:
@@ -128,7 +198,13 @@ def decode(payload: bytes) -> Decoded:
 
 
 class HostSession:
-    """One Run/1 channel incarnation seen from the host. Not thread-safe; no I/O."""
+    """One Run/1 channel incarnation seen from the host. Not thread-safe; no I/O.
+
+    Its :attr:`state` moves only through :data:`_MOVES`; what the component may ask for
+    in each state is :data:`_ADMITS`. A misuse by the host (a second ``start``, an answer
+    to a request never admitted) raises :class:`LocalProtocolError`; a mistake by the
+    component becomes a :class:`Violation` event.
+    """
 
     def __init__(self, params: dict[str, JSONValue]) -> None:
         reason = validate_params("flow/run", params)
@@ -139,19 +215,27 @@ class HostSession:
         self._outbox: list[bytes] = []
         self.outbox_bytes = 0
         """The size of the frames queued and not yet taken: answers the host owes."""
-        self._started = False
-        self._seen_ids: set[str] = set()
+        self._state = SessionState.NOT_STARTED
+        self._admits = _ADMITS[self._state]
+        self.closed = False
+        """True once a fatal violation closed the channel (``state`` is ``CLOSED``): a
+        plain field, read on every frame."""
+        self._seen: dict[str, bool] = {}
+        """Every request id the component used, and whether it was admitted."""
         self._pending: set[str] = set()
         self.lifetime_requests = 0
         self.root_response: RootResult | RootError | None = None
         self.violation: str | None = None
         self.condition: Condition | None = None
-        self.stdout_eof = False
-        self.stdout_clean_end = False
         self.bytes_received = 0
         self.bytes_sent = 0
 
     # ----- what the driver asks -------------------------------------------------------
+
+    @property
+    def state(self) -> SessionState:
+        """Where the session stands (see :class:`SessionState`)."""
+        return self._state
 
     @property
     def pending(self) -> frozenset[str]:
@@ -161,21 +245,6 @@ class HostSession:
     def owes(self, request_id: str) -> bool:
         """Whether the dispatched component request ``request_id`` still awaits an answer."""
         return request_id in self._pending
-
-    @property
-    def closed(self) -> bool:
-        """True once a fatal violation closed the channel."""
-        return self.violation is not None
-
-    @property
-    def admitting(self) -> bool:
-        """Whether new owned work (child runs, capability calls) may still be admitted."""
-        return (
-            self._started
-            and self.root_response is None
-            and self.condition is None
-            and not self.closed
-        )
 
     def data_to_send(self) -> bytes:
         """Pop every frame queued for the component's stdin, in order."""
@@ -193,10 +262,8 @@ class HostSession:
     # ----- host actions ---------------------------------------------------------------
 
     def start(self) -> None:
-        """Queue the single ``flow/run`` request."""
-        if self._started:
-            raise LocalProtocolError("flow/run was already sent on this channel")
-        self._started = True
+        """Queue the single ``flow/run`` request (only in ``NOT_STARTED``)."""
+        self._move(Step.START)
         self._queue(builders.request(ROOT_ID, "flow/run", self.params))
 
     def cancel_root(self, condition: Condition) -> bool:
@@ -204,17 +271,28 @@ class HostSession:
 
         Returns True when this call recorded the condition (and queued ``request/cancel``
         for the root); False when a condition was already recorded, a root response already
-        committed, or the channel is closed.
+        committed, or the channel is closed: those race with the host's cancel. Raises
+        :class:`LocalProtocolError` before :meth:`start` (there is no root to cancel).
         """
-        if self.condition is not None or self.root_response is not None or self.closed:
+        if self._state is SessionState.NOT_STARTED:
+            raise LocalProtocolError("cancel_root before start: flow/run was never sent")
+        if (self._state, Step.CANCEL) not in _MOVES or self.condition is not None:
             return False
+        if self.root_response is not None:
+            return False
+        self._move(Step.CANCEL)
         self.condition = condition
-        if self._started:
-            self._queue(builders.cancel_notification(ROOT_ID))
+        self._queue(builders.cancel_notification(ROOT_ID))
         return True
 
     def respond(self, request_id: str, result: JSONValue) -> None:
-        """Answer a dispatched component request with a success result."""
+        """Answer a dispatched component request with a success result.
+
+        Every ``respond*`` answers a pending request. One already settled (answered, cancelled
+        by the component, or cleared by a violation) is a race the host cannot avoid and is
+        ignored; one the session never admitted is a host bug and raises
+        :class:`LocalProtocolError`.
+        """
         if self._settle(request_id):
             self._queue(builders.result_response(request_id, result))
 
@@ -231,6 +309,7 @@ class HostSession:
         once.
         """
         if request_id not in self._pending:
+            self._settle(request_id)  # raises for an id never admitted
             return
         if len(result) < SPLICE_BYTES:
             frame = encode_result_frame(request_id, result)
@@ -289,7 +368,7 @@ class HostSession:
             message = classify(frame.value)
         except ProtocolViolation as exc:
             reply = exc.reply
-            if reply is not None and reply["id"] in self._seen_ids:
+            if reply is not None and reply["id"] in self._seen:
                 # A -32600 naming a used id would be a second response to that request
                 # (§1: ids are never reused, and a reuse gets no frame): name no id.
                 reply = {**reply, "id": None}
@@ -301,16 +380,30 @@ class HostSession:
         return self._receive_response(message)
 
     def receive_eof(self) -> list[Event]:
-        """The component's stdout ended."""
-        self.stdout_eof = True
+        """The component's stdout ended: ``ENDED`` on a frame boundary, else a violation."""
         if self.closed:
             return []
         try:
             self._decoder.eof()
         except ProtocolViolation as exc:
             return self._fatal(exc.reason)
-        self.stdout_clean_end = True
+        self._move(Step.EOF)
         return []
+
+    # ----- the state machine ----------------------------------------------------------
+
+    def _move(self, step: Step) -> None:
+        """Take ``step`` by :data:`_MOVES`; an illegal one raises and changes nothing."""
+        state = self._state
+        try:
+            new = _MOVES[state, step]
+        except KeyError:
+            raise LocalProtocolError(
+                f"{step.value} is not allowed in session state {state.name}"
+            ) from None
+        self._state = new
+        self._admits = _ADMITS[new]
+        self.closed = new is SessionState.CLOSED
 
     # ----- internals ------------------------------------------------------------------
 
@@ -328,23 +421,30 @@ class HostSession:
             self.outbox_bytes += len(frame)
 
     def _settle(self, request_id: str) -> bool:
-        if request_id not in self._pending:
-            return False
-        self._pending.discard(request_id)
-        return not self.closed
+        """Take ``request_id`` off the pending set: True if it was owed an answer (the
+        channel is open then: a violation clears the set)."""
+        pending = self._pending
+        if request_id in pending:
+            pending.discard(request_id)
+            return True
+        if not self._seen.get(request_id):
+            raise LocalProtocolError(f"request {request_id!r} was never admitted")
+        return False
 
     def _fatal(self, reason: str, reply: dict[str, JSONValue] | None = None) -> list[Event]:
         if reply is not None:
             self._queue(reply)
+        self._move(Step.VIOLATION)
         self.violation = reason
         self._pending.clear()
         return [Violation(reason)]
 
     def _receive_request(self, request: Request, frame: Decoded) -> list[Event]:
         rid = request.id
-        if rid in self._seen_ids:
+        seen = self._seen
+        if rid in seen:
             return self._fatal(f"reused request ID {rid!r}")
-        self._seen_ids.add(rid)
+        seen[rid] = False
         self.lifetime_requests += 1
         if self.lifetime_requests > MAX_LIFETIME_REQUESTS:
             return self._fatal(
@@ -365,7 +465,7 @@ class HostSession:
             self._queue(builders.error_response(rid, INVALID_PARAMS, bounded_message(reason)))
             return []
         assert isinstance(request.params, dict)  # validate_params admits only objects
-        if not self._admits(request.method):
+        if request.method not in self._admits:
             self._queue(
                 builders.operational_error(
                     rid, "OWNER_CLOSED", "the root Run is no longer admitting owned work"
@@ -382,13 +482,8 @@ class HostSession:
             )
             return []
         self._pending.add(rid)
+        seen[rid] = True
         return [CallRequested(rid, request.method, request.params, frame.size, frame.note)]
-
-    def _admits(self, method: str) -> bool:
-        # Settlement of channels stays possible after cancellation (PROTOCOL.md §10).
-        if method in ("channel/close", "channel/release"):
-            return self._started and self.root_response is None
-        return self.admitting
 
     def _receive_notification(self, note: Notification) -> list[Event]:
         if note.method != "request/cancel":
@@ -406,7 +501,7 @@ class HostSession:
         return [CallCancelled(target)]
 
     def _receive_response(self, response: Success | ErrorResponse) -> list[Event]:
-        if response.id != ROOT_ID or not self._started:
+        if response.id != ROOT_ID or self._state is SessionState.NOT_STARTED:
             return self._fatal(f"response to an id the host never sent: {response.id!r}")
         if self.root_response is not None:
             return self._fatal("a second root response")
@@ -429,5 +524,6 @@ class HostSession:
             return self._fatal(
                 f"root response while {len(self._pending)} component request(s) are pending"
             )
+        self._move(Step.RESPONSE)
         self.root_response = event
         return [event]
