@@ -9,6 +9,7 @@ ends with none of them left, and none of its runs'.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -251,27 +252,77 @@ class Recorded:
         raise AssertionError("nothing was claimed")
 
 
-@pytest.mark.parametrize("access", ["read-write", "read"])
-def test_a_launch_with_host_paths_never_asks_the_pool(
-    access: str, tmp_path: Path, engine: Any
+def test_a_launch_with_a_writable_host_path_never_asks_the_pool(
+    tmp_path: Path, engine: Any
 ) -> None:
-    """A component waiting in a pool must reach no user's directory: a launch with any
-    host path (a read-write one above all) is never pooled; one without is."""
+    """A component waiting in a pool must not write to anyone's directory: a launch with
+    a read-write host path is never pooled; one with read-only paths, or none, is, its
+    mounts part of its configuration."""
     recorded = Recorded()
     docker_sandbox.use_pool(recorded)
     try:
         sandbox = DockerSandbox(FAKE_IMAGE, load_profile("default"), ["python3", "-c", "pass"])
-        attached = Attachment("data", tmp_path, access)  # type: ignore[arg-type]
-        with_paths = [LaunchRequest(attachments=(attached,)), LaunchRequest(scratch_dir=tmp_path)]
-        for request in with_paths:
-            assert not sandbox.poolable(request)
-            assert anyio.run(sandbox._claim, request) is None
-        assert recorded.asked == []
-        assert anyio.run(sandbox._claim, LaunchRequest()) is None
-        [config] = recorded.asked
-        assert config["image"].startswith("sha256:") and config["command"][0] == "python3"
+
+        def claim(request: LaunchRequest) -> object:
+            async def claiming() -> object:
+                with contextlib.ExitStack() as held:
+                    return await sandbox._claim(request, held)
+
+            return anyio.run(claiming)
+
+        shared = Path(tempfile_dir())  # one the component's user can reach
+        shared.chmod(0o777)
+        try:
+            writable = Attachment("data", shared, "read-write")
+            for request in (
+                LaunchRequest(attachments=(writable,)),
+                LaunchRequest(scratch_dir=shared),
+            ):
+                assert not sandbox.poolable(request)
+                assert claim(request) is None
+            assert recorded.asked == []
+            assert claim(LaunchRequest()) is None
+            read = Attachment("data", shared, "read")
+            assert claim(LaunchRequest(attachments=(read,))) is None
+        finally:
+            shutil.rmtree(shared)
+        plain, read_only = recorded.asked
+        assert plain["image"].startswith("sha256:") and plain["command"][0] == "python3"
+        assert not plain["host_config"].get("Mounts")
+        [mount] = read_only["host_config"]["Mounts"]
+        assert (mount["Source"], mount["ReadOnly"]) == (str(shared), True)
     finally:
         docker_sandbox.use_pool(None)
+
+
+def test_a_read_only_attachment_is_pooled_and_a_swapped_one_goes_fresh(
+    serving: Callable[..., Server], snapshot: Install, engine: Any, tmp_path: Path
+) -> None:
+    """A claimed container's mounts are checked as a fresh one's: the directory at the
+    attachment's path replaced since the container was prepared, it is removed unused and
+    the run launches fresh (and sees the new directory)."""
+    server = serving("--pool", "1")
+    shared = Path(tempfile_dir())  # one the component's user can reach
+    try:
+        data = shared / "data"
+        data.mkdir()
+        shared.chmod(0o755)
+        args = ["--attach", f"data={data}:ro", *fake("echo")]
+        first = exec_report(snapshot, tmp_path, "first", *args)
+        waiting(engine, server)
+        pooled = exec_report(snapshot, tmp_path, "pooled", *args)
+        assert (first["pooled"], pooled["pooled"]) == (False, True)
+        assert comparable(pooled) == comparable(first)
+        [ready] = waiting(engine, server)
+        data.rename(shared / "old")
+        data.mkdir()  # the same path, another directory
+        swapped = exec_report(snapshot, tmp_path, "swapped", *args)
+        assert swapped["pooled"] is False and swapped["status"] == "succeeded"
+        assert "create" in swapped["timings"]
+        gone = lambda: ready.id not in ids(engine, server)  # noqa: E731
+        until("the swapped container removed (not expired: that takes 60 s)", gone, 20)
+    finally:
+        shutil.rmtree(shared)
 
 
 def test_a_read_write_scratch_run_leaves_nothing_waiting(

@@ -1,13 +1,16 @@
 """The warm runner's pool: containers created, attached and started ahead, used once.
 
-After a run whose launch could have used one (:meth:`DockerSandbox.poolable`: no host path
-at all), the server keeps up to ``size`` containers of that run's *launch configuration*
+After a run whose launch could have used one (:meth:`DockerSandbox.poolable`: read-only
+host paths only, so that a waiting component can write to no one's directory), the server
+keeps up to ``size`` containers of that run's *launch configuration*
 (the image's id, command, user and the engine's ``HostConfig``: everything that makes the
 container) waiting: each started, its component blocked on its first read of stdin, our
 end of its attach socket held by the server. A later run of the same configuration claims
 one over its *channel* (a socket pair the server makes per connection; the forked run
 inherits its end) and runs in it as in a fresh container; one claim takes one container,
-so of two runs racing for the last one, the other launches fresh. A replacement is
+so of two runs racing for the last one, the other launches fresh; a claimed one whose
+mounts are not the files the run judged and holds is removed, and the run launches fresh.
+A replacement is
 prepared once a run that used or wanted a configuration has ended, so preparing competes
 with no run's own start.
 

@@ -162,11 +162,19 @@ class DockerSandbox:
 
     @asynccontextmanager
     async def _launch(self, request: LaunchRequest) -> AsyncIterator[RunningComponent]:
-        claimed = await self._claim(request) if _pool is not None else None
-        if claimed is not None:
-            async with self._claimed(claimed) as pooled:
-                yield pooled
-            return
+        if _pool is not None and self.poolable(request):
+            with contextlib.ExitStack() as held:
+                found = await self._claim(request, held)
+                if found is not None:
+                    async with self._claimed(request, *found, held) as pooled:
+                        yield pooled
+                    return
+        async with self._fresh(request) as fresh:
+            yield fresh
+
+    @asynccontextmanager
+    async def _fresh(self, request: LaunchRequest) -> AsyncIterator[RunningComponent]:
+        """Create, attach and start a new container for ``request``."""
         with contextlib.ExitStack() as held:
             # Each path is opened, judged and held until the component runs (see _verify_mounts);
             # a launch with no host path at all has nothing to hold or to measure.
@@ -214,53 +222,77 @@ class DockerSandbox:
                     raise lease.lost
 
     def poolable(self, request: LaunchRequest) -> bool:
-        """Whether this launch may use a container prepared ahead: no host path at all (a
-        component waiting in a pool must reach no user's directory), a root run (no parent
-        whose tree its labels would name), the process-wide engine, nothing recorded."""
+        """Whether this launch may use a container prepared ahead: read-only host paths
+        only (a component waiting in a pool must not write to anyone's directory before
+        anyone asked for its run), a root run (no parent whose tree its labels would name),
+        the process-wide engine, nothing recorded."""
         return not (
-            request.attachments
+            any(attachment.access != "read" for attachment in request.attachments)
             or request.scratch_dir is not None
             or request.parent_run_id
             or self._client is not None
             or self.record_engine
         )
 
-    async def launch_config(self, engine: Engine) -> dict[str, Any]:
-        """Everything that makes this sandbox's container for a poolable launch, as JSON:
-        the image's id (a moved tag is another configuration), the command, the user and
-        the engine's ``HostConfig`` (the profile's effective settings, its seccomp policy's
-        text included). Two launches with equal configurations make equal containers."""
+    async def launch_config(
+        self, engine: Engine, mounts: Mapping[str, HeldPath] | None = None
+    ) -> dict[str, Any]:
+        """Everything that makes this sandbox's container for a poolable launch with the
+        held ``mounts``, as JSON: the image's id (a moved tag is another configuration),
+        the command, the user and the engine's ``HostConfig`` (the profile's effective
+        settings, its seccomp policy's text included, every bind mount with its source).
+        Two launches with equal configurations make equal containers."""
+        held = mounts or {}
         info = await engine.inspect_image(self.image)
+        sources = await _host_sources(engine, held)
         return {
             "image": str(info["Id"]),
             "command": self.command,
             "user": self.profile.user,
-            "host_config": _host_config(self.profile, {}, {}),
+            "host_config": _host_config(self.profile, held, sources),
         }
 
-    async def _claim(self, request: LaunchRequest) -> PooledContainer | None:
-        """A container prepared ahead for this very launch configuration, or None (then
+    async def _claim(
+        self, request: LaunchRequest, held: contextlib.ExitStack
+    ) -> tuple[PooledContainer, dict[str, HeldPath]] | None:
+        """A container prepared ahead for this very launch configuration, and the mounts
+        judged and held for it (as for a fresh launch, closed by ``held``); or None (then
         the pool notes the configuration, to prepare one for a later launch)."""
         if _pool is None or not self.poolable(request):
             return None
         began = time.perf_counter()
+        mounts: dict[str, HeldPath] = {}
+        if request.attachments:
+            mounts = await anyio.to_thread.run_sync(self._hold, request, held)
         engine = await open_engine(self._client)
-        config = await self.launch_config(engine)
+        config = await self.launch_config(engine, mounts)
         claimed = await anyio.to_thread.run_sync(_pool.claim, config)
-        if claimed is not None:
-            claimed.timings["claim"] = time.perf_counter() - began
-        return claimed
+        if claimed is None:
+            return None
+        claimed.timings["claim"] = time.perf_counter() - began
+        return claimed, mounts
 
     @asynccontextmanager
-    async def _claimed(self, claimed: PooledContainer) -> AsyncIterator[RunningComponent]:
+    async def _claimed(
+        self,
+        request: LaunchRequest,
+        claimed: PooledContainer,
+        mounts: Mapping[str, HeldPath],
+        held: contextlib.ExitStack,
+    ) -> AsyncIterator[RunningComponent]:
         """Run in a claimed container (created, attached and started ahead, its component
-        waiting for its first byte); on exit, as a fresh launch: kill if needed, remove."""
+        waiting for its first byte); on exit, as a fresh launch: kill if needed, remove.
+
+        Its mounts are checked to be the very files judged and held now, as a fresh
+        launch's are (:func:`_verify_mounts`); on a difference it is removed before a byte
+        is sent, and the run launches fresh."""
         assert _pool is not None
         engine = await open_engine(self._client)
         facts = SandboxFacts(timings=dict(claimed.timings))
-        lease = Lease(claimed.container_id, time.perf_counter(), step="run")
+        lease = Lease(claimed.container_id, time.perf_counter(), step="start")
         connection: AttachConnection | None = None
         container: Container | None = None
+        swapped = False
         try:
             connection = await open_connection(socket.socket(fileno=claimed.attach_fd))
             facts.details.update(
@@ -271,8 +303,12 @@ class DockerSandbox:
                 runtime=self.profile.runtime,
                 pooled=True,
             )
-            container = Container(engine, lease, connection, (), facts)
-            yield container
+            swapped = not await _mounts_hold(engine, lease, mounts, facts)
+            if not swapped:
+                held.close()  # the mounts are what was judged; the descriptors can go
+                lease.step = "run"
+                container = Container(engine, lease, connection, request.attachments, facts)
+                yield container
         finally:
             with anyio.CancelScope(shield=True):
                 cleanup = _cleanup(engine, lease, connection, container)
@@ -281,6 +317,10 @@ class DockerSandbox:
                     await anyio.to_thread.run_sync(_pool.released, claimed.container_id)
             if lease.lost is not None and isinstance(sys.exc_info()[1], Exception | None):
                 raise lease.lost
+        if swapped:
+            held.close()
+            async with self._fresh(request) as fresh:
+                yield fresh
 
     def _hold(self, request: LaunchRequest, stack: contextlib.ExitStack) -> dict[str, HeldPath]:
         """Judge and hold every bind source: mount target -> held path (closed by ``stack``)."""
@@ -575,6 +615,22 @@ async def _verify_mounts(
         if (mounted.st_dev, mounted.st_ino) != path.identity:
             raise path.changed(f"the engine mounted another file at {target}")
     facts.details["mounts_verified"] = True
+
+
+async def _mounts_hold(
+    engine: Engine, lease: Lease, held: Mapping[str, HeldPath], facts: SandboxFacts
+) -> bool:
+    """:func:`_verify_mounts` for a claimed container: False where a mount is not the held
+    file (a path swapped since the container was prepared)."""
+    if not held:
+        return True
+    from runner.sandbox.attachments import AttachmentError
+
+    try:
+        await _verify_mounts(engine, lease, held, facts)
+    except AttachmentError:
+        return False
+    return True
 
 
 def _tmpfs(size: int, profile: SandboxProfile) -> str:
