@@ -4,6 +4,10 @@ Opt-in: nothing starts a warm runner but ``daemon start``. It saves each later c
 the interpreter's start and the imports (~0.45 s), holds ~0.1 GB while it waits, and
 stops by itself once unused for ``--idle`` (15 minutes unless told). Its commands run in
 the process that typed them (the console script never hands ``daemon`` over).
+
+With ``--pool N`` (1 unless told; 0: none) it also keeps, after a run, up to N containers
+of that run's launch configuration started and waiting for a later run of the same one
+(:mod:`runner.warm.pool`): such a run skips the engine's create and start (~0.25 s).
 """
 
 from __future__ import annotations

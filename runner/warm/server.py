@@ -1,6 +1,7 @@
 """The warm runner's server: flow-runner imported once, a handler forked per connection.
 
-``flow-runner daemon serve SECONDS [--detach]`` (what ``daemon start`` runs; the console
+``flow-runner daemon serve SECONDS [--detach] [--pool N] [--pool-idle SECONDS]
+[--pool-max N]`` (what ``daemon start`` runs; the console
 script reaches it without parsing anything, so no command-line state is left in the
 process its runs are forked from):
 
@@ -17,7 +18,13 @@ process its runs are forked from):
    connection from another uid is closed unread, any other gets a forked handler
    (:mod:`runner.warm.handler`); handlers are reaped on SIGCHLD;
 5. it exits on SIGTERM, SIGINT or SIGHUP, or when no handler has run for ``SECONDS`` and
-   none runs, removing its socket first. Handlers running then finish on their own.
+   none runs, removing its socket first, then its pool's containers. Handlers running
+   then finish on their own.
+
+With ``--pool N`` the same loop keeps the pool (:mod:`runner.warm.pool`): each connection
+gets a channel to it, and the pool's descriptors (channels, waiting containers' attach
+sockets, preparations in flight) are polled beside the socket; its engine work runs in
+forked children, never in this thread.
 """
 
 from __future__ import annotations
