@@ -31,16 +31,10 @@ _MODULE = {
     "manifest": ("Defaults", "ManifestError", "Row"),
     "report": ("print_summary", "summary", "write_jsonl"),
     "retry": ("is_infrastructure_failure",),
-    "scheduler": (
-        "BatchControl",
-        "BatchOptions",
-        "BatchResult",
-        "Halt",
-        "manifest_name",
-        "run_batch",
-    ),
+    "scheduler": ("BatchControl", "BatchOptions", "BatchResult", "Halt", "manifest_name",
+                  "run_batch"),
     "store": ("Store", "StoreError"),
-}
+}  # fmt: skip
 """The module of each name of the API, imported on first use: a part that needs one
 module (``k8s`` needs the manifest reader and the key) does not import the scheduler."""
 _WHERE = {name: module for module, names in _MODULE.items() for name in names}

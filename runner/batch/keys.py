@@ -171,12 +171,9 @@ class Keys:
             self._image_ids(row.image) or f"missing:{row.image}",
             self._share(profile, profile.as_json),
             None if seccomp is None else self._share(seccomp, lambda: _seccomp_digest(seccomp)),
-            row.command,
-            [_attachment(att, self._digests) for att in row.attachments],
-            row.input,
-            row.settings,
-            row.deadline,
-        )
+            row.command, [_attachment(att, self._digests) for att in row.attachments],
+            row.input, row.settings, row.deadline,
+        )  # fmt: skip
 
     def _share(self, owner: object, value: Callable[[], JSONValue]) -> JSONValue:
         """``owner``'s JSON value, made (and encoded) on first use; kept with ``owner``,

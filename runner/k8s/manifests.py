@@ -167,15 +167,10 @@ class JobSpec:
         the image by its name (a cluster resolves it) and each volume by its source."""
         seccomp = self.profile.seccomp_json
         document = image_document(
-            self.image,
-            self.profile.as_json(),
+            self.image, self.profile.as_json(),
             None if seccomp is None else hashlib.sha256(seccomp.encode()).hexdigest(),
-            self.command,
-            [m.as_json() for m in self.mounts],
-            value,
-            settings,
-            deadline,
-        )
+            self.command, [m.as_json() for m in self.mounts], value, settings, deadline,
+        )  # fmt: skip
         return hashlib.sha256(json1.canonical(document)).hexdigest()
 
 
