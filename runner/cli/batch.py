@@ -11,7 +11,7 @@ import typer
 
 from runner.cli.app import UsageError, _fail_usage, batch_app, collect_from_here
 from runner.cli.inputs import _load_config, _read_json, check_outputs, parse_duration
-from runner.cli.running import hung_up, notice, stop_signals
+from runner.cli.running import notice, under_signals
 
 if TYPE_CHECKING:
     from runner.batch import Halt
@@ -149,8 +149,6 @@ def _shard(text: str | None) -> tuple[int, int] | None:
 def _run_batch(options: object, junit: Path | None, jsonl: Path | None) -> int:
     """Run the batch under signal handling: the first SIGINT/SIGTERM stops it (runs in
     flight are cancelled with their grace), the second kills them."""
-    import signal
-
     import anyio
 
     from runner.batch import (
@@ -171,32 +169,20 @@ def _run_batch(options: object, junit: Path | None, jsonl: Path | None) -> int:
     assert isinstance(options, BatchOptions)
     control = BatchControl()
 
-    async def main() -> BatchResult | Exception:
-        outcome: BatchResult | Exception
-        async with anyio.create_task_group() as tg:
+    def escalate() -> None:
+        if control.stopping and not control.killing:
+            notice("flow-runner batch: killing the runs in flight")
+            control.kill()
+        elif not control.stopping:
+            notice("flow-runner batch: stopping (again to kill)")
+            control.stop()
 
-            async def signals() -> None:
-                with anyio.open_signal_receiver(*stop_signals()) as received:
-                    async for signum in received:
-                        if signum == signal.SIGHUP:
-                            hung_up()
-                        if control.stopping and not control.killing:
-                            notice("flow-runner batch: killing the runs in flight")
-                            control.kill()
-                        elif not control.stopping:
-                            notice("flow-runner batch: stopping (again to kill)")
-                            control.stop()
-
-            tg.start_soon(signals)
-            try:
-                outcome = await run_batch(options, control)
-            except (ManifestError, StoreError, SandboxError) as exc:  # not into a group
-                outcome = exc
-            tg.cancel_scope.cancel()
-        return outcome
+    async def work() -> BatchResult:
+        return await run_batch(options, control)
 
     collect_from_here()
-    result = anyio.run(main)
+    refusals = (ManifestError, StoreError, SandboxError)
+    result = anyio.run(under_signals, work, escalate, refusals)
     if isinstance(result, Exception):
         _fail_usage(str(result))
     status = result.exit_status

@@ -6,7 +6,7 @@ import os
 import sys
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 import typer
 
@@ -28,14 +28,14 @@ if TYPE_CHECKING:
     from runner.host.driver import RunControl
     from runner.json1 import JSONValue
 
+T = TypeVar("T")
+
 Starter = Callable[["RunControl", "Callable[[bytes], None] | None"], Awaitable["Execution"]]
 
 
 def _run(start: Starter, quiet: bool) -> Execution:
     """Run under signal handling: the first SIGINT, SIGTERM or SIGHUP cancels, the second
     kills."""
-    import signal
-
     import anyio
 
     from runner.host.driver import RunControl
@@ -48,32 +48,19 @@ def _run(start: Starter, quiet: bool) -> Execution:
     control = RunControl()
     echo = None if quiet else StderrEcho(sys.stderr.fileno())
 
-    async def main() -> Execution | Exception:
-        outcome: Execution | Exception
-        async with anyio.create_task_group() as tg:
+    def escalate() -> None:
+        if control.cancel_requested.is_set():
+            control.kill()
+        else:
+            notice("flow-runner: cancelling (again to kill now)")
+            control.cancel()
 
-            async def signals() -> None:
-                with anyio.open_signal_receiver(*stop_signals()) as received:
-                    async for signum in received:
-                        if signum == signal.SIGHUP:
-                            hung_up()
-                        if control.cancel_requested.is_set():
-                            control.kill()
-                        else:
-                            notice("flow-runner: cancelling (again to kill now)")
-                            control.cancel()
-
-            tg.start_soon(signals)
-            try:
-                outcome = await start(control, None if echo is None else echo.write)
-            except refusals as exc:  # not into an ExceptionGroup
-                outcome = exc
-            tg.cancel_scope.cancel()
-        return outcome
+    async def work() -> Execution:
+        return await start(control, None if echo is None else echo.write)
 
     collect_from_here()
     try:
-        outcome = anyio.run(main)
+        outcome = anyio.run(under_signals, work, escalate, refusals)
     finally:
         if echo is not None:
             echo.close()
@@ -135,6 +122,38 @@ def refuse(exc: UsageError) -> NoReturn:
     label = "" if exc.code == "INVALID_USAGE" else f"{exc.code}: "
     typer.echo(f"flow-runner: {label}{exc}", err=True)
     raise typer.Exit(EXIT_USAGE)
+
+
+async def under_signals(
+    work: Callable[[], Awaitable[T]],
+    escalate: Callable[[], None],
+    refusals: tuple[type[Exception], ...],
+) -> T | Exception:
+    """``work()``'s result while each stop signal (:func:`stop_signals`) calls
+    ``escalate``, the command's next step (stop, then kill). After a SIGHUP the terminal
+    is gone: nothing more is written to it. An exception of ``refusals`` is returned, not
+    raised, so that it does not reach the caller wrapped in an ``ExceptionGroup``."""
+    import signal
+
+    import anyio
+
+    outcome: T | Exception
+    async with anyio.create_task_group() as tg:
+
+        async def signals() -> None:
+            with anyio.open_signal_receiver(*stop_signals()) as received:
+                async for signum in received:
+                    if signum == signal.SIGHUP:
+                        hung_up()
+                    escalate()
+
+        tg.start_soon(signals)
+        try:
+            outcome = await work()
+        except refusals as exc:
+            outcome = exc
+        tg.cancel_scope.cancel()
+    return outcome
 
 
 def stop_signals() -> tuple[signal.Signals, ...]:
