@@ -10,7 +10,13 @@ from typing import TYPE_CHECKING, Annotated, Literal
 import typer
 
 from runner.cli.app import UsageError, _fail_usage, batch_app, collect_from_here
-from runner.cli.inputs import _load_config, _read_json, check_outputs, parse_duration
+from runner.cli.inputs import (
+    _load_config,
+    check_outputs,
+    parse_duration,
+    read_input,
+    read_settings,
+)
 from runner.cli.running import notice, under_signals
 
 if TYPE_CHECKING:
@@ -94,10 +100,8 @@ def batch_run(
     try:
         check_outputs(("--results", results), ("--junit", junit), ("--jsonl", jsonl))
         parse_duration(deadline, [str(manifest)])
-        value = _read_json("--input", input_)
-        settings_value = _read_json("--settings", settings)
-        if not isinstance(settings_value, dict):
-            raise UsageError("--settings must be a JSON object, for example '{}'")
+        value = read_input(input_)
+        settings_value = read_settings(settings)
         defaults = Defaults(
             image, flow, value, settings_value, tuple(attach or ()), deadline, profile,
             tuple(shlex.split(command)) if command else None, user,

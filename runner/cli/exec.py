@@ -10,7 +10,13 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from runner.cli.app import UsageError, app
-from runner.cli.inputs import _load_config, _read_json, check_outputs, parse_duration
+from runner.cli.inputs import (
+    _load_config,
+    check_outputs,
+    parse_duration,
+    read_input,
+    read_settings,
+)
 from runner.cli.running import Starter, _print_verdict, _run, refusal, refuse
 
 if TYPE_CHECKING:
@@ -169,7 +175,7 @@ class ExecRequest:
             raise UsageError(f"--scratch {self.scratch}: no such directory; create it first")
         self._check_process_options()
         seconds = parse_duration(self.deadline, self.target)
-        value = _read_json("--input", self.input_text or "null")
+        value = read_input(self.input_text or "null")
         if self.flow is not None:
             return self._stand_in_starter(value, seconds)
         host_config = self._host_config()
@@ -289,9 +295,7 @@ class ExecRequest:
         from runner.sandbox.errors import ImageMissing, SandboxError
         from runner.sandbox.registry import open_sandbox
 
-        settings = _read_json("--settings", self.settings_text)
-        if not isinstance(settings, dict):
-            raise UsageError("--settings must be a JSON object, for example '{}'")
+        settings = read_settings(self.settings_text)
         spec = self._spec()
         try:
             attachments = _attachments(self.attach)

@@ -46,6 +46,20 @@ def _read_json(option: str, text: str) -> JSONValue:
         ) from exc
 
 
+def read_input(text: str) -> JSONValue:
+    """``--input``: JSON text, @FILE or - (standard input)."""
+    return _read_json("--input", text)
+
+
+def read_settings(text: str) -> dict[str, JSONValue]:
+    """``--settings``: a JSON object given as JSON text, @FILE or -; anything else is a
+    usage error naming the fix."""
+    settings = _read_json("--settings", text)
+    if not isinstance(settings, dict):
+        raise UsageError("--settings must be a JSON object, for example '{}'")
+    return settings
+
+
 UNIT_WORDS = frozenset(
     {"ms", "s", "sec", "secs", "second", "seconds", "m", "min", "mins", "minute", "minutes"}
     | {"h", "hr", "hrs", "hour", "hours"}

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from runner.cli.app import UsageError, app
-from runner.cli.inputs import _read_json, parse_duration
+from runner.cli.inputs import parse_duration, read_input, read_settings
 from runner.cli.running import Starter, _run, _verdict
 from runner.exits import EXIT_USAGE, EXIT_WRAPPER
 
@@ -183,7 +183,7 @@ class JobRequest:
             if path is not None and not path.is_dir():
                 raise UsageError(f"{option} {path}: no such directory; mount a volume there")
         row = None
-        settings: JSONValue
+        settings: dict[str, JSONValue]
         if self.manifest is not None:
             if self.input_text != "null" or self.settings_text != "{}":
                 raise UsageError("--manifest gives each row its input and settings; drop them")
@@ -192,10 +192,8 @@ class JobRequest:
             row = wrapper.read_row(self.manifest, index, name or self.manifest.name)
             value, settings = row.input, row.settings
         else:
-            value = _read_json("--input", wrapper.from_env("--input", self.input_text))
-            settings = _read_json("--settings", wrapper.from_env("--settings", self.settings_text))
-        if not isinstance(settings, dict):
-            raise UsageError("--settings must be a JSON object, for example '{}'")
+            value = read_input(wrapper.from_env("--input", self.input_text))
+            settings = read_settings(wrapper.from_env("--settings", self.settings_text))
         seconds = row.deadline if row is not None and row.deadline else None
         seconds = seconds or parse_duration(self.deadline)
         try:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from runner.cli.app import UsageError, _fail_usage, batch_app, k8s_app
-from runner.cli.inputs import _read_json, parse_duration
+from runner.cli.inputs import parse_duration, read_input, read_settings
 
 if TYPE_CHECKING:
     from runner.json1 import JSONValue
@@ -69,10 +69,8 @@ def k8s_job(
     from runner.k8s import manifests
 
     try:
-        value = _read_json("--input", input_)
-        settings_value = _read_json("--settings", settings)
-        if not isinstance(settings_value, dict):
-            raise UsageError("--settings must be a JSON object, for example '{}'")
+        value = read_input(input_)
+        settings_value = read_settings(settings)
         spec = _job_spec(
             target, attach or [], deadline, profile, results, package, name, namespace,
             backoff_limit, ttl, value, settings_value, runner_image,
