@@ -158,13 +158,14 @@ async def execute(
             return _refused(refused, request.run_id, target, backend, package)
     grants = offer.admit(ports)  # the last check: after it, rights have moved
     control = control or RunControl()
-    run = _Run(request.run_id, target, backend, package)
+    run = _RunRecord(request.run_id, target, backend, package)
     try:
         attachments, scratch = sandbox.planned_paths(request)
         _check_frame(_params(invocation, attachments, scratch, grants))
         return await _launch_and_drive(
-            sandbox, invocation, request, run, broker, graces, control, stderr_sink, depth,
-            retained_bytes, offer.party, grants,
+            sandbox, invocation, request, run,
+            broker=broker, graces=graces, control=control, stderr_sink=stderr_sink,
+            depth=depth, retained_bytes=retained_bytes, channels=offer.party, grants=grants,
         )  # fmt: skip
     except SandboxLost as lost:
         execution = _lost(lost, run)
@@ -175,7 +176,7 @@ async def execute(
 
 
 @dataclass
-class _Run:
+class _RunRecord:
     """What the report of one run says whatever its end: its names, its package, and
     the facts its sandbox recorded (the one record of its exit code and OOM kill)."""
 
@@ -190,7 +191,8 @@ async def _launch_and_drive(
     sandbox: Sandbox,
     invocation: Invocation,
     request: LaunchRequest,
-    run: _Run,
+    run: _RunRecord,
+    *,
     broker: Broker | None,
     graces: Graces | None,
     control: RunControl,
@@ -328,7 +330,7 @@ def _refused(
     return Execution(Verdict(None, error, (reason,)), report)
 
 
-def _lost(lost: SandboxLost, run: _Run) -> Execution:
+def _lost(lost: SandboxLost, run: _RunRecord) -> Execution:
     """A Run whose container or engine went away under it (PROTOCOL.md §9.3: transport
     loss is ``CHANNEL_LOST``); the details say which, so a caller can retry an engine's."""
     seconds = round(lost.seconds, 3)
@@ -355,7 +357,7 @@ def _lost(lost: SandboxLost, run: _Run) -> Execution:
 
 
 def _report(
-    outcome: RunOutcome, verdict: Verdict, run: _Run, sandbox_timings: Mapping[str, float]
+    outcome: RunOutcome, verdict: Verdict, run: _RunRecord, sandbox_timings: Mapping[str, float]
 ) -> RunReport:
     """The report of a driven run, the sandbox's timings after the driver's. Its exit
     code and OOM kill are the sandbox's facts, read after cleanup (which may be what
