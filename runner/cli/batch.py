@@ -10,13 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 import typer
 
 from runner.cli.app import UsageError, _fail_usage, batch_app, collect_from_here
-from runner.cli.inputs import (
-    _load_config,
-    check_outputs,
-    parse_duration,
-    read_input,
-    read_settings,
-)
+from runner.cli.inputs import check_outputs, load_config, parse_duration, read_input, read_settings
 from runner.cli.running import notice, under_signals
 
 if TYPE_CHECKING:
@@ -116,7 +110,7 @@ def batch_run(
         if halt not in ("soon", "now"):
             raise UsageError(f"--halt {halt!r}: use soon or now")
         options = BatchOptions(
-            manifest, results, defaults, _load_config(config, False), jobs or _cores(),
+            manifest, results, defaults, load_config(config, False), jobs or _cores(),
             retries, again, _halt(halt_on_failure), halt == "now",
             _shard(shard), "quiet" if quiet else "auto", progress_every, prepare=prepare,
         )  # fmt: skip

@@ -10,13 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from runner.cli.app import UsageError, app
-from runner.cli.inputs import (
-    _load_config,
-    check_outputs,
-    parse_duration,
-    read_input,
-    read_settings,
-)
+from runner.cli.inputs import check_outputs, load_config, parse_duration, read_input, read_settings
 from runner.cli.running import Starter, _print_verdict, _run, refusal, refuse
 
 if TYPE_CHECKING:
@@ -209,7 +203,7 @@ class ExecRequest:
     def _stand_in_starter(self, value: JSONValue, seconds: float) -> Starter:
         """``exec --process --flow NAME [--config FILE] -- COMMAND``: the configuration's
         flow NAME, with COMMAND (a host process) in place of its image or command."""
-        host_config = _load_config(self.config, self.allow_host_commands)
+        host_config = load_config(self.config, self.allow_host_commands)
         assert self.flow is not None
         if host_config is None:
             raise UsageError(
@@ -247,7 +241,7 @@ class ExecRequest:
 
         if self.process or (self.config is None and not is_local_name(self.target[0])):
             return None
-        return _load_config(self.config, self.allow_host_commands)
+        return load_config(self.config, self.allow_host_commands)
 
     def _flow_starter(
         self,

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from runner.json1 import JSONValue
 
 
-def _load_config(path: Path | None, allow_host_commands: bool) -> HostConfig | None:
+def load_config(path: Path | None, allow_host_commands: bool) -> HostConfig | None:
     from runner.config import ConfigError, find_config
 
     try:

@@ -26,6 +26,10 @@ ResultsOption = Annotated[
     str | None,
     typer.Option("--results", help="pvc:CLAIM[/SUBPATH]: a volume the reports are written to."),
 ]
+ProfileOption = Annotated[str, typer.Option("--profile", "-p", help="Sandbox profile.")]
+PackageOption = Annotated[
+    str | None, typer.Option("--package", help="The package directory in the image.")
+]
 NameOption = Annotated[str | None, typer.Option("--name", help="The Job's name.")]
 NamespaceOption = Annotated[str | None, typer.Option("--namespace", "-n", help="Its namespace.")]
 TtlOption = Annotated[
@@ -51,11 +55,9 @@ def k8s_job(
     settings: Annotated[str, typer.Option("--settings", help="JSON object or @FILE.")] = "{}",
     attach: K8sAttachOption = None,
     deadline: Annotated[str, typer.Option("--deadline", "-d", help="Time allowed.")] = "5m",
-    profile: Annotated[str, typer.Option("--profile", "-p", help="Sandbox profile.")] = "default",
+    profile: ProfileOption = "default",
     results: ResultsOption = None,
-    package: Annotated[
-        str | None, typer.Option("--package", help="The package directory in the image.")
-    ] = None,
+    package: PackageOption = None,
     name: NameOption = None,
     namespace: NamespaceOption = None,
     backoff_limit: Annotated[
@@ -98,11 +100,9 @@ def k8s_batch(
     ] = None,
     attach: K8sAttachOption = None,
     deadline: Annotated[str, typer.Option("--deadline", "-d", help="Default deadline.")] = "5m",
-    profile: Annotated[str, typer.Option("--profile", "-p", help="Sandbox profile.")] = "default",
+    profile: ProfileOption = "default",
     results: ResultsOption = None,
-    package: Annotated[
-        str | None, typer.Option("--package", help="The package directory in the image.")
-    ] = None,
+    package: PackageOption = None,
     name: NameOption = None,
     namespace: NamespaceOption = None,
     ttl: TtlOption = 86400,
