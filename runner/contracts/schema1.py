@@ -28,11 +28,9 @@ from typing import Any, Final
 
 from runner import json1
 from runner.contracts.schema1_errors import (
-    MAX_REFERENCE_DEPTH,
     MAX_SCHEMA_BYTES,
     MAX_SCHEMA_DEPTH,
     MAX_SCHEMA_NODES,
-    MAX_WORK_UNITS,
     SchemaError,
     SchemaErrorCode,
     show,
@@ -56,13 +54,7 @@ from runner.contracts.schema1_meta import (
 from runner.json1 import JSONValue, pointer_segment
 
 __all__ = [
-    "EMBEDDED_SCHEMA_URI",
     "KEYWORDS",
-    "MAX_REFERENCE_DEPTH",
-    "MAX_SCHEMA_BYTES",
-    "MAX_SCHEMA_DEPTH",
-    "MAX_SCHEMA_NODES",
-    "MAX_WORK_UNITS",
     "SCHEMA_1_URI",
     "Schema1Graph",
     "Schema1Validator",
