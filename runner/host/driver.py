@@ -10,7 +10,7 @@ period to exit; on the deadline or a cancellation it records the condition, send
 
 Calls and channel items are the hot path (``bench/calls.py``, ``bench/channels.py``), and
 hand-offs between tasks are what they cost: a task switch costs more than a small call's
-protocol work. So one task at a time holds the *pump* role (:meth:`_Run._pump`): it reads
+protocol work. So one task at a time holds the *pump* role (:meth:`RunDriver._pump`): it reads
 stdout, handles every complete frame of a read in one pass, then runs the calls those
 frames admitted itself, one after another, each inside the call's own cancel scope. A call
 that completes without suspending (a broker that answers at once, a channel item already
@@ -45,9 +45,10 @@ from collections import deque
 from collections.abc import Callable, Coroutine, Generator
 from contextlib import suppress
 from dataclasses import dataclass, field
+from enum import Enum
 from functools import partial
 from itertools import islice
-from typing import Any, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
 import anyio
 import anyio.lowlevel
@@ -116,6 +117,42 @@ READ_BYTES = 1 << 16
 the transport (runner/sandbox/pipes.py, docker/attach.py), so a take is never a join of
 several reads into one object large enough for glibc to map in and out for it."""
 _T = TypeVar("_T")
+
+
+class Stdin(Enum):
+    """Where the component's stdin stands, as the run writes to it."""
+
+    OPEN = "OPEN"
+    """Nothing is in a send: an answer may go straight to stdin if nothing waits."""
+    SENDING = "SENDING"
+    """The writer task is in a send: everything queues behind it."""
+    CLOSING = "CLOSING"
+    """The half-close is asked for: nothing new is written; the writer sends what it
+    holds (nothing, once stdin broke), then closes stdin."""
+    BROKEN = "BROKEN"
+    """Stdin broke, or the component is being killed: nothing is written, nothing kept;
+    the writer waits for the close."""
+
+
+_STDIN_MOVES: Final[dict[tuple[Stdin, str], Stdin]] = {
+    (Stdin.OPEN, "send"): Stdin.SENDING,
+    (Stdin.OPEN, "close"): Stdin.CLOSING,
+    (Stdin.OPEN, "break"): Stdin.BROKEN,
+    (Stdin.SENDING, "sent"): Stdin.OPEN,
+    (Stdin.SENDING, "close"): Stdin.CLOSING,
+    (Stdin.SENDING, "break"): Stdin.BROKEN,
+    (Stdin.CLOSING, "send"): Stdin.CLOSING,
+    (Stdin.CLOSING, "sent"): Stdin.CLOSING,
+    (Stdin.CLOSING, "close"): Stdin.CLOSING,
+    (Stdin.CLOSING, "break"): Stdin.CLOSING,
+    (Stdin.BROKEN, "sent"): Stdin.BROKEN,
+    (Stdin.BROKEN, "break"): Stdin.BROKEN,
+    (Stdin.BROKEN, "close"): Stdin.CLOSING,
+}
+"""Every move of :class:`Stdin`: ``send`` and ``sent`` bracket the writer task's send,
+``close`` asks for the half-close, ``break`` is a failed write or the host's kill. A
+break while closing drops what was held and the writer closes at once. Any other pair is
+a driver bug and raises :class:`LocalProtocolError`."""
 
 
 @dataclass(frozen=True)
@@ -204,7 +241,7 @@ async def drive(
     it are ``RESOURCE_EXHAUSTED``). ``channels`` serves the invocation's ``channel/*``
     requests; without it they are ``UNAVAILABLE``.
     """
-    run = _Run(component, HostSession(params), broker, run_id, depth, graces, control)
+    run = RunDriver(component, HostSession(params), broker, run_id, depth, graces, control)
     run.channels = channels
     run.tree = tree = TreeBudget() if channels is None else channels.hub.budget
     run.ledger = OperationLedger(retained_bytes, tree)
@@ -221,7 +258,14 @@ async def drive(
     return run.outcome()
 
 
-class _Run:
+class RunDriver:
+    """Drives one component's session to its end: the supervisor, the pumps and stdin.
+
+    The stdin side is a :class:`Stdin` state moved only through :data:`_STDIN_MOVES`.
+    ``pumping`` and ``unwritten`` stay plain fields, read on every frame: they batch the
+    pump's writes (flow control), and decide nothing about what is legal.
+    """
+
     def __init__(
         self,
         component: RunningComponent,
@@ -261,9 +305,7 @@ class _Run:
         self.charges: dict[str, int] = {}  # large pending requests' sizes, charged too
         self.output_room: anyio.Event | None = None  # set to wake the waiting pump
         self.output_ready: anyio.Event | None = None  # set to wake the idle writer
-        self.writing = False  # the writer task is in a send: nothing may pass it
-        self.stdin_closing = False
-        self.stdin_failed = False  # stdin broke: nothing more can be written
+        self.stdin_state = Stdin.OPEN
         stdin = component.stdin
         self.write_now = stdin.send_nowait if isinstance(stdin, ImmediateSend) else None
         self.loop = asyncio.get_running_loop()
@@ -340,8 +382,6 @@ class _Run:
         self.queued.clear()  # answered just above; nothing runs them any more
         self.parked = []  # their tasks died with the task group
         self.session.cancel_root(self.condition or "CANCELLED")
-        self.output_ready = None  # the old writer is gone; the new one starts idle
-        self.writing = self.pumping = False
         self._flush()
         with anyio.move_on_after(self.graces.cancel):
             async with anyio.create_task_group() as tg:
@@ -373,7 +413,7 @@ class _Run:
         # reads stdout again. An engine finishes a kill only once the container's output
         # has been taken (Docker copies it to the attach stream before it reports the
         # exit), so a kill made while the host read nothing would wait for itself.
-        self.stdin_failed = True
+        self._stdin_move("break")
         self._output_taken()
         await self.component.kill()
         if first and not self.component.facts.killed_by_host:
@@ -430,7 +470,7 @@ class _Run:
         :data:`OWED_FREELY` while the tree's budget is spent (a run that owes little may
         always go on)."""
         owed = self.session.outbox_bytes + self.output_bytes  # charged as it changed
-        if owed <= OWED_FREELY or self.stdin_failed:
+        if owed <= OWED_FREELY or self.stdin_state is Stdin.BROKEN:
             return False
         tree = self.tree
         return owed > STDIN_BACKLOG or tree.held >= tree.limit
@@ -460,20 +500,20 @@ class _Run:
             self.write_handle = None
         size = self.session.outbox_bytes
         pieces = self.session.frames_to_send()
-        if pieces and not self.stdin_closing and not self.stdin_failed:
+        state = self.stdin_state
+        if pieces and (state is Stdin.OPEN or state is Stdin.SENDING):
             self._output(pieces, size)
         self._charge_owed()
 
     def _output(self, pieces: list[bytes], size: int) -> None:
-        immediate = self.write_now is not None and not self.output and not self.writing
-        if immediate and size <= WRITE_SLICE:
-            assert self.write_now is not None
+        idle = not self.output and self.stdin_state is Stdin.OPEN
+        if idle and self.write_now is not None and size <= WRITE_SLICE:
             data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
             try:
                 if self.write_now(data):
                     return
             except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-                self.stdin_failed = True
+                self._stdin_move("break")
                 return
             pieces = [data]
         self.output.extend(pieces)
@@ -483,8 +523,15 @@ class _Run:
     def _close_stdin(self) -> None:
         """Let the writer send what it holds, then half-close stdin."""
         self._write_out()  # what the session queued goes first
-        self.stdin_closing = True
+        self._stdin_move("close")
         self._wake_writer()
+
+    def _stdin_move(self, step: str) -> None:
+        """Move :attr:`stdin_state` by :data:`_STDIN_MOVES`."""
+        try:
+            self.stdin_state = _STDIN_MOVES[self.stdin_state, step]
+        except KeyError:
+            raise LocalProtocolError(f"stdin cannot {step} while {self.stdin_state.name}") from None
 
     def _wake_writer(self) -> None:
         if self.output_ready is not None:
@@ -497,24 +544,24 @@ class _Run:
         queued behind one another joined into one."""
         stdin = self.component.stdin
         try:
-            while self.output or not self.stdin_closing:
+            while self.output or self.stdin_state is not Stdin.CLOSING:
                 if self.output:
                     # Woken into a run being cancelled (a parent cancels a child's call
                     # while the child's own request/cancel waits here): leave the frames
                     # to the writer that stop_after_cancellation starts, or they are lost.
                     await anyio.lowlevel.checkpoint_if_cancelled()
                     data, ended, offset = self._next_write()
-                    self.writing = True
+                    self._stdin_move("send")
                     try:
                         await stdin.send(data)  # type: ignore[arg-type]  # any buffer
                     finally:
-                        self.writing = False
+                        self._stdin_move("sent")
                     self._written(len(data), ended, offset)
                 else:
                     self.output_ready = ready = anyio.Event()
                     await ready.wait()
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-            self.stdin_failed = True  # nothing more can be written: nothing more is kept
+            self._stdin_move("break")  # nothing more can be written: nothing more is kept
             self._output_taken()
         with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             await stdin.aclose()
