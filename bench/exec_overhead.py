@@ -60,10 +60,10 @@ import anyio
 from rawrun import docker_run
 
 from runner.api import Invocation, execute
-from runner.host.driver import Graces
 from runner.sandbox.docker.container import SCRATCH_PATH
 from runner.sandbox.docker.sandbox import DockerSandbox
 from runner.sandbox.profiles import SandboxProfile, load_profile
+from runner.sandbox.registry import StopGraces
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = Path(sys.executable)
@@ -155,7 +155,7 @@ def api_run(image: str, profile_name: str) -> Timed:
             DockerSandbox(image, profile),
             Invocation.within(300, input=INPUT),
             target=image,
-            graces=Graces(profile.cancel_grace, profile.exit_grace),
+            graces=StopGraces(profile.cancel_grace, profile.exit_grace),
         )
         if execution.verdict.result is None:
             raise RuntimeError(f"API run failed: {execution.report}")

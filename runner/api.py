@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from runner.contracts.ports import required_ports
 from runner.host.broker import Broker, UnavailableBroker
 from runner.host.channels import ChannelHub, ChannelOffer, ChannelParty
-from runner.host.driver import Graces, RunControl, RunOutcome, drive
+from runner.host.driver import RunControl, RunOutcome, drive
 from runner.host.operations import RETAINED_BYTES
 from runner.json1 import JSONValue
 from runner.package.errors import InvocationRefused
@@ -94,7 +94,7 @@ async def execute(
     *,
     target: str,
     broker: Broker | None = None,
-    graces: Graces | StopGraces | None = None,
+    graces: StopGraces | None = None,
     control: RunControl | None = None,
     stderr_sink: Callable[[bytes], None] | None = None,
     depth: int = 0,
@@ -127,8 +127,6 @@ async def execute(
         )
     package = invocation.package or await sandbox_package(sandbox)
     backend = sandbox.name
-    if isinstance(graces, StopGraces):
-        graces = Graces(cancel=graces.cancel, exit=graces.exit)
     offer = invocation.channels or ChannelOffer(ChannelHub().party(request.run_id))
     ports = None
     if package is not None:
@@ -194,7 +192,7 @@ async def _launch_and_drive(
     run: _RunRecord,
     *,
     broker: Broker | None,
-    graces: Graces | None,
+    graces: StopGraces | None,
     control: RunControl,
     stderr_sink: Callable[[bytes], None] | None,
     depth: int,
@@ -216,7 +214,7 @@ async def _launch_and_drive(
             broker or UnavailableBroker(),
             run_id=request.run_id,
             depth=depth,
-            graces=graces or Graces(),
+            graces=graces or StopGraces(),
             control=control,
             stderr_sink=stderr_sink,
             retained_bytes=retained_bytes,

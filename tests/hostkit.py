@@ -15,14 +15,15 @@ import anyio
 
 from runner.api import Execution, Invocation, execute
 from runner.host.broker import CallContext
-from runner.host.driver import Graces, RunControl
+from runner.host.driver import RunControl
 from runner.json1 import JSONValue
 from runner.protocol.codes import OperationError
 from runner.sandbox.base import Sandbox
 from runner.sandbox.process import ProcessSandbox
+from runner.sandbox.registry import StopGraces
 
 FAKE = Path(__file__).with_name("fake_component.py")
-FAST = Graces(cancel=0.5, exit=0.5)
+FAST = StopGraces(cancel=0.5, exit=0.5)
 
 
 class ScriptedBroker:
@@ -90,7 +91,7 @@ def run(
     input: JSONValue = None,
     broker: ScriptedBroker | None = None,
     deadline: float = 20,
-    graces: Graces = FAST,
+    graces: StopGraces = FAST,
     cancel: bool = False,
 ) -> Execution:
     """Run one invocation to its verdict; with ``cancel``, the root is cancelled from the

@@ -21,17 +21,18 @@ import pytest
 from hostkit import ScriptedBroker
 from memkit import MemoryComponent
 from runner.host import driver
-from runner.host.driver import DECODE_IN_THREAD, Graces, RunControl, drive
+from runner.host.driver import DECODE_IN_THREAD, RunControl, drive
 from runner.json1 import JSONValue
 from runner.protocol.session import decode
 from runner.sandbox.base import SandboxFacts
 from runner.sandbox.docker.attach import STDOUT_LIMIT, AttachConnection, open_connection
+from runner.sandbox.registry import StopGraces
 
 PARAMS: dict[str, JSONValue] = {
     "protocol": "run/1", "input": None, "settings": {}, "attachments": {},
     "scratch": "/tmp", "deadlineUnixMs": 2**52,
 }  # fmt: skip
-GRACES = Graces(cancel=0.2)  # the decode below outlasts it
+GRACES = StopGraces(cancel=0.2)  # the decode below outlasts it
 
 
 @pytest.fixture
@@ -91,7 +92,7 @@ async def test_a_kill_after_cancel_is_cancelled_when_stdout_ended_first() -> Non
                 PARAMS,
                 ScriptedBroker(),
                 control=control,
-                graces=Graces(cancel=5, exit=0.2),
+                graces=StopGraces(cancel=5, exit=0.2),
             )
     assert (outcome.ending.host_kill, outcome.ending.exit_code) == ("lost", 137)
     assert outcome.verdict.error is not None and outcome.verdict.error.code == "CANCELLED"

@@ -20,9 +20,10 @@ from runner import json1
 from runner.host.broker import CallContext
 from runner.host.channels import ChannelHub
 from runner.host.channels.party import MAX_ITEM_BYTES
-from runner.host.driver import Graces, drive
+from runner.host.driver import drive
 from runner.json1 import JSONValue
 from runner.protocol.frames import MAX_PAYLOAD_BYTES
+from runner.sandbox.registry import StopGraces
 
 PARAMS: dict[str, JSONValue] = {
     "protocol": "run/1", "input": None, "settings": {}, "attachments": {},
@@ -579,7 +580,7 @@ async def test_a_run_held_on_its_unread_stdin_still_ends_at_its_deadline() -> No
         for i in range(40):
             await component.to_host.send(_call(i, "x"))
 
-    graces = Graces(cancel=0.2, exit=0.2)
+    graces = StopGraces(cancel=0.2, exit=0.2)
     outcome = await _played(component, play, None, params, broker=broker, graces=graces)
     assert outcome.verdict.error is not None
     assert outcome.verdict.error.code == "DEADLINE_EXCEEDED"

@@ -26,11 +26,12 @@ from runner.contracts.ports import ItemSchema, PortSpec
 from runner.host.bounds import PEAK_RSS, TreeBudget
 from runner.host.broker import CallContext
 from runner.host.channels import ChannelHub
-from runner.host.driver import Graces, drive
+from runner.host.driver import drive
 from runner.host.operations import OperationLedger
 from runner.json1 import JSONValue
 from runner.protocol.codes import OperationError
 from runner.sandbox.process import ProcessSandbox
+from runner.sandbox.registry import StopGraces
 
 ROOT = Path(__file__).resolve().parents[1]
 MIB = 1 << 20
@@ -71,7 +72,7 @@ def test_sixty_four_costly_channel_sends_hold_neither_the_loop_nor_the_deadline(
     the end within deadline + grace + 3 s; the loop's largest lag 300 ms (measured 4.5 s,
     and 40 to 190 ms with the machine's load at 5 to 12 on its 2 cores; c7018b0 held the
     loop 2 s at once, checking one item after another on it)."""
-    deadline, graces = 4.0, Graces(cancel=0.5, exit=0.5)
+    deadline, graces = 4.0, StopGraces(cancel=0.5, exit=0.5)
     sandbox = ProcessSandbox([sys.executable, "-c", SCHEMA_SENDS])
     lag = 0.0
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from hostkit import FAST, ScriptedBroker, error_code, fake, output, run
-from runner.host.driver import Graces
+from runner.sandbox.registry import StopGraces
 
 # ----- PX: process exit and completion -----------------------------------------------
 
@@ -231,7 +231,7 @@ def test_root_cancel_ignored_is_killed_after_grace() -> None:
 
 
 def test_deadline_ignored_is_killed_after_grace() -> None:
-    execution = run(fake("ignore-cancel"), deadline=0.3, graces=Graces(cancel=0.3, exit=0.3))
+    execution = run(fake("ignore-cancel"), deadline=0.3, graces=StopGraces(cancel=0.3, exit=0.3))
     assert error_code(execution) == "DEADLINE_EXCEEDED"
     assert execution.report.condition == "DEADLINE_EXCEEDED"
     assert execution.report.host_kill == "cancel"

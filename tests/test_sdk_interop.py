@@ -16,10 +16,10 @@ import anyio
 
 from hostkit import error_code, output, run
 from runner.host.broker import CallContext
-from runner.host.driver import Graces
 from runner.json1 import JSONValue
 from runner.protocol.codes import OperationError
 from runner.sandbox.process import ProcessSandbox
+from runner.sandbox.registry import StopGraces
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = ROOT / "tests" / "components" / "scenarios.py"
@@ -88,7 +88,7 @@ def test_root_cancel_reaches_the_handler() -> None:
 
 
 def test_deadline_with_cooperative_component_is_deadline_exceeded() -> None:
-    execution = sdk_run("sleep", args={"seconds": 30}, deadline=0.8, graces=Graces(2, 2))
+    execution = sdk_run("sleep", args={"seconds": 30}, deadline=0.8, graces=StopGraces(2, 2))
     assert error_code(execution) == "DEADLINE_EXCEEDED"
     assert execution.report.host_kill is None
 

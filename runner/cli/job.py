@@ -168,14 +168,13 @@ class JobRequest:
 
     def _starter(self) -> tuple[Starter, Any, str]:
         from runner.api import Invocation, execute, new_run_id
-        from runner.host.driver import Graces
         from runner.k8s import wrapper
         from runner.package.errors import PackageError
         from runner.package.reader import directory_package
         from runner.sandbox.attachments import AttachmentError, parse_attachments
         from runner.sandbox.base import LaunchRequest
         from runner.sandbox.errors import SandboxError
-        from runner.sandbox.registry import SandboxSpec, open_sandbox
+        from runner.sandbox.registry import SandboxSpec, StopGraces, open_sandbox
 
         if not self.command:
             raise UsageError("name the component's command: flow-runner job -- COMMAND [ARGS]")
@@ -210,7 +209,7 @@ class JobRequest:
             seconds, input=value, settings=settings,
             launch=LaunchRequest(attachments, self.scratch, run_id), package=package,
         )  # fmt: skip
-        graces = Graces(cancel=self.grace, exit=self.exit_grace)
+        graces = StopGraces(cancel=self.grace, exit=self.exit_grace)
 
         async def start(control: RunControl, sink: Callable[[bytes], None] | None) -> Execution:
             return await execute(

@@ -82,6 +82,7 @@ from runner.protocol.session import (
     decode,
 )
 from runner.sandbox.base import ImmediateSend, RunningComponent
+from runner.sandbox.registry import StopGraces
 
 OPERATION_METHODS = ("flow/run-child", "capability/call")
 STDERR_LIMIT = 1 << 20
@@ -155,16 +156,6 @@ break while closing drops what was held and the writer closes at once. Any other
 a driver bug and raises :class:`LocalProtocolError`."""
 
 
-@dataclass(frozen=True)
-class Graces:
-    """Private host grace periods, in seconds."""
-
-    cancel: float = 2.0
-    """From root ``request/cancel`` to kill."""
-    exit: float = 2.0
-    """From the root response (and stdin half-close) to kill."""
-
-
 class RunControl:
     """Lets the caller stop a run: ``cancel()`` gracefully, ``kill()`` at once."""
 
@@ -229,7 +220,7 @@ async def drive(
     *,
     run_id: str = "run",
     depth: int = 0,
-    graces: Graces = Graces(),
+    graces: StopGraces | None = None,
     control: RunControl | None = None,
     stderr_sink: Callable[[bytes], None] | None = None,
     retained_bytes: int = RETAINED_BYTES,
@@ -241,6 +232,7 @@ async def drive(
     it are ``RESOURCE_EXHAUSTED``). ``channels`` serves the invocation's ``channel/*``
     requests; without it they are ``UNAVAILABLE``.
     """
+    graces = graces or StopGraces()
     run = RunDriver(component, HostSession(params), broker, run_id, depth, graces, control)
     run.channels = channels
     run.tree = tree = TreeBudget() if channels is None else channels.hub.budget
@@ -273,7 +265,7 @@ class RunDriver:
         broker: Broker,
         run_id: str,
         depth: int,
-        graces: Graces,
+        graces: StopGraces,
         control: RunControl | None,
     ) -> None:
         self.component = component

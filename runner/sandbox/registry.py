@@ -46,11 +46,13 @@ class BackendUnknown(SandboxError):
 
 @dataclass(frozen=True)
 class StopGraces:
-    """How long a component of this sandbox gets to stop (seconds): after the root's
-    ``request/cancel`` and after its response, before it is killed."""
+    """How long a component gets to stop (seconds) before the host kills it: a sandbox's
+    own (its profile's), or a caller's; the host's driver waits exactly these."""
 
     cancel: float = 2.0
+    """From the root's ``request/cancel`` to the kill."""
     exit: float = 2.0
+    """From the root response (and the half-close of stdin) to the kill."""
 
 
 @dataclass(frozen=True)
