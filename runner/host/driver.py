@@ -250,6 +250,16 @@ async def drive(
     return run.outcome()
 
 
+class Phase(Enum):
+    """Whose tasks serve a run."""
+
+    DRIVING = "DRIVING"
+    """The supervisor, the pumps and the writer run in :meth:`RunDriver.run`'s task group."""
+    STOPPING = "STOPPING"
+    """The driving task was cancelled and that task group with it: the pumps and the
+    writer serve the cancel grace in a task group of their own, and no new work starts."""
+
+
 class RunDriver:
     """Drives one component's session to its end: the supervisor, the pumps and stdin.
 
@@ -308,7 +318,7 @@ class RunDriver:
         self.ledger = OperationLedger()
         self.resumed = 0.0  # when the pump last came back from the loop (PUMP_SLICE)
         self.task_group: TaskGroup | None = None
-        self.stopping = False  # the driving task was cancelled: no new work starts
+        self.phase = Phase.DRIVING
         self.channels: ChannelParty | None = None
 
     # ----- the supervisor -------------------------------------------------------------
@@ -367,12 +377,7 @@ class RunDriver:
         """
         if self.exited.is_set():
             return
-        self.stopping = True
-        for rid in list(self.calls):
-            self.session.respond_error(rid, OperationError("CANCELLED", "the run was stopped"))
-        self.calls.clear()
-        self.queued.clear()  # answered just above; nothing runs them any more
-        self.parked = []  # their tasks died with the task group
+        self._enter_stopping()
         self.session.cancel_root(self.condition or "CANCELLED")
         self._flush()
         with anyio.move_on_after(self.graces.cancel):
@@ -393,6 +398,18 @@ class RunDriver:
         for stream in (self.component.stdout, self.component.stderr):
             await stream.aclose()
         self.exit_code = await self.component.wait()
+
+    def _enter_stopping(self) -> None:
+        """Move to :attr:`Phase.STOPPING`: the tasks of :meth:`run` are gone, so the calls
+        they ran are answered here and the pool they parked in is forgotten."""
+        if self.phase is not Phase.DRIVING:
+            raise LocalProtocolError(f"a run cannot stop while {self.phase.name}")
+        self.phase = Phase.STOPPING
+        for rid in list(self.calls):
+            self.session.respond_error(rid, OperationError("CANCELLED", "the run was stopped"))
+        self.calls.clear()
+        self.queued.clear()  # answered just above; nothing runs them any more
+        self.parked = []  # their tasks died with the task group
 
     async def _kill(self, why: HostKill) -> None:
         """Kill the component; the report names the reason only if the kill took effect
@@ -732,7 +749,7 @@ class RunDriver:
         stops the call at the first point where it waits.
         """
         rid = event.request_id
-        if self.stopping:  # only settlement can still arrive; nothing serves it any more
+        if self.phase is Phase.STOPPING:  # only settlement can arrive; nothing serves it
             self.session.respond_error(
                 rid, OperationError("OWNER_CLOSED", "the run is being stopped")
             )
