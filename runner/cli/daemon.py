@@ -83,8 +83,8 @@ def start(
             "--pool",
             min=0,
             help="Containers kept started and waiting per launch configuration (an image, "
-            "command and profile run with no host paths), each used by one later run; 0: "
-            "none.",
+            "command, profile and mounts, every host path read-only), each used by one "
+            "later run; 0: none.",
         ),
     ] = 1,
     pool_idle: Annotated[
