@@ -177,11 +177,19 @@ def test_an_early_ctrl_c_ends_exec_with_130_quietly_leaving_nothing(
     """Run as the console script runs it (``runner.launch``), with no warm runner."""
     signalled = 0
     for _ in range(4):
-        process = subprocess.Popen(
-            [sys.executable, "-m", "runner.launch", "exec", SLOW, "--input", '{"seconds": 30}'],
-            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            env={**os.environ, "FLOW_RUNNER_WARM": "0"},
-        )  # fmt: skip
+        # As a terminal starts it: SIGINT at its default, whatever this suite inherited (a
+        # suite started in the background of a non-interactive shell ignores it, and so
+        # would the runner until its own handlers exist).
+        previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "runner.launch", "exec", SLOW, "--input",
+                 '{"seconds": 30}'],
+                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                env={**os.environ, "FLOW_RUNNER_WARM": "0"},
+            )  # fmt: skip
+        finally:
+            signal.signal(signal.SIGINT, previous)
         while process.poll() is None and not mapped(process.pid, stage):
             pass  # the runner reaching the stage is the event waited for
         if process.poll() is None:
