@@ -109,8 +109,9 @@ def test_protocol_violation_is_a_protocol_error() -> None:
 
 
 def test_the_sdk_knows_the_same_codes() -> None:
-    """runner.component stands apart from runner.protocol (component images carry it and
-    json1 alone), so it writes the codes again; they must stay the registry's."""
-    assert sorted(errors.WIRE_CODES) == sorted(WIRE_CODES)
+    """The SDK takes its codes from runner.protocol (component images carry both): its
+    operation error codes are the registry's wire and local codes, not a copy."""
+    assert get_args(errors.OperationErrorCode) == (errors.WireCode, errors.LocalCode)
+    assert errors.WireCode is codes.WireCode and errors.LocalCode is codes.LocalCode
     assert get_args(errors.WireCode) == WIRE_CODES
     assert get_args(errors.LocalCode) == LOCAL_CODES
