@@ -52,7 +52,7 @@ from typing import Any, Final, Generic, TypeVar
 
 import anyio
 import anyio.lowlevel
-from anyio.abc import TaskGroup
+from anyio.abc import TaskGroup, TaskStatus
 
 from runner import json1
 from runner.host.bounds import SMALL_REQUEST, WRITE_SLICE, TreeBudget, offload
@@ -241,8 +241,6 @@ async def drive(
     try:
         await run.run()
     except anyio.get_cancelled_exc_class():
-        with anyio.CancelScope(shield=True):
-            await run.stop_after_cancellation()
         run.control.stopped = run.outcome()
         raise
     finally:
@@ -251,13 +249,13 @@ async def drive(
 
 
 class Phase(Enum):
-    """Whose tasks serve a run."""
+    """Whether the caller still drives the run."""
 
     DRIVING = "DRIVING"
-    """The supervisor, the pumps and the writer run in :meth:`RunDriver.run`'s task group."""
+    """The caller's task supervises the run."""
     STOPPING = "STOPPING"
-    """The driving task was cancelled and that task group with it: the pumps and the
-    writer serve the cancel grace in a task group of their own, and no new work starts."""
+    """The caller's task was cancelled: the run's own tasks serve the cancel grace, and
+    no new work starts."""
 
 
 class RunDriver:
@@ -287,6 +285,7 @@ class RunDriver:
         self.stderr = StderrStore()
         self.stderr_sink: Callable[[bytes], None] | None = None
         self.settled = anyio.Event()  # root response or violation
+        self.over = anyio.Event()  # the supervisor is done: the run's tasks end
         self.exited = anyio.Event()
         self.stdout_done = anyio.Event()
         self.exit_code: int | None = None
@@ -324,17 +323,40 @@ class RunDriver:
     # ----- the supervisor -------------------------------------------------------------
 
     async def run(self) -> None:
-        async with anyio.create_task_group() as tg:
-            self.task_group = tg
-            tg.start_soon(self._write_stdin)
-            tg.start_soon(self._work)  # the first pump
-            tg.start_soon(self._read_stderr)
-            tg.start_soon(self._wait_exit)
-            tg.start_soon(self._watch_deadline)
-            self.session.start()
-            self._flush()
-            await self._supervise()
-            tg.cancel_scope.cancel()
+        """Supervise the run in the caller's task; its tasks run in the run's own scope.
+
+        The pumps, the writer and the watchers run in one task group that the caller's
+        cancellation does not reach (:meth:`_serve`): a caller that cancels the driving
+        task stops the run (:meth:`_stop`) while those same tasks go on reading, writing
+        and answering through the cancel grace. The group ends when the run does.
+        """
+        self.session.start()
+        self._flush()
+        async with anyio.create_task_group() as supervisor:
+            await supervisor.start(self._serve)
+            try:
+                await self._supervise()
+            except anyio.get_cancelled_exc_class():
+                with anyio.CancelScope(shield=True):
+                    await self._stop()
+                raise
+            finally:
+                self.over.set()
+
+    async def _serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """The run's own scope: every task that serves the component, until the run is
+        over (shielded: the caller's cancellation stops the run through :meth:`_stop`)."""
+        with anyio.CancelScope(shield=True):
+            async with anyio.create_task_group() as tg:
+                self.task_group = tg
+                tg.start_soon(self._write_stdin)
+                tg.start_soon(self._work)  # the first pump
+                tg.start_soon(self._read_stderr)
+                tg.start_soon(self._wait_exit)
+                tg.start_soon(self._watch_deadline)
+                task_status.started()
+                await self.over.wait()
+                tg.cancel_scope.cancel()
 
     async def _supervise(self) -> None:
         ended = (self.settled, self.exited, self.stdout_done)
@@ -367,49 +389,48 @@ class RunDriver:
         if not _any_set((self.settled, self.exited, self.stdout_done)):
             await self._kill("cancel")
 
-    async def stop_after_cancellation(self) -> None:
+    async def _stop(self) -> None:
         """The caller's task was cancelled: cancel the root, then kill after the grace.
 
-        The workers died with the task group, so every call still open is answered
-        ``CANCELLED`` here, and a writer serves the grace: a component that waits for its
-        calls' answers before its root response (the SDK does, §10) can stop cooperatively
-        and is judged by its answer (``CANCELLED``), not as a lost channel.
+        The run's tasks go on: every call still open is stopped and answered
+        ``CANCELLED``, and the writer serves the grace, so a component that waits for its
+        calls' answers before its root response (the SDK does, §10) can stop
+        cooperatively and is judged by its answer (``CANCELLED``), not as a lost channel.
         """
         if self.exited.is_set():
             return
         self._enter_stopping()
-        self.session.cancel_root(self.condition or "CANCELLED")
-        self._flush()
+        if self.session.cancel_root(self.condition or "CANCELLED"):
+            self._flush()
         with anyio.move_on_after(self.graces.cancel):
-            async with anyio.create_task_group() as tg:
-                self.task_group = tg
-                tg.start_soon(self._write_stdin)
-                tg.start_soon(self._read_stderr)
-                if not self.stdout_done.is_set():
-                    tg.start_soon(self._work)
-                self.exit_code = await self.component.wait()
-                with anyio.move_on_after(DRAIN_AFTER_EXIT):
-                    await self.stdout_done.wait()
-                tg.cancel_scope.cancel()
+            await self.exited.wait()
+            with anyio.move_on_after(DRAIN_AFTER_EXIT):
+                await self.stdout_done.wait()
             return
         await self._kill("cancel")
-        # Nothing reads the output any more: a stream left full would hold back the end
-        # of the attach socket, which is what waiting for the exit reads to (Docker).
+        # The run's tasks end here: a pump may be held in a decode only a cancellation
+        # abandons. Nothing reads the output any more: a stream left full would hold back
+        # the end of the attach socket, which is what waiting for the exit reads to (Docker).
+        assert self.task_group is not None
+        self.task_group.cancel_scope.cancel()
         for stream in (self.component.stdout, self.component.stderr):
             await stream.aclose()
         self.exit_code = await self.component.wait()
 
     def _enter_stopping(self) -> None:
-        """Move to :attr:`Phase.STOPPING`: the tasks of :meth:`run` are gone, so the calls
-        they ran are answered here and the pool they parked in is forgotten."""
+        """Move to :attr:`Phase.STOPPING`: the condition is set (``CANCELLED`` unless one
+        was recorded), calls not yet started are answered here, running ones stopped."""
         if self.phase is not Phase.DRIVING:
             raise LocalProtocolError(f"a run cannot stop while {self.phase.name}")
         self.phase = Phase.STOPPING
-        for rid in list(self.calls):
+        self.condition = self.condition or "CANCELLED"
+        for event, _ in self.queued:
+            rid = event.request_id
             self.session.respond_error(rid, OperationError("CANCELLED", "the run was stopped"))
-        self.calls.clear()
-        self.queued.clear()  # answered just above; nothing runs them any more
-        self.parked = []  # their tasks died with the task group
+            self._finished(rid)
+        self.queued.clear()
+        for scope in list(self.calls.values()):
+            scope.cancel()
 
     async def _kill(self, why: HostKill) -> None:
         """Kill the component; the report names the reason only if the kill took effect
@@ -555,10 +576,6 @@ class RunDriver:
         try:
             while self.output or self.stdin_state is not Stdin.CLOSING:
                 if self.output:
-                    # Woken into a run being cancelled (a parent cancels a child's call
-                    # while the child's own request/cancel waits here): leave the frames
-                    # to the writer that stop_after_cancellation starts, or they are lost.
-                    await anyio.lowlevel.checkpoint_if_cancelled()
                     data, ended, offset = self._next_write()
                     self._stdin_move("send")
                     try:
