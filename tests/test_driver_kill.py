@@ -224,3 +224,78 @@ async def test_large_decodes_of_all_the_runs_of_a_loop_take_turns(
             assert driver._decode_limiter().statistics().tasks_waiting == 1
             release.set()
     assert peak == driver.BIG_DECODES == 2
+
+
+class _GatedStdin:
+    """A stdin whose sends wait for a gate: the component reads only once it is killed."""
+
+    def __init__(self, gate: anyio.Event) -> None:
+        self.gate = gate
+        self.sent: list[bytes] = []
+
+    async def send(self, data: bytes) -> None:
+        await self.gate.wait()
+        self.sent.append(bytes(data))
+
+    async def aclose(self) -> None:
+        pass
+
+
+class _EndsOnKill:
+    """stdout and stderr: nothing until the kill, then the end."""
+
+    def __init__(self, killed: anyio.Event) -> None:
+        self.killed = killed
+
+    async def receive(self, max_bytes: int = 65536) -> bytes:
+        await self.killed.wait()
+        raise anyio.EndOfStream
+
+    def __aiter__(self) -> _EndsOnKill:
+        return self
+
+    async def __anext__(self) -> bytes:
+        await self.killed.wait()
+        raise StopAsyncIteration
+
+    async def aclose(self) -> None:
+        pass
+
+
+class _ReadsAsItIsKilled:
+    """A component that takes nothing from stdin until the host's kill, and the write the
+    host had in progress lands just then (its send returns after the output was dropped)."""
+
+    def __init__(self) -> None:
+        self.killed = anyio.Event()
+        self.stdin = _GatedStdin(self.killed)
+        self.stdout = _EndsOnKill(self.killed)
+        self.stderr = _EndsOnKill(self.killed)
+        self.attachment_paths: dict[str, str] = {}
+        self.scratch_path = "/tmp"
+        self.facts = SandboxFacts()
+
+    async def wait(self) -> int:
+        await self.killed.wait()
+        return 137
+
+    async def kill(self) -> None:
+        self.facts.killed_by_host = True
+        self.killed.set()
+
+
+@pytest.mark.anyio
+async def test_a_write_that_lands_after_the_kill_dropped_the_output_is_no_error() -> None:
+    """The host's write of flow/run waits (the component does not read); the deadline
+    comes, the grace passes, the kill drops what waited, and only then the write returns:
+    the run ends DEADLINE_EXCEEDED, not with an error in the writer."""
+    import time
+
+    component = _ReadsAsItIsKilled()
+    params = {**PARAMS, "deadlineUnixMs": int(time.time() * 1000) + 200}
+    with anyio.fail_after(10):
+        outcome = await drive(component, params, ScriptedBroker(), graces=GRACES)  # type: ignore[arg-type]
+    assert component.stdin.sent, "the write in progress did land"
+    assert (outcome.ending.host_kill, outcome.ending.exit_code) == ("cancel", 137)
+    assert outcome.verdict.error is not None
+    assert outcome.verdict.error.code == "DEADLINE_EXCEEDED"

@@ -301,6 +301,7 @@ class RunDriver:
         self.timings: dict[str, float] = {}
         self.output: deque[bytes] = deque()  # answers for stdin the transport has not taken
         self.output_offset = 0  # how much of the first of them it took
+        self.output_drops = 0  # times the output was dropped: a write begun before is not taken
         self.output_bytes = 0  # what it has not: with the outbox, the answers owed
         self.owed_charged = 0  # the answers owed as last charged to the tree's budget
         self.charges: dict[str, int] = {}  # large pending requests' sizes, charged too
@@ -577,12 +578,14 @@ class RunDriver:
             while self.output or self.stdin_state is not Stdin.CLOSING:
                 if self.output:
                     data, ended, offset = self._next_write()
+                    drops = self.output_drops
                     self._stdin_move("send")
                     try:
                         await stdin.send(data)  # type: ignore[arg-type]  # any buffer
                     finally:
                         self._stdin_move("sent")
-                    self._written(len(data), ended, offset)
+                    if drops == self.output_drops:  # else a kill dropped it meanwhile
+                        self._written(len(data), ended, offset)
                 else:
                     self.output_ready = ready = anyio.Event()
                     await ready.wait()
@@ -621,6 +624,7 @@ class RunDriver:
 
     def _output_taken(self) -> None:
         """What waited for stdin is gone (dropped): the pump may read again."""
+        self.output_drops += 1
         self.output.clear()
         self.output_offset = 0
         self.output_bytes = 0
