@@ -185,7 +185,10 @@ def stop(found: Server) -> None:
 
 @pytest.fixture
 def warm(install: Install) -> Iterator[Server]:
-    found = start_server(install, "--idle", "10m")
+    """A warm runner without a pool (tests/test_pool.py has the pool's): a replacement
+    container prepared after a run would otherwise wait on the engine until the server
+    stops, which may come after a test's own check that its runs left nothing."""
+    found = start_server(install, "--idle", "10m", "--pool", "0")
     try:
         yield found
     finally:
@@ -567,7 +570,7 @@ def test_a_killed_command_cancels_its_warm_run(
 def test_the_server_dying_under_a_run_changes_nothing(
     install: Install, engine: Any, tmp_path: Path
 ) -> None:
-    found = start_server(install, "--idle", "10m")
+    found = start_server(install, "--idle", "10m", "--pool", "0")  # (see the warm fixture)
     try:
         args = ("exec", "--input", '{"seconds": 1.5}', "flow-runner/examples-slow:latest")
         runner = install.start(*args)
