@@ -299,3 +299,20 @@ async def test_a_write_that_lands_after_the_kill_dropped_the_output_is_no_error(
     assert (outcome.ending.host_kill, outcome.ending.exit_code) == ("cancel", 137)
     assert outcome.verdict.error is not None
     assert outcome.verdict.error.code == "DEADLINE_EXCEEDED"
+
+
+@pytest.mark.anyio
+@pytest.mark.timeout(30)  # the hang this guards against is past any scope's deadline
+async def test_a_caller_cancelled_as_the_run_begins_stops_it() -> None:
+    """The driving task is cancelled before the run's first wait: the run is still stopped
+    (request/cancel, the grace, the kill), not left waiting for its own tasks for ever."""
+    component = MemoryComponent(137)  # ends by the host's kill
+    control = RunControl()
+    with anyio.fail_after(10):
+        with anyio.CancelScope() as scope:
+            scope.cancel()
+            await drive(component, PARAMS, ScriptedBroker(), control=control, graces=GRACES)  # type: ignore[arg-type]
+    assert scope.cancelled_caught
+    assert control.stopped is not None
+    assert control.stopped.verdict.error is not None
+    assert control.stopped.verdict.error.code == "CANCELLED"

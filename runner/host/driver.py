@@ -334,7 +334,11 @@ class RunDriver:
         self.session.start()
         self._flush()
         async with anyio.create_task_group() as supervisor:
-            await supervisor.start(self._serve)
+            # Shielded: _serve is started at once and ends only when the run is over, so a
+            # cancellation here (the caller cancelled as the run began) must not abandon
+            # the start: that would wait for _serve with nothing left to end it.
+            with anyio.CancelScope(shield=True):
+                await supervisor.start(self._serve)
             try:
                 await self._supervise()
             except anyio.get_cancelled_exc_class():
@@ -403,7 +407,10 @@ class RunDriver:
         self._enter_stopping()
         if self.session.cancel_root(self.condition or "CANCELLED"):
             self._flush()
-        with anyio.move_on_after(self.graces.cancel):
+        # A kill the host had already decided (interrupted by this cancellation) is not
+        # given a second grace.
+        grace = 0 if self.host_kill is not None else self.graces.cancel
+        with anyio.move_on_after(grace):
             await self.exited.wait()
             with anyio.move_on_after(DRAIN_AFTER_EXIT):
                 await self.stdout_done.wait()
