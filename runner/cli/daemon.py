@@ -86,7 +86,7 @@ def start(
             "command, profile and mounts, every host path read-only), each used by one "
             "later run; 0: none.",
         ),
-    ] = 1,
+    ] = 0,
     pool_idle: Annotated[
         str,
         typer.Option("--pool-idle", help="Remove a waiting container unused this long."),

@@ -107,15 +107,21 @@ class Claims:
         channel.settimeout(CLAIM_SECONDS)
         self._channel = channel
         self._lock = threading.Lock()  # a batch's launches claim from several threads
+        self._broken = False
 
     def claim(self, config: Mapping[str, Any]) -> Claimed | None:
         """A container of ``config``, now ours (with our descriptor of its attach socket),
         or None: none waits, or the server did not answer (the launch goes fresh)."""
         with self._lock:
+            if self._broken:
+                return None
             try:
                 wire.send(self._channel, {"op": "claim", "config": dict(config)})
                 reply, fds = wire.receive(self._channel, 1)
             except (OSError, wire.WireError):
+                # A reply that comes late would answer the next claim with this one's
+                # container: no claim is made on this channel again.
+                self._broken = True
                 return None
         found = reply.get("claimed")
         if not isinstance(found, dict) or len(fds) != 1:
@@ -229,7 +235,8 @@ class Pool:
                     ids.append(str(answer["id"]))
         self.preparing.clear()
         for channel in self.channels.values():
-            ids += channel.claimed
+            # Not channel.claimed: those containers are runs in progress, which remove
+            # their own (a stopping server never touches a run in progress).
             channel.sock.close()
         self.channels.clear()
         if ids:

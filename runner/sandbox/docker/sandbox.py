@@ -621,7 +621,9 @@ async def _mounts_hold(
     engine: Engine, lease: Lease, held: Mapping[str, HeldPath], facts: SandboxFacts
 ) -> bool:
     """:func:`_verify_mounts` for a claimed container: False where a mount is not the held
-    file (a path swapped since the container was prepared)."""
+    file (a path swapped since the container was prepared), and where it cannot be looked
+    at: the engine resolved the source by name when the container was prepared, perhaps
+    long before, and a fresh launch's recheck just before start does not cover that."""
     if not held:
         return True
     from runner.sandbox.attachments import AttachmentError
@@ -630,7 +632,7 @@ async def _mounts_hold(
         await _verify_mounts(engine, lease, held, facts)
     except AttachmentError:
         return False
-    return True
+    return facts.details.get("mounts_verified") is True
 
 
 def _tmpfs(size: int, profile: SandboxProfile) -> str:
