@@ -29,7 +29,7 @@ from runner.sandbox.docker import sandbox as docker_sandbox
 from runner.sandbox.docker.sandbox import DockerSandbox, PooledContainer
 from runner.sandbox.labels import LABEL_CREATED, LABEL_OWNER
 from runner.sandbox.profiles import load_profile
-from test_warm import SCRIPT, Install, Server, start_server, stop
+from test_warm import Install, Server, installed, start_server, stop
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,18 +46,7 @@ def snapshot(tmp_path: Path) -> Iterator[Install]:
     for part in ("runner", "sandbox-profiles", "spec"):
         if (ROOT / part).exists():
             shutil.copytree(ROOT / part, code / part, ignore=skip)
-    runtime = Path(tempfile_dir())
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    script = bin_dir / "flow-runner"
-    script.write_text(SCRIPT)
-    script.chmod(0o755)
-    marks = tmp_path / "marks"
-    marks.mkdir()
-    env = {**os.environ, "XDG_RUNTIME_DIR": str(runtime), "PYTHONPATH": str(code)}
-    env.pop("FLOW_RUNNER_WARM", None)
-    yield Install(script, env, marks)
-    shutil.rmtree(runtime, ignore_errors=True)
+    yield from installed(tmp_path, code)
 
 
 def tempfile_dir() -> str:
@@ -207,7 +196,10 @@ def test_a_pooled_report_is_a_fresh_ones(
 
 
 def ids(engine: Any, server: Server) -> set[str]:
-    return {container.id for container in of_server(engine, server.pid)}
+    """Sparse (one list call, no inspect per container): one removed between the list and
+    its inspect, as the idle removal does while a test waits for it, is no error."""
+    filters = {"label": of_runner(server.pid)}
+    return {c.id for c in engine.containers.list(all=True, sparse=True, filters=filters)}
 
 
 def test_pool_zero_keeps_no_container(

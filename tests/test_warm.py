@@ -140,8 +140,8 @@ class Server:
         return Path(self.ready.split("socket ")[1].split(",")[0])
 
 
-@pytest.fixture
-def install(tmp_path: Path) -> Iterator[Install]:
+def installed(tmp_path: Path, code: Path) -> Iterator[Install]:
+    """A console script running ``code``'s runner/, in a socket directory of its own."""
     # A short directory: a unix socket's path has 107 bytes at most.
     runtime = Path(tempfile.mkdtemp(prefix="fr-warm-", dir="/tmp"))
     bin_dir = tmp_path / "bin"
@@ -151,10 +151,15 @@ def install(tmp_path: Path) -> Iterator[Install]:
     script.chmod(0o755)
     marks = tmp_path / "marks"
     marks.mkdir()
-    env = {**os.environ, "XDG_RUNTIME_DIR": str(runtime), "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(runtime), "PYTHONPATH": str(code)}
     env.pop("FLOW_RUNNER_WARM", None)
     yield Install(script, env, marks)
     shutil.rmtree(runtime, ignore_errors=True)
+
+
+@pytest.fixture
+def install(tmp_path: Path) -> Iterator[Install]:
+    yield from installed(tmp_path, ROOT)
 
 
 def start_server(install: Install, *options: str) -> Server:
