@@ -430,3 +430,50 @@ def test_the_package_names_its_functions_once_their_modules_are_imported() -> No
 
     assert callable(merge) and callable(run_batch) and run_batch.__module__.endswith("scheduler")
     assert all(getattr(runner.batch, name) is not None for name in __all__)
+
+
+@pytest.mark.timeout(60)
+def test_batch_report_prints_each_phases_p50_p95_and_max(tmp_path: Path) -> None:
+    """Across the rows' run reports, per timing: how many rows carry it and its p50, p95
+    and max by nearest rank; the known phases in their order, then any other by name; a
+    row without a report (refused before launch) counts in none."""
+    import io
+    import subprocess
+    import sys
+
+    from runner.batch.report import print_summary, summary
+    from runner.batch.store import FAILED, SUCCEEDED, RowResult, Store
+
+    store = Store(tmp_path / "r.sqlite")
+    for i in range(1, 21):
+        store.queue({"id": f"r{i}", "manifest": "m", "line": i, "key": "k", "input_digest": "d",
+                     "target": TAG, "image_id": None})  # fmt: skip
+        timings = {"zeta": 1.0, "total": i / 10, "create": i / 100}
+        if i <= 2:
+            timings["pool_wait"] = i / 1000
+        report = json.dumps({"run_id": f"run-{i}", "timings": timings})
+        final = RowResult(SUCCEEDED, "done", report=report) if i < 20 else RowResult(FAILED)
+        store.finish("m", f"r{i}", final, seconds=1.0)
+    info = summary(store)
+    assert info["phases"] == {
+        "create": {"rows": 19, "p50": 0.10, "p95": 0.19, "max": 0.19},
+        "pool_wait": {"rows": 2, "p50": 0.001, "p95": 0.002, "max": 0.002},
+        "total": {"rows": 19, "p50": 1.0, "p95": 1.9, "max": 1.9},
+        "zeta": {"rows": 19, "p50": 1.0, "p95": 1.0, "max": 1.0},
+    }
+    out = io.StringIO()
+    print_summary(info, out)
+    table = out.getvalue().partition("phase (s)")[2].splitlines()
+    assert table[0].split() == ["rows", "p50", "p95", "max"]
+    assert [line.split() for line in table[1:]] == [
+        ["create", "19", "0.100", "0.190", "0.190"],
+        ["pool_wait", "2", "0.001", "0.002", "0.002"],
+        ["total", "19", "1.000", "1.900", "1.900"],
+        ["zeta", "19", "1.000", "1.000", "1.000"],
+    ]
+    store.close()
+    shown = subprocess.run(
+        [sys.executable, "-m", "runner.cli", "batch", "report", str(tmp_path / "r.sqlite")],
+        capture_output=True, text=True, timeout=50, check=True,
+    )  # fmt: skip
+    assert "\ntotal" in shown.stdout and "1.900" in shown.stdout

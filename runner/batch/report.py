@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -10,6 +11,12 @@ from runner.outputs import write_output
 
 from .store import Store
 
+PHASES = (
+    "create", "attach", "start", "pool_wait", "first_byte", "response", "exit", "run", "cleanup",
+    "total",
+)  # fmt: skip
+"""The order the report shows the phase timings in; a timing not named here follows them."""
+_RANK = {name: rank for rank, name in enumerate(PHASES)}
 _RESULT_FIELDS = (
     "id", "manifest", "key", "state", "status", "outcome", "error_code", "error_message",
     "exit_code", "attempts", "seconds", "image_id",
@@ -49,7 +56,34 @@ def summary(store: Store) -> dict[str, Any]:
                 "error_code": row["error_code"],
                 "message": (row["error_message"] or "").strip().partition("\n")[0][:200],
             })  # fmt: skip
-    return {"manifests": manifests, "not_succeeded": problems, "run_seconds": round(seconds, 3)}
+    return {
+        "manifests": manifests,
+        "not_succeeded": problems,
+        "run_seconds": round(seconds, 3),
+        "phases": phases(store),
+    }
+
+
+def phases(store: Store) -> dict[str, dict[str, float]]:
+    """Seconds of each timing the rows' run reports carry: ``rows`` (how many carry it),
+    ``p50``, ``p95`` and ``max`` (nearest rank), in :data:`PHASES` order, then the others
+    by name."""
+    values: dict[str, list[float]] = {}
+    found = store.db.execute(
+        "SELECT json_extract(report, '$.timings') FROM runs WHERE report IS NOT NULL"
+    )
+    for (timings,) in found:
+        for name, seconds in json.loads(timings or "{}").items():
+            values.setdefault(name, []).append(seconds)
+    order = sorted(values, key=lambda name: (_RANK.get(name, len(PHASES)), name))
+    return {name: _stats(sorted(values[name])) for name in order}
+
+
+def _stats(ordered: list[float]) -> dict[str, float]:
+    def rank(share: float) -> float:
+        return ordered[max(0, math.ceil(share * len(ordered)) - 1)]
+
+    return {"rows": len(ordered), "p50": rank(0.5), "p95": rank(0.95), "max": ordered[-1]}
 
 
 def print_summary(info: dict[str, Any], out: TextIO) -> None:
@@ -64,3 +98,9 @@ def print_summary(info: dict[str, Any], out: TextIO) -> None:
         for p in info["not_succeeded"]:
             print(f"  {p['manifest']}/{p['id']:20} {p['status']:13} {p['error_code'] or ''}"
                   f" {p['message']}", file=out)  # fmt: skip
+    if info["phases"]:
+        print(f"\n{'phase (s)':24} " + " ".join(f"{c:>12}" for c in ("rows", "p50", "p95", "max")),
+              file=out)  # fmt: skip
+        for name, stats in info["phases"].items():
+            cells = " ".join(f"{stats[c]:>12.3f}" for c in ("p50", "p95", "max"))
+            print(f"{name[:24]:24} {stats['rows']:>12} {cells}", file=out)
