@@ -19,6 +19,8 @@ change in the shared machine's load falls on every way alike:
   ``/proc/PID/stat``, which also counts whatever other jobs ask of the same engine meanwhile)
   over the way's runs;
 
+and, per batch way, the p50 / p95 / max of each phase timing of its runs' reports over
+the rounds (create, attach, start, ..., cleanup, total: ``batch report``'s);
 then, once: a shell loop of ``flow-runner exec`` (``--loop-runs``); a ``--lines``-line
 manifest of which one shard of about ``--runs`` rows runs (``--shard 1/N``) per batch
 tree, its peak RSS read as ``VmHWM`` from ``/proc/PID/status`` every 20 ms while it runs
@@ -47,6 +49,7 @@ from pathlib import Path
 from exec_overhead import secure_flags
 from rawrun import root_frame
 
+from runner.batch.report import PHASES, phase_stats, run_timings
 from runner.batch.store import SUCCEEDED, RowResult, Store
 from runner.sandbox.profiles import load_profile
 
@@ -69,6 +72,8 @@ class Child:
     peak_kib: int
     code: int
     engine_cpu: float
+    timings: list[dict[str, float]] = field(default_factory=list)
+    """A batch's: the ``timings`` of its runs' reports."""
 
 
 def engine_pids() -> list[int]:
@@ -155,6 +160,9 @@ def bench_batch(work: Path, runs: int, tree: Path, *options: str) -> Child:
             "--jobs", "2", "-q", "--results", str(results), *options]  # fmt: skip
     child = run_child(argv, work, tree)
     assert child.code == 0, f"batch ({tree}) exit {child.code}"
+    store = Store(results, create=False)
+    child.timings = list(run_timings(store))
+    store.close()
     return child
 
 
@@ -321,6 +329,30 @@ def main() -> None:
         print(f"\nthroughput batch ÷ base: {median(speed):.2f}x "
               f"({', '.join(f'{x:.2f}' for x in speed)})")  # fmt: skip
     print(f"store write per row (start + finish, 2 commits): {store_write * 1000:.3f} ms")
+    print_phases(ways, trees)
+
+
+def print_phases(ways: dict[str, Way], trees: dict[str, Path | None]) -> None:
+    """Each batch way's phase timings over its runs of every round (the N-run batches)."""
+    stats = {
+        name: phase_stats(t for child in way.rounds for t in child.timings)
+        for name, way in ways.items()
+        if name in trees
+    }
+    if not stats:
+        return
+    names = [p for p in PHASES if any(p in s for s in stats.values())]
+    names += sorted({p for s in stats.values() for p in s} - set(names))
+    print("\n| phase, ms: p50 / p95 / max | " + " | ".join(stats) + " |")
+    print("|---|" + "---:|" * len(stats))
+    for phase in names:
+        cells = [
+            " / ".join(f"{s[phase][q] * 1000:.0f}" for q in ("p50", "p95", "max"))
+            if phase in s
+            else "-"
+            for s in stats.values()
+        ]
+        print(f"| {phase} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

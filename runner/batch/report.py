@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -65,15 +66,27 @@ def summary(store: Store) -> dict[str, Any]:
 
 
 def phases(store: Store) -> dict[str, dict[str, float]]:
-    """Seconds of each timing the rows' run reports carry: ``rows`` (how many carry it),
-    ``p50``, ``p95`` and ``max`` (nearest rank), in :data:`PHASES` order, then the others
-    by name."""
-    values: dict[str, list[float]] = {}
+    """:func:`phase_stats` of the store's run reports."""
+    return phase_stats(run_timings(store))
+
+
+def run_timings(store: Store) -> Iterator[dict[str, float]]:
+    """The ``timings`` of each run report the store keeps (a row refused before launch
+    has none)."""
     found = store.db.execute(
         "SELECT json_extract(report, '$.timings') FROM runs WHERE report IS NOT NULL"
     )
     for (timings,) in found:
-        for name, seconds in json.loads(timings or "{}").items():
+        yield json.loads(timings or "{}")
+
+
+def phase_stats(reports: Iterable[Mapping[str, float]]) -> dict[str, dict[str, float]]:
+    """Seconds of each timing the reports' ``timings`` carry: ``rows`` (how many carry
+    it), ``p50``, ``p95`` and ``max`` (nearest rank), in :data:`PHASES` order, then the
+    others by name."""
+    values: dict[str, list[float]] = {}
+    for timings in reports:
+        for name, seconds in timings.items():
             values.setdefault(name, []).append(seconds)
     order = sorted(values, key=lambda name: (_RANK.get(name, len(PHASES)), name))
     return {name: _stats(sorted(values[name])) for name in order}
