@@ -249,7 +249,7 @@ def test_artifacts_hold_no_descriptor_after_close(tmp_path: Path, attachment: Pa
 def test_artifacts_byte_budget(tmp_path: Path) -> None:
     root = tmp_path / "root"
     defaults = ArtifactsProvider({"root": str(root)})
-    assert (defaults.max_bytes, defaults.max_files, defaults.max_file_bytes) == (
+    assert (defaults.usage.size.limit, defaults.usage.entries.limit, defaults.max_file_bytes) == (
         256 * MiB,
         10_000,
         6 * MiB,
@@ -379,7 +379,8 @@ def kv_path(tmp_path: Path) -> Path:
 
 def test_kv_value_budget(kv_path: Path) -> None:
     store = KeyValueProvider({"path": str(kv_path)})
-    assert (store.max_bytes, store.max_keys, store.max_value_bytes) == (64 * MiB, 100_000, MiB)
+    limits = (store.usage.size.limit, store.usage.entries.limit, store.value_budget.limit)
+    assert limits == (64 * MiB, 100_000, MiB)
     store.close()
     store = KeyValueProvider({"path": str(kv_path), "max_value_bytes": 8})
     act(store, "put", {"key": "k", "value": "é" * 3})  # "ééé" with its quotes: 8 bytes

@@ -1,50 +1,30 @@
 """The ``artifacts`` capability: files a flow leaves for people and for later steps.
 
-Every artifact lives under one host directory, the ``root`` option (created if missing),
-and is named by a confined path: relative, ``/``-separated, canonical (no empty, ``.`` or
-``..`` segments), without backslashes or NUL, at most 1,024 bytes in at most 64 segments.
-A refused path is the declared error ``invalid-path``.
+Every artifact lives under the ``root`` option (created if missing) and is named by a
+confined path: relative, ``/``-separated, canonical (no empty, ``.`` or ``..``
+segments), without backslashes or NUL, at most 1,024 bytes in at most 64 segments;
+another is the declared error ``invalid-path``.
 
-The root may lie where a component can write (an ``rw`` attachment), so nothing here
-trusts a name twice. The root is opened once, when the provider starts, by
-:func:`.paths.open_directory` (which refuses a link that someone else could have
-planted on the way), and every call works relative to that descriptor: renaming the
-root or putting a link in its place later changes nothing. Below the root, symbolic
-links are never followed, not even to places inside it: directories are opened one
-segment at a time with ``O_NOFOLLOW`` relative to their parent's descriptor, and a
-file to read is opened with ``O_PATH`` and checked to be a regular file before its
-bytes are opened, so a fifo, socket or device there is refused without blocking or
-touching it. Writes never go through an existing file (a hard link to one elsewhere
-keeps its bytes): they make a new one and rename it over the name.
+The root may lie where a component can write (an ``rw`` attachment), so no name is
+trusted twice: the root is opened once, by :func:`.paths.open_directory`, and every call
+works relative to that descriptor. Below it no link is followed: directories are opened
+a segment at a time with ``O_NOFOLLOW``; a file is read only once an ``O_PATH``
+descriptor shows it regular (a fifo or device is refused untouched); a write makes a new
+file and renames it over the name (a hard link to a file elsewhere keeps its bytes).
 
-Methods (contract ``runner/host/capabilities/contracts/artifacts.json``):
+Methods (contract ``contracts/artifacts.json``): ``write {path, text | base64}`` ->
+``{uri, bytes}``, atomic (readers see the old bytes or the new); ``read {path}`` ->
+``{text}`` for UTF-8, else ``{base64}``, or ``not-found``; ``list {prefix?, limit?}``
+-> ``{paths, truncated}``: regular files, sorted by code point. A URI is
+``artifact://`` and the percent-encoded path: the same on every host, revealing nothing
+of its layout.
 
-* ``write {path, text | base64}`` -> ``{uri, bytes}``: atomically (a temporary file in
-  the same directory, flushed and renamed over the name), so readers see the old bytes or
-  the new ones, never a mix;
-* ``read {path}`` -> ``{text}`` for UTF-8 content, else ``{base64}``; a missing file is
-  ``not-found``;
-* ``list {prefix?, limit?}`` -> ``{paths, truncated}``: regular files whose path starts
-  with ``prefix``, sorted by code point, at most ``limit`` (default 1,000, at most
-  10,000).
-
-An artifact's URI is ``artifact://`` followed by its percent-encoded path: the same for
-the same path in every run and on every host, and it reveals nothing of the host's
-layout; the file is ``<root>/<path>``.
-
-Budgets (options), so that a component cannot fill the host's disk:
-
-* ``max_file_bytes`` (default and most 6 MiB, whose base64 form is JSON/1's largest
-  string): a larger write is the declared error ``too-large``, as is reading a file over
-  6 MiB;
-* ``max_bytes`` (default 256 MiB): the bytes of all regular files under the root;
-* ``max_files`` (default 10,000): the files, directories and other entries under it.
-
-A write past ``max_bytes`` or ``max_files`` is ``RESOURCE_EXHAUSTED``, naming the option.
-Both count what the root holds when the provider starts (a root reused across runs)
-and then this provider's writes: an overwrite counts its new bytes less the old, and a
-write that adds nothing passes even in a root found over a budget. Writes are one at a
-time, so two cannot both pass a check that only one fits.
+Budgets (options), so that a component cannot fill the host's disk: ``max_file_bytes``
+(default and most 6 MiB, whose base64 is JSON/1's largest string) past which a write,
+or a read, is ``too-large``; ``max_bytes`` (default 256 MiB) of regular files and
+``max_files`` (default 10,000) entries under the root, past which a write is
+``RESOURCE_EXHAUSTED``. They count what the root held at start, then this provider's
+writes; one write at a time, so two cannot both pass a check only one fits.
 """
 
 from __future__ import annotations
@@ -62,20 +42,16 @@ from functools import partial
 from typing import Final
 from urllib.parse import quote
 
-import anyio.to_thread
-
 from runner.json1 import JSONValue
 
 from .paths import CHILD_DIRECTORY, DIRECTORY, PathRefused, open_directory
 from .provider import (
-    Budget,
+    BlockingProvider,
     CapabilityError,
     InvalidInput,
     OptionReader,
-    ProviderConfigError,
-    UnknownMethod,
+    Usage,
     input_object,
-    list_request,
     string_member,
 )
 
@@ -94,54 +70,41 @@ _REFUSED: Final = frozenset({errno.ELOOP, errno.ENOTDIR})
 _OPTIONS: Final = ("root", "max_bytes", "max_files", "max_file_bytes")
 
 
-class ArtifactsProvider:
+class ArtifactsProvider(BlockingProvider):
     """Reads, writes and lists files under one root directory."""
 
-    methods: Final = ("write", "read", "list")
+    methods = ("write", "read", "list")
 
     def __init__(self, options: Mapping[str, JSONValue]) -> None:
         reader = OptionReader("artifacts", options, _OPTIONS)
         root = reader.string("root", required=True)
         assert root is not None
-        self.max_bytes = reader.integer("max_bytes", default=DEFAULT_MAX_BYTES, low=0, high=2**53)
-        self.max_files = reader.integer("max_files", default=DEFAULT_MAX_FILES, low=0, high=2**53)
         self.max_file_bytes = reader.integer(
             "max_file_bytes", default=MAX_ARTIFACT_BYTES, low=0, high=MAX_ARTIFACT_BYTES
         )
-        self._files_budget = Budget(
-            "artifacts", "max_files", self.max_files, "files and directories",
-            "write to fewer paths",
-        )  # fmt: skip
-        self._bytes_budget = Budget(
-            "artifacts", "max_bytes", self.max_bytes, "bytes", "write less, or to fewer files"
+        self.usage = Usage(
+            reader.budget(
+                "max_files", DEFAULT_MAX_FILES, "files and directories", "write to fewer paths"
+            ),
+            reader.budget("max_bytes", DEFAULT_MAX_BYTES, "bytes", "write less, or to fewer files"),
         )
         try:
             opened = open_directory(os.path.expanduser(root), create=True)
         except (OSError, PathRefused) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) else str(exc)
-            raise ProviderConfigError(
-                f"capability provider 'artifacts': option 'root' = {root!r} cannot be used as "
-                f"a directory ({reason}); point it at a writable directory"
-            ) from None
+            reason = exc.strerror if isinstance(exc, OSError) else exc
+            fix = "point it at a writable directory"
+            raise reader.unusable("root", root, "a directory", reason, fix) from None
         self.root = opened.path
         self._root = opened.descriptor
         self._writing = threading.Lock()
-        self._bytes, self._files = self._usage()
+        self.usage.add(*self._held())
 
-    async def call(self, method: str, input: JSONValue) -> JSONValue:
-        """Dispatch ``method``; the file system work runs in a worker thread."""
-        work: Callable[[], JSONValue]
+    def prepare(self, method: str, input: JSONValue) -> Callable[[], JSONValue]:
         if method == "write":
             fields = input_object(input, required={"path"}, optional={"text", "base64"})
-            work = partial(self._write, *_write_request(fields, self.max_file_bytes))
-        elif method == "read":
-            path = string_member(input_object(input, required={"path"}), "path")
-            work = partial(self._read, path, _segments(path))
-        elif method == "list":
-            work = partial(self._list, *list_request(input))
-        else:
-            raise UnknownMethod(method, self.methods)
-        return await anyio.to_thread.run_sync(work)
+            return partial(self._write, *_write_request(fields, self.max_file_bytes))
+        path = string_member(input_object(input, required={"path"}), "path")
+        return partial(self._read, path, _segments(path))
 
     def close(self) -> None:
         """Close the root's descriptor."""
@@ -153,18 +116,13 @@ class ArtifactsProvider:
             try:
                 replaced = _existing(directory, segments[-1])
                 old = replaced.st_size if replaced and stat.S_ISREG(replaced.st_mode) else 0
-                self._check(len(data) - old, 0 if replaced else 1)
+                change = len(data) - old, 0 if replaced else 1
+                self.usage.check(*change)
                 _replace(directory, path, segments[-1], data)
             finally:
                 os.close(directory)
-            self._bytes += len(data) - old
-            self._files += 0 if replaced else 1
+            self.usage.add(*change)
         return {"uri": artifact_uri(path), "bytes": len(data)}
-
-    def _check(self, grown: int, added: int) -> None:
-        """Refuse a write that adds ``added`` entries and ``grown`` bytes past a budget."""
-        self._files_budget.check(self._files, added)
-        self._bytes_budget.check(self._bytes, grown)
 
     def _read(self, path: str, segments: list[str]) -> JSONValue:
         directory = self._parent(path, segments, create=False)
@@ -196,7 +154,7 @@ class ArtifactsProvider:
         except UnicodeDecodeError:
             return {"base64": base64.b64encode(data).decode()}
 
-    def _list(self, prefix: str, limit: int) -> JSONValue:
+    def list_(self, prefix: str, limit: int) -> JSONValue:
         def wanted(inner: str) -> bool:
             within = inner.startswith(prefix) or prefix.startswith(inner)
             return within and _path_problem(inner[:-1]) is None
@@ -211,8 +169,8 @@ class ArtifactsProvider:
         found.sort()
         return {"paths": list(found[:limit]), "truncated": len(found) > limit}
 
-    def _usage(self) -> tuple[int, int]:
-        """The bytes of the regular files under the root and its number of entries."""
+    def _held(self) -> tuple[int, int]:
+        """The bytes of the regular files under the root, and its number of entries."""
         size = count = 0
         for _, entry in self._entries(lambda inner: True):
             count += 1
@@ -246,13 +204,10 @@ class ArtifactsProvider:
                 os.close(directory)
 
     def _parent(self, path: str, segments: list[str], *, create: bool) -> int:
-        """A descriptor of the directory that holds the last segment.
-
-        Walks from the root's descriptor one segment at a time with ``O_NOFOLLOW``,
-        creating missing directories when ``create`` (each counted against
-        ``max_files``); a link or a file on the way is ``invalid-path``, a missing
-        directory (reading) ``not-found``.
-        """
+        """A descriptor of the directory holding the last segment, walked to with
+        ``O_NOFOLLOW``; with ``create``, missing directories are made (counted against
+        ``max_files``), else they are ``not-found``; a link or file on the way is
+        ``invalid-path``."""
         directory = os.open(".", DIRECTORY, dir_fd=self._root)
         try:
             for index, name in enumerate(segments[:-1]):
@@ -261,10 +216,10 @@ class ArtifactsProvider:
                 except FileNotFoundError:
                     if not create:
                         raise CapabilityError("not-found", {"path": path}) from None
-                    self._check(0, 1)
+                    self.usage.check(0, 1)
                     try:
                         os.mkdir(name, dir_fd=directory)
-                        self._files += 1
+                        self.usage.add(0, 1)
                     except FileExistsError:  # another process may have made it
                         pass
                     child = os.open(name, CHILD_DIRECTORY, dir_fd=directory)

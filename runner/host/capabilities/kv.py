@@ -1,50 +1,38 @@
-"""The ``kv`` capability: a durable key/value store on SQLite.
-
-For state a flow keeps between runs (a cursor, a cache, what it has already sent). Values
-are any JSON/1 value, stored as their RFC 8785 canonical text, so equal values are stored
-identically. The database is in WAL mode with ``synchronous=FULL``: a ``put`` that
-returned survives a crash of the host, and readers in other processes never block it.
+"""The ``kv`` capability: a durable key/value store on SQLite, for state a flow keeps
+between runs. Values are JSON/1, stored as RFC 8785 canonical text, so equal values are
+stored identically. WAL mode with ``synchronous=FULL``: a ``put`` that returned survives
+a crash of the host, and readers in other processes never block it.
 
 Options:
 
-* ``path``: the database file. Default: ``$XDG_STATE_HOME/flow-runner/kv.sqlite3``,
-  else ``~/.local/state/flow-runner/kv.sqlite3`` (the XDG place for state that outlives
-  a run but is not a user document). A relative path is taken from the working
-  directory; the host configuration resolves it against the configuration file's
-  directory before it gets here. Missing directories are created.
+* ``path``: the database file (default ``$XDG_STATE_HOME/flow-runner/kv.sqlite3``, else
+  ``~/.local/state/...``: state that outlives a run but is no user document); relative
+  to the working directory (the host configuration resolves it against its own file's
+  directory first); missing directories are created.
 * ``namespace``: keeps bindings that share one file apart (default ``default``).
 * ``max_bytes`` (default 64 MiB): the UTF-8 bytes of the namespace's keys and values;
-* ``max_keys`` (default 100,000): its keys;
-* ``max_value_bytes`` (default 1 MiB, at most 16 MiB, a Run/1 frame): one value's
-  canonical text. kv is for state; bigger data belongs in artifacts, and the cap keeps
-  what one call holds in host memory to a few copies of a megabyte.
+  ``max_keys`` (default 100,000): its keys; ``max_value_bytes`` (default 1 MiB, at most
+  16 MiB, a Run/1 frame): one value's canonical text (bigger data belongs in artifacts,
+  and a call then holds a few megabytes of host memory at most).
 
-A ``put`` past a budget is ``RESOURCE_EXHAUSTED``, naming the option that raises it.
-Budgets count what the namespace holds when the provider starts (a file reused across
-runs) and then this provider's own puts and deletes; each put reads the old value's
-size in the same transaction as it writes, so concurrent calls count exactly.
+A ``put`` past a budget is ``RESOURCE_EXHAUSTED``. Budgets count what the namespace held
+at start, then this provider's puts and deletes; a put reads the old value's size in the
+transaction that writes, so concurrent calls count exactly.
 
-Where the database may live. SQLite opens the database, and its ``-wal``, ``-shm`` and
-``-journal`` files beside it, by name, again and again: a descriptor cannot be handed
-to it. Whoever can write a directory on that path (a component, through an ``rw``
-attachment) could swap a name for a symbolic link and have the host write, as its own
-user, where they choose. So the directory is reached by :func:`.paths.open_directory`
-and refused unless nobody but root and the host's user can change a name on the way or
-add one to the directory itself (for ``/tmp``-like sticky directories on the way, the
-entry must be the host's), and a database file that is a symbolic link is refused; the
-fix is ``chmod go-w`` or a path outside every ``rw`` attachment. There is no option
-to waive this: a private directory serves every legitimate setup. SQLite then opens
-the real path the walk found, which nobody else can change.
+SQLite opens the database and its ``-wal``, ``-shm`` and ``-journal`` files by name,
+again and again. Whoever can write a directory on that path (a component, through an
+``rw`` attachment) could swap a name for a link and have the host write where they
+choose, so the directory is reached by :func:`.paths.open_directory` and refused unless
+only root and the host's user can change a name on the way or in it, and a database
+that is a link is refused. The fix is ``chmod go-w`` or a path outside every ``rw``
+attachment; no option waives it, since a private directory serves every real setup.
 
-Methods (contract ``runner/host/capabilities/contracts/kv.json``): ``get {key}`` ->
-``{value}`` or the declared error ``not-found``; ``put {key, value}`` -> ``{version}``
-(1 for a new key, one more on each overwrite); ``delete {key}`` -> ``{deleted}``;
-``list {prefix?, limit?}`` -> ``{keys, truncated}``, sorted by code point. Keys are
-1–1,024 UTF-8 bytes without NUL.
-
-sqlite3 objects belong to the thread that made them unless opened with
-``check_same_thread=False``; calls run in worker threads, so the one connection is
-opened that way and every use of it holds a lock.
+Methods (contract ``contracts/kv.json``): ``get {key}`` -> ``{value}`` or ``not-found``;
+``put {key, value}`` -> ``{version}`` (1 for a new key, one more on each overwrite);
+``delete {key}`` -> ``{deleted}``; ``list {prefix?, limit?}`` -> ``{keys, truncated}``,
+sorted by code point. Keys are 1–1,024 UTF-8 bytes without NUL. Calls run in worker
+threads, so the one connection is opened with ``check_same_thread=False`` and every use
+holds a lock.
 """
 
 from __future__ import annotations
@@ -58,21 +46,18 @@ from functools import partial
 from pathlib import Path
 from typing import Final
 
-import anyio.to_thread
-
 from runner import json1
 from runner.json1 import JSONValue
 
 from .paths import PathRefused, open_directory
 from .provider import (
-    Budget,
+    BlockingProvider,
     CapabilityError,
     InvalidInput,
     OptionReader,
     ProviderConfigError,
-    UnknownMethod,
+    Usage,
     input_object,
-    list_request,
     string_member,
 )
 
@@ -109,31 +94,32 @@ def default_path() -> Path:
     return base / "flow-runner" / "kv.sqlite3"
 
 
-class KeyValueProvider:
+class KeyValueProvider(BlockingProvider):
     """A namespace of one SQLite key/value file."""
 
-    methods: Final = ("get", "put", "delete", "list")
+    methods = ("get", "put", "delete", "list")
 
     def __init__(self, options: Mapping[str, JSONValue]) -> None:
         reader = OptionReader("kv", options, _OPTIONS)
         self.path = Path(reader.string("path") or default_path()).expanduser()
         self.namespace = reader.string("namespace") or "default"
-        self.max_bytes = reader.integer("max_bytes", default=DEFAULT_MAX_BYTES, low=0, high=2**53)
-        self.max_keys = reader.integer("max_keys", default=DEFAULT_MAX_KEYS, low=0, high=2**53)
-        self.max_value_bytes = reader.integer(
-            "max_value_bytes", default=DEFAULT_MAX_VALUE_BYTES, low=0, high=MAX_VALUE_BYTES
+        self.usage = Usage(
+            reader.budget("max_keys", DEFAULT_MAX_KEYS, "keys", "delete keys you no longer need"),
+            reader.budget(
+                "max_bytes",
+                DEFAULT_MAX_BYTES,
+                "bytes of keys and values",
+                "delete keys, or store smaller values",
+            ),
         )
-        self._keys_budget = Budget(
-            "kv", "max_keys", self.max_keys, "keys", "delete keys you no longer need"
-        )
-        self._bytes_budget = Budget(
-            "kv", "max_bytes", self.max_bytes, "bytes of keys and values",
-            "delete keys, or store smaller values",
-        )  # fmt: skip
-        self._value_budget = Budget(
-            "kv", "max_value_bytes", self.max_value_bytes, "bytes of canonical JSON",
+        self.value_budget = reader.budget(
+            "max_value_bytes",
+            DEFAULT_MAX_VALUE_BYTES,
+            "bytes of canonical JSON",
             "store a smaller value",
-        )  # fmt: skip
+            high=MAX_VALUE_BYTES,
+        )
+        self._reader = reader
         self._lock = threading.Lock()
         self.path = self._private_path()
         try:
@@ -153,11 +139,11 @@ class KeyValueProvider:
         except sqlite3.Error as exc:
             self._db.close()
             raise self._unusable(exc) from exc
-        self._keys, self._bytes = keys, int(size)
+        self.usage.add(int(size), keys)
 
     def _private_path(self) -> Path:
-        """The database's real path, in a directory only the host can change (see the
-        module docstring), or :class:`ProviderConfigError`."""
+        """The database's real path, in a directory only the host can change, or
+        :class:`ProviderConfigError`."""
         name = self.path.name
         if name in ("", ".", ".."):
             raise self._unusable(ValueError("it names a directory, not a file"))
@@ -184,22 +170,14 @@ class KeyValueProvider:
             os.close(directory.descriptor)
         return Path(directory.path) / name
 
-    async def call(self, method: str, input: JSONValue) -> JSONValue:
-        """Dispatch ``method``; the SQLite work runs in a worker thread."""
-        work: Callable[[], JSONValue]
-        if method in ("get", "delete"):
+    def prepare(self, method: str, input: JSONValue) -> Callable[[], JSONValue]:
+        if method != "put":
             key = _key(input_object(input, required={"key"}))
-            work = partial(self._get if method == "get" else self._delete, key)
-        elif method == "put":
-            fields = input_object(input, required={"key", "value"})
-            key, value = _key(fields), json1.canonical(fields["value"])
-            self._value_budget.check(None, len(value))
-            work = partial(self._put, key, value.decode(), len(key.encode()) + len(value))
-        elif method == "list":
-            work = partial(self._list, *list_request(input))
-        else:
-            raise UnknownMethod(method, self.methods)
-        return await anyio.to_thread.run_sync(work)
+            return partial(self._get if method == "get" else self._delete, key)
+        fields = input_object(input, required={"key", "value"})
+        key, value = _key(fields), json1.canonical(fields["value"])
+        self.value_budget.check(None, len(value))
+        return partial(self._put, key, value.decode(), len(key.encode()) + len(value))
 
     def close(self) -> None:
         """Close the database (after any call in progress)."""
@@ -224,21 +202,16 @@ class KeyValueProvider:
                     (self.namespace, key),
                 ).fetchone()
                 freed = 0 if old is None else old[0]
-                self._check(size - freed, 0 if old else 1)
+                change = size - freed, 0 if old else 1
+                self.usage.check(*change)
                 # fetchall: the statement must finish before the transaction can
                 ((version,),) = self._db.execute(_PUT, (self.namespace, key, text)).fetchall()
                 self._db.execute("COMMIT")
             finally:
                 if self._db.in_transaction:
                     self._db.execute("ROLLBACK")
-            self._bytes += size - freed
-            self._keys += 0 if old else 1
+            self.usage.add(*change)
         return {"version": version}
-
-    def _check(self, grown: int, added: int) -> None:
-        """Refuse a put that adds ``added`` keys and ``grown`` bytes past a budget."""
-        self._keys_budget.check(self._keys, added)
-        self._bytes_budget.check(self._bytes, grown)
 
     def _delete(self, key: str) -> JSONValue:
         with self._lock:
@@ -247,11 +220,10 @@ class KeyValueProvider:
                 (self.namespace, key),
             ).fetchall()
             for (size,) in removed:
-                self._bytes -= size
-                self._keys -= 1
+                self.usage.add(-size, -1)
         return {"deleted": bool(removed)}
 
-    def _list(self, prefix: str, limit: int) -> JSONValue:
+    def list_(self, prefix: str, limit: int) -> JSONValue:
         keys: list[JSONValue] = []
         with self._lock:
             rows = self._db.execute(
@@ -266,10 +238,8 @@ class KeyValueProvider:
         return {"keys": keys[:limit], "truncated": len(keys) > limit}
 
     def _unusable(self, exc: Exception) -> ProviderConfigError:
-        return ProviderConfigError(
-            f"capability provider 'kv': option 'path' = {str(self.path)!r} cannot be used as "
-            f"a SQLite database ({exc}); point it at a writable file of its own"
-        )
+        fix = "point it at a writable file of its own"
+        return self._reader.unusable("path", str(self.path), "a SQLite database", exc, fix)
 
 
 def _key(fields: Mapping[str, JSONValue]) -> str:

@@ -1,15 +1,15 @@
 """The capability provider plugin interface, and finding providers by name.
 
 A provider is a class registered under the entry-point group ``flow_runner.capabilities``
-(name -> class) by any installed distribution, so that adding a capability needs a
-package, not a change to flow-runner::
+by any installed distribution, so that a new capability needs a package, not a change
+to flow-runner::
 
     [project.entry-points."flow_runner.capabilities"]
     tickets = "acme_tickets:TicketsProvider"
 
-The host constructs it once per configured binding with that binding's ``options`` and
-then awaits :meth:`Provider.call` for each ``capability/call``. How a call ends decides
-what the component sees:
+The host constructs it once per binding with the binding's ``options`` and awaits
+:meth:`Provider.call` for each ``capability/call``. How a call ends decides what the
+component sees:
 
 =================================  ===============================================
 ``call`` ...                       the component receives
@@ -23,17 +23,21 @@ raises ``OperationError``          that wire code (e.g. ``PERMISSION_DENIED``)
 raises anything else               ``EXECUTION_FAILED``
 =================================  ===============================================
 
-A provider may define ``close()`` (plain or ``async``); the host calls it once when the
-binding is discarded. Blocking work belongs in a worker thread
-(``anyio.to_thread.run_sync``): ``call`` runs on the host's event loop.
+A provider may define ``close()`` (plain or ``async``), called once when the binding is
+discarded. ``call`` runs on the host's event loop: blocking work belongs in a worker
+thread (:class:`BlockingProvider`).
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
+from functools import partial
 from importlib.metadata import EntryPoint, entry_points
 from typing import Final, Protocol
+
+import anyio.to_thread
 
 from runner import json1
 from runner.json1 import JSONValue
@@ -48,10 +52,6 @@ class Provider(Protocol):
     async def call(self, method: str, input: JSONValue) -> JSONValue:
         """Perform ``method`` with ``input`` (a JSON/1 value); return a JSON/1 value."""
         ...
-
-
-ProviderFactory = Callable[[dict[str, JSONValue]], Provider]
-"""A provider class (or any callable) taking the binding's options."""
 
 
 class CapabilityError(Exception):
@@ -80,19 +80,13 @@ class UnknownMethod(Exception):
 
 
 class InvalidInput(Exception):
-    """The input is not one the method accepts (``INVALID_INPUT``).
-
-    For checks a contract's schema cannot express (valid base64, a key's byte length),
-    or for a binding configured without a contract. The message says what to fix.
-    """
+    """The input is not one the method accepts (``INVALID_INPUT``): for checks a schema
+    cannot express, or a binding without a contract. The message says what to fix."""
 
 
 class ProviderLost(Exception):
-    """The provider was lost mid-call: the effect is unknown (``UNCERTAIN``).
-
-    Raise it only when the request may have been carried out, e.g. a remote service's
-    connection dropped after sending; the component must not assume either outcome.
-    """
+    """The provider was lost mid-call with the effect unknown (``UNCERTAIN``): raise it
+    only when the request may have been carried out (a connection dropped after sending)."""
 
 
 class ProviderConfigError(ValueError):
@@ -105,12 +99,9 @@ def available_providers() -> list[str]:
 
 
 def load_provider(name: str, options: Mapping[str, JSONValue]) -> Provider:
-    """Construct the provider registered as ``name`` with ``options``.
-
-    Raises :class:`ProviderConfigError` for an unknown or ambiguous name (listing the
-    installed ones), a plugin that cannot be imported, options outside JSON/1, and any
-    failure of the provider's own option checks.
-    """
+    """Construct the provider registered as ``name`` with ``options``; raises
+    :class:`ProviderConfigError` for an unknown or ambiguous name, a plugin that cannot be
+    imported, options outside JSON/1, or a failure of the provider's own option checks."""
     found: list[EntryPoint] = list(entry_points(group=ENTRY_POINT_GROUP, name=name))
     if not found:
         installed = ", ".join(available_providers()) or "none"
@@ -126,7 +117,7 @@ def load_provider(name: str, options: Mapping[str, JSONValue]) -> Provider:
             "uninstall one of the packages"
         )
     try:
-        factory: ProviderFactory = found[0].load()
+        factory: Callable[[dict[str, JSONValue]], Provider] = found[0].load()
     except Exception as exc:
         raise ProviderConfigError(
             f"capability provider {name!r} ({found[0].value}) cannot be imported: "
@@ -176,21 +167,34 @@ class OptionReader:
 
     def integer(self, name: str, *, default: int, low: int, high: int) -> int:
         """An integer option from ``low`` to ``high``; ``default`` when absent."""
-        value = self.options.get(name, default)
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        value = _integer(self.options.get(name, default), low, high)
+        if value is None:
             raise ProviderConfigError(
-                f"capability provider {self.provider!r}: option {name!r} is {value!r}, not an "
-                f"integer from {low:,} to {high:,}; set it, e.g. options = {{ {name} = {default} }}"
+                f"capability provider {self.provider!r}: option {name!r} is "
+                f"{self.options[name]!r}, not an integer from {low:,} to {high:,}; "
+                f"set it, e.g. options = {{ {name} = {default} }}"
             )
         return value
+
+    def budget(self, name: str, default: int, unit: str, fix: str, *, high: int = 2**53) -> Budget:
+        """The budget option ``name``: 0 to ``high`` of ``unit``, ``default`` when absent."""
+        limit = self.integer(name, default=default, low=0, high=high)
+        return Budget(self.provider, name, limit, unit, fix)
+
+    def unusable(
+        self, name: str, value: str, what: str, reason: object, fix: str
+    ) -> ProviderConfigError:
+        """The error for option ``name`` = ``value``, which cannot serve as ``what``."""
+        return ProviderConfigError(
+            f"capability provider {self.provider!r}: option {name!r} = {value!r} cannot be "
+            f"used as {what} ({reason}); {fix}"
+        )
 
 
 @dataclass(frozen=True, slots=True)
 class Budget:
-    """A provider's budget option: at most ``limit`` of ``unit`` (``option`` names it in the
-    binding's ``options``); ``fix`` is what a refused caller can do besides raising it."""
+    """At most ``limit`` of ``unit``, set by the provider's ``option``; ``fix`` is what a
+    refused caller can do besides raising it."""
 
     provider: str
     option: str
@@ -199,10 +203,9 @@ class Budget:
     fix: str
 
     def check(self, used: int | None, wanted: int) -> None:
-        """Refuse a call wanting ``wanted`` more where ``used`` are in use (``None``: a
-        budget of one item) past the limit: ``RESOURCE_EXHAUSTED`` saying what is in use,
-        what the call wanted and the option, ``details`` the same for programs. A call
-        that wants nothing more passes, even in a store found over its budget."""
+        """Refuse ``wanted`` more on top of ``used`` (``None``: a budget of one item) past
+        the limit with ``RESOURCE_EXHAUSTED``, its message and ``details`` saying what is
+        in use and wanted. Wanting nothing more passes, even in a store over its budget."""
         if wanted <= 0 or (used or 0) + wanted <= self.limit:
             return
         needs = (
@@ -218,14 +221,56 @@ class Budget:
         )
 
 
+class Usage:
+    """A store's entries and bytes against their budgets: what it held when the provider
+    started, then the provider's own changes."""
+
+    def __init__(self, entries: Budget, size: Budget) -> None:
+        self.entries, self.size = entries, size
+        self.count = self.bytes = 0
+
+    def check(self, grown: int, added: int) -> None:
+        """Refuse a change adding ``added`` entries and ``grown`` bytes past a budget."""
+        self.entries.check(self.count, added)
+        self.size.check(self.bytes, grown)
+
+    def add(self, grown: int, added: int) -> None:
+        self.bytes += grown
+        self.count += added
+
+
+class BlockingProvider(ABC):
+    """A provider whose work blocks (files, SQLite): :meth:`call` checks the input on the
+    event loop and does the work in a worker thread, so the loop keeps serving every
+    other call and deadline."""
+
+    methods: tuple[str, ...]
+    """Its methods; ``list`` takes ``{prefix?, limit?}`` and is :meth:`list_`."""
+
+    async def call(self, method: str, input: JSONValue) -> JSONValue:
+        work: Callable[[], JSONValue]
+        if method == "list":
+            work = partial(self.list_, *list_request(input))
+        elif method in self.methods:
+            work = self.prepare(method, input)
+        else:
+            raise UnknownMethod(method, self.methods)
+        return await anyio.to_thread.run_sync(work)
+
+    @abstractmethod
+    def prepare(self, method: str, input: JSONValue) -> Callable[[], JSONValue]:
+        """The work of ``method`` (not ``list``) once its input is checked."""
+
+    @abstractmethod
+    def list_(self, prefix: str, limit: int) -> JSONValue:
+        """What the store holds under ``prefix``, sorted, at most ``limit``."""
+
+
 def input_object(
     input: JSONValue, *, required: Collection[str] = (), optional: Collection[str] = ()
 ) -> dict[str, JSONValue]:
-    """The input as an object with exactly the known members, or :class:`InvalidInput`.
-
-    A contract's schema usually refuses bad input before a provider sees it; this keeps a
-    provider safe when it is bound without one.
-    """
+    """The input as an object with exactly the known members, or :class:`InvalidInput`
+    (a contract's schema usually refuses it first; this holds for a binding without one)."""
     known = sorted({*required, *optional})
     if not isinstance(input, dict):
         raise InvalidInput(f"the input is an object with members {', '.join(known)}")
@@ -249,12 +294,19 @@ def string_member(fields: Mapping[str, JSONValue], name: str, default: str | Non
 def integer_member(
     fields: Mapping[str, JSONValue], name: str, *, default: int, low: int, high: int
 ) -> int:
-    """An integer member from ``low`` to ``high`` (``2.0`` is the integer 2 in JSON/1)."""
-    value = fields.get(name, default)
+    """An integer member from ``low`` to ``high``."""
+    value = _integer(fields.get(name, default), low, high)
+    if value is None:
+        raise InvalidInput(f"member {name!r} must be an integer from {low:,} to {high:,}")
+    return value
+
+
+def _integer(value: JSONValue, low: int, high: int) -> int | None:
+    """``value`` as an integer from ``low`` to ``high`` (``2.0`` is 2 in JSON/1), or ``None``."""
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise InvalidInput(f"member {name!r} must be an integer from {low:,} to {high:,}")
+        return None
     return value
 
 
