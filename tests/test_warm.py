@@ -347,6 +347,24 @@ def test_an_edited_installation_never_reaches_the_old_server(
         stop(found)
 
 
+@pytest.mark.timeout(60)
+def test_the_key_follows_what_imports_find_not_every_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A report written into a ``sys.path`` directory (the working directory, an editable
+    install's checkout) keeps the key; a module or a package added there changes it."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    before = installation_key()
+    (tmp_path / "report.json").write_text("{}")
+    (tmp_path / ".pytest_cache").mkdir()
+    assert installation_key() == before
+    (tmp_path / "shadow.py").write_text("")
+    with_module = installation_key()
+    assert with_module != before
+    (tmp_path / "pkg").mkdir()
+    assert installation_key() not in (before, with_module)
+
+
 def test_an_unsafe_directory_is_never_used(warm: Server, install: Install) -> None:
     directory = warm.socket.parent
     assert install.run("--version").where == "warm"

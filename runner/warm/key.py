@@ -8,8 +8,8 @@ upgraded package or another interpreter never talks to a server holding the old 
 - flow-runner's version, ``sys.executable``, the interpreter's flags, ``-W`` and ``-X``
   options, and the ``PYTHON*`` environment variables (the interpreter reads some of them
   only as it starts: ``PYTHONHASHSEED``, ``PYTHONMALLOC``, ...);
-- every entry of ``sys.path`` with its modification time (installing or removing a
-  package changes its directory's; ``""``, the working directory, by its path);
+- every entry of ``sys.path`` with the names imports can find there (installing, upgrading
+  or removing a package changes them; ``""``, the working directory, by its path);
 - every file of the ``runner`` package (path, size, modification time), caches aside.
 
 A file edited in place inside another installed package keeps its directory's time: that
@@ -35,15 +35,37 @@ def installation_key() -> str:
     digest.update(repr((facts, interpreter)).encode("utf-8", "surrogateescape"))
     for entry in sys.path:
         where = entry or os.getcwd()  # "" is the working directory; others stay as written
-        try:
-            mtime: int | None = os.stat(where).st_mtime_ns
-        except OSError:
-            mtime = None
-        digest.update(f"path\0{where}\0{mtime}\n".encode("utf-8", "surrogateescape"))
+        digest.update(f"path\0{where}\0{_importable(where)}\n".encode("utf-8", "surrogateescape"))
     top = os.path.dirname(os.path.abspath(runner.__file__))
     digest.update(f"package\0{top}\n".encode("utf-8", "surrogateescape"))
     _tree(digest, top, "")
     return digest.hexdigest()
+
+
+IMPORTABLE = (".py", ".pyc", ".so", ".pth", ".egg-link", ".zip")
+"""Suffixes of the files an import or ``site`` may read from a ``sys.path`` directory."""
+
+
+def _importable(where: str) -> list[str] | None:
+    """What imports can find in a ``sys.path`` entry: its directories and importable files
+    by name (None: not a directory). Installing, upgrading or removing a package changes
+    it; a report written into the working directory or a checkout does not."""
+    try:
+        with os.scandir(where) as found:
+            return sorted(
+                entry.name
+                for entry in found
+                if entry.name.endswith(IMPORTABLE) or (entry.is_dir() and _package(entry.name))
+            )
+    except OSError:
+        return None
+
+
+def _package(name: str) -> bool:
+    """Whether a directory of this name can be imported, or holds a distribution's metadata."""
+    return (name.isidentifier() and name != "__pycache__") or name.endswith(
+        (".dist-info", ".egg-info")
+    )
 
 
 def _tree(digest: blake2b, top: str, relative: str) -> None:
