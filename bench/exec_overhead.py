@@ -25,12 +25,12 @@ Side by side in one process run, interleaved round by round, the same image and 
 - (e)  the runner container's own start cost: ``docker run --rm flow-runner:latest
   --version`` (tini, the entrypoint's group and user switch, the interpreter, the CLI).
 
-Reported: the median wall time of each with its minimum and quartiles, its ratio to (a)
-and (a') (the median of the per-round ratios), the median split create/attach/start/run/
-cleanup from the run reports of (b), (b') and (c), and where the CLI spends the time
-outside the run: one more CLI run per round, with timestamps taken around the imports,
-the sweep and ``execute`` (``--phases 0`` skips it). With (p): the idle memory of a pool
-(the server's RSS, and each waiting container's memory and its engine shim's RSS) for
+Reported: the median wall time of each with its minimum and quartiles, its ratio to (a) and
+(a') (the median of the per-round ratios), the median of each phase timing (:data:`SPLIT`,
+:data:`MARKS`) from the run reports of every flow-runner variant, and where the CLI spends
+the time outside the run: one more CLI run per round, with timestamps taken around the
+imports, the sweep and ``execute`` (``--phases 0`` skips it). With (p): the idle memory of a
+pool (the server's RSS, and each waiting container's memory and its engine shim's RSS) for
 ``--pool 1`` and ``--pool 4`` (``--pool-memory ''`` skips it).
 
     .venv/bin/python bench/exec_overhead.py [--runs 9] [--image IMAGE] [--profile NAME]
@@ -69,7 +69,11 @@ ROOT = Path(__file__).resolve().parents[1]
 PYTHON = Path(sys.executable)
 CLI = ROOT / ".venv" / "bin" / "flow-runner"
 INPUT = {"name": "Ada"}
-SPLIT = ("create", "attach", "start", "run", "cleanup")
+SPLIT = ("create", "attach", "start", "claim", "run", "cleanup")
+"""The phases a run's wall time is made of (a pooled run: ``claim`` for the first three)."""
+MARKS = ("pool_wait", "first_byte", "response", "exit")
+"""Phase timings that are not parts of the wall time: the time a pooled container waited before
+its claim, and when the first byte, the response and the exit came after ``flow/run`` was sent."""
 Timed = tuple[float, dict[str, float]]
 
 # The CLI with timestamps (wall clock, so the parent can add its own) around its phases.
@@ -513,8 +517,8 @@ def measure(
           f"server RSS {idle_rss:.0f} MiB before the rounds, {warm.rss_mib():.0f} MiB after; "
           f"{sys.version.split()[0]}")  # fmt: skip
 
-    keys = (*SPLIT, "response", "exit")
-    print("\n| time split, median ms | " + " | ".join(keys) + " | outside create..cleanup |")
+    keys = (*SPLIT, *MARKS)
+    print("\n| time split, median ms | " + " | ".join(keys) + " | outside the split |")
     print("|---|" + "---:|" * (len(keys) + 1))
     for name in [name for name in names if any(splits[name])]:
         cells = [
