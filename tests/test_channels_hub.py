@@ -108,6 +108,12 @@ async def read_out(party: ChannelParty, reader: str) -> tuple[list[JSONValue], J
             values.append(answer["item"]["value"])
 
 
+async def handle(party: ChannelParty, method: str, params: dict[str, JSONValue]) -> JSONValue:
+    """A ``channel/*`` request as the driver makes it, its answer decoded."""
+    answer = party.answer(method, params)
+    return json1.loads(answer if isinstance(answer, bytes) else await answer)
+
+
 def conclude_all(hub: ChannelHub, *parties: ChannelParty) -> None:
     """Conclude callees first, then owners; the hub holds no source afterwards."""
     for party in parties:
@@ -1378,7 +1384,7 @@ async def test_concluding_the_owner_ends_its_sources_and_closes_its_table() -> N
     ]
     for method, params in calls:
         with fails("OWNER_CLOSED"):
-            await owner.handle(method, params)
+            await handle(owner, method, params)
     assert hub.sources == set(), "a refused create allocated nothing"
     owner.conclude(None)  # idempotent
     conclude_all(hub, callee)
@@ -1405,22 +1411,22 @@ async def test_a_failing_owner_aborts_its_open_sources_for_other_holders() -> No
 
 @pytest.mark.anyio
 @bounded
-async def test_handle_dispatches_the_six_methods() -> None:
+async def test_answer_dispatches_the_six_methods() -> None:
     hub = ChannelHub()
     a = hub.party("run:a")
-    grants: Any = await a.handle("channel/create", {})
+    grants: Any = await handle(a, "channel/create", {})
     writer, reader = token(grants["send"]), token(grants["receive"])
-    assert await a.handle("channel/send", {"endpoint": writer, "value": [1]}) is None
-    assert await a.handle("channel/next", {"endpoint": reader}) == item(1, [1])
-    assert await a.handle("channel/close", {"endpoint": writer}) is None
-    assert await a.handle("channel/next", {"endpoint": reader}) == end(1)
-    released = await a.handle("channel/release", {"endpoint": reader})
+    assert await handle(a, "channel/send", {"endpoint": writer, "value": [1]}) is None
+    assert await handle(a, "channel/next", {"endpoint": reader}) == item(1, [1])
+    assert await handle(a, "channel/close", {"endpoint": writer}) is None
+    assert await handle(a, "channel/next", {"endpoint": reader}) == end(1)
+    released = await handle(a, "channel/release", {"endpoint": reader})
     assert released == {"status": "ended", "lastSequence": 1}
-    bc: Any = await a.handle("channel/create", {"delivery": "broadcast"})
-    sub: Any = await a.handle("channel/subscribe", {"source": bc["source"]})
+    bc: Any = await handle(a, "channel/create", {"delivery": "broadcast"})
+    sub: Any = await handle(a, "channel/subscribe", {"source": bc["source"]})
     assert sub["startSequence"] == 1 and sub["delivery"] == "broadcast"
     with fails("UNAVAILABLE"):
-        await a.handle("channel/peek", {"endpoint": reader})
+        await handle(a, "channel/peek", {"endpoint": reader})
     conclude_all(hub, a)
 
 
@@ -1428,7 +1434,7 @@ async def test_handle_dispatches_the_six_methods() -> None:
 @bounded
 async def test_encoded_answers_are_the_encoding_of_the_answers() -> None:
     """``answer`` (the driver's path, params from a decoded frame) splices a read's item
-    from the encoding made at its send: byte for byte ``json1.dumps`` of what ``handle``
+    from the encoding made at its send: byte for byte ``json1.dumps`` of what ``next``
     answers, whether the read waited for it or not."""
     hub = ChannelHub()
     a = hub.party("run:a")

@@ -8,7 +8,6 @@ declared port with the rule of :mod:`runner.contracts.ports`.
 from __future__ import annotations
 
 from collections.abc import Coroutine, Iterable, Mapping
-from functools import partial
 from typing import Any
 
 import anyio
@@ -38,6 +37,7 @@ from runner.host.channels.queues import (
     disconnected,
     drop_pending,
     fail,
+    invalid,
     new_token,
     seal,
 )
@@ -50,9 +50,9 @@ MAX_ITEM_BYTES = MAX_PAYLOAD_BYTES - len(
     b'{"jsonrpc":"2.0","id":"%s","result":{"item":{"sequence":%d,"value":}}}'
     % (b"i" * MAX_WIRE_ID_BYTES, 2**53 - 1)
 )
-"""The largest value (encoded) whose ``channel/next`` answer fits in one frame for any
-reader: the longest request id, the largest sequence. A value past it is refused at its
-send, not lost at its read."""
+"""The largest encoded value whose ``channel/next`` answer fits one frame for any reader
+(longest request id, largest sequence): a larger one is refused at its send, not lost at
+its read."""
 
 
 class ChannelHub(HubState):
@@ -73,44 +73,25 @@ class ChannelParty:
         self.broadcasts: dict[str, Source] = {}
         """Source reference → broadcast source this invocation may subscribe to."""
         self.moved: set[str] = set()
-        """Tokens whose right moved to a callee: releasing one is a no-op (§7.3: only the
-        host knows whether a right moved, so a component may well dispose of it)."""
+        """Tokens moved to a callee: releasing one is a no-op (only the host knows, §7.3)."""
         self.owned: list[Source] = []
         self.allocations = 0
         self.closed = False
         self.resolve_contract: ContractResolver | None = None
         """Set once the invocation's package is known; without it ``contract`` is refused."""
 
-    # ----- dispatch ------------------------------------------------------------------
-
-    async def handle(self, method: str, params: dict[str, JSONValue]) -> JSONValue:
-        """Answer one ``channel/*`` request (params already shape-checked), or raise."""
-        if self.closed:
-            raise OperationError("OWNER_CLOSED", "this invocation's channels are closed")
-        if method == "channel/send":
-            await self.send(_ref(params, "endpoint"), params["value"])
-            return None
-        if method == "channel/next":
-            return await self.next(_ref(params, "endpoint"))
-        return self._settle(method, params)
-
     def answer(
         self, method: str, params: dict[str, JSONValue], size: int = 0
     ) -> bytes | Coroutine[Any, Any, bytes]:
-        """A component's ``channel/*`` request, ``params`` taken from its decoded frame of
-        ``size`` bytes: the result, encoded as ``json1.dumps`` would, when it needs no
-        wait; else the coroutine that waits for it (to be awaited at once, in the call's
-        cancel scope). Raises ``OperationError`` as :meth:`handle` does.
+        """A component's ``channel/*`` request (``params`` shape-checked, from its frame of
+        ``size`` bytes): the encoded result when it needs no wait, else the coroutine that
+        waits for it, to be awaited at once in the call's cancel scope; or OperationError.
 
-        The driver answers most sends and reads where it read them, with no task and no
-        cancel scope. A read's item is spliced in from the encoding made when it was sent
-        (for a 1 MiB item that spares a millisecond a read). A send whose value is large
-        (``size``), or whose item schema needs more than a slice of work, is encoded and
-        checked in a worker thread (:func:`~runner.host.bounds.offload`): the coroutine
-        returned does that, and places the value in arrival order.
+        So most sends and reads need no task: a read's item is spliced in from its encoding
+        made at the send, and only a large send (``size``) or one whose schemas need more
+        than a slice is encoded and checked in a worker thread, then placed in arrival order.
         """
-        if self.closed:
-            raise OperationError("OWNER_CLOSED", "this invocation's channels are closed")
+        self._check_open()
         if method == "channel/send":
             return self._send(_ref(params, "endpoint"), params["value"], size)
         if method == "channel/next":
@@ -120,6 +101,10 @@ class ChannelParty:
         if method == "channel/create" and params.get("schema", True) is not True:
             return self._create_with_schema(params)
         return json1.dumps(self._settle(method, params))
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise OperationError("OWNER_CLOSED", "this invocation's channels are closed")
 
     def _settle(self, method: str, params: dict[str, JSONValue]) -> JSONValue:
         """The four methods that never wait."""
@@ -133,8 +118,6 @@ class ChannelParty:
         if method == "channel/release":
             return self.release(_ref(params, "endpoint"))
         raise OperationError("UNAVAILABLE", f"{method!r} is not a channel method")
-
-    # ----- create / subscribe --------------------------------------------------------
 
     def create(
         self, params: Mapping[str, JSONValue], kind: SourceType | None = None
@@ -166,7 +149,7 @@ class ChannelParty:
         if source.failure is not None:
             raise again(source.failure)
         if source.sealed:
-            raise OperationError("INVALID_INPUT", "the source is closed; nothing more will come")
+            raise invalid("the source is closed; nothing more will come")
         self._allocate(1)
         receiver = Receiver(source, source.last + 1)
         source.readers.append(receiver)
@@ -176,8 +159,7 @@ class ChannelParty:
         """A ``channel/create`` whose item schema (up to 256 KiB, 4,096 nodes) is compiled
         in a worker thread: the first one also loads the Schema/1 machinery."""
         kind = await offload(_schema_type, params["schema"])
-        if self.closed:
-            raise OperationError("OWNER_CLOSED", "this invocation's channels are closed")
+        self._check_open()
         return json1.dumps(self.create(params, kind))
 
     def _source_type(self, params: Mapping[str, JSONValue]) -> SourceType:
@@ -185,10 +167,7 @@ class ChannelParty:
             path = params["contract"]
             assert isinstance(path, str)
             if self.resolve_contract is None:
-                raise OperationError(
-                    "INVALID_INPUT",
-                    f"contract {path!r}: this invocation has no package to resolve it in",
-                )
+                raise invalid(f"contract {path!r}: this invocation has no package to resolve it in")
             return self.resolve_contract(path)
         if "schema" in params:
             return _schema_type(params["schema"])
@@ -202,8 +181,6 @@ class ChannelParty:
                 f"this invocation has made its {limit} channel allocations",
             )
         self.allocations += count
-
-    # ----- send / next / close / release ---------------------------------------------
 
     async def send(self, token: str, value: JSONValue) -> None:
         """A provider's send: checked away from the loop, as a large one of a component."""
@@ -281,9 +258,7 @@ class ChannelParty:
             fail(source, error)
             raise error
         if violation is not None:
-            error = OperationError(
-                "INVALID_INPUT", f"the value does not fit the channel's item schema: {violation}"
-            )
+            error = invalid(f"the value does not fit the channel's item schema: {violation}")
             fail(source, error)
             raise error
         if not self.hub.budget.fits(size):
@@ -339,9 +314,9 @@ class ChannelParty:
         assert isinstance(receiver, Receiver)
         receiver.used = True
         if receiver.disposed:
-            raise OperationError("INVALID_INPUT", "the receiver was released")
+            raise invalid("the receiver was released")
         if receiver.reading:
-            raise OperationError("INVALID_INPUT", "a channel/next is already pending here")
+            raise invalid("a channel/next is already pending here")
         receiver.committed = False  # this read frees the room of the previous one
         self._pump(receiver.source)
         return receiver
@@ -386,14 +361,9 @@ class ChannelParty:
         source = writer.source
         if source.sealed:
             return
-        if source.failure is not None:
-            raise again(source.failure)
-        if source.delivery == "direct" and source.receiver_gone:
-            raise disconnected()
+        _writable(source)
         if source.pending:
-            raise OperationError(
-                "INVALID_INPUT", "sends are still waiting to be accepted; close after them"
-            )
+            raise invalid("sends are still waiting to be accepted; close after them")
         seal(source)
 
     def release(self, token: str) -> dict[str, JSONValue]:
@@ -404,8 +374,6 @@ class ChannelParty:
         if endpoint.status is None:
             endpoint.status = self._dispose(endpoint)
         return endpoint.status
-
-    # ----- transfer ------------------------------------------------------------------
 
     def transfer(
         self,
@@ -424,13 +392,12 @@ class ChannelParty:
             spec = None if ports is None else ports.get(port)
             staged.append((port, *self._stage(port, token, spec, ports)))
         if len({id(endpoint) for _, endpoint, _ in staged}) != len(staged):
-            raise OperationError("INVALID_INPUT", "one endpoint is mapped to two ports")
+            raise invalid("one endpoint is mapped to two ports")
         for port, endpoint, constraint in staged:  # ports of one call bound to one source
             for other, peer, theirs in staged:
                 if peer.source is endpoint.source and not compatible(constraint, theirs):
-                    raise OperationError(
-                        "INVALID_INPUT",
-                        f"channels.{port} and channels.{other}: the ports' item schemas differ",
+                    raise invalid(
+                        f"channels.{port} and channels.{other}: the ports' item schemas differ"
                     )
         check_required(ports, mapping)
         grants: dict[str, JSONValue] = {}
@@ -451,25 +418,18 @@ class ChannelParty:
     ) -> tuple[Endpoint, ItemSchema | None]:
         where = f"channels.{port}"
         if token in self.broadcasts:
-            raise OperationError(
-                "INVALID_INPUT", f"{where}: a broadcast source reference is not an endpoint"
-            )
+            raise invalid(f"{where}: a broadcast source reference is not an endpoint")
         endpoint = self._endpoint(token, None, where=where)
         source = endpoint.source
         if endpoint.used or endpoint.disposed:
-            raise OperationError(
-                "INVALID_INPUT",
-                f"{where}: the endpoint was already used here; only unused ones move",
-            )
+            raise invalid(f"{where}: the endpoint was already used here; only unused ones move")
         if endpoint.direction == "send" and not source.open:
-            raise OperationError("INVALID_INPUT", f"{where}: the source is closed or failed")
+            raise invalid(f"{where}: the source is closed or failed")
         if ports is None:
             return endpoint, None
         if spec is None:
-            raise OperationError("INVALID_INPUT", f"{where}: the callee declares no such port")
+            raise invalid(f"{where}: the callee declares no such port")
         return endpoint, _match(where, endpoint, spec)
-
-    # ----- ending --------------------------------------------------------------------
 
     def unfinished(self) -> list[str]:
         """Tokens of receivers read from and left before end, failure or release."""
@@ -513,8 +473,6 @@ class ChannelParty:
         self.broadcasts.clear()
         self.moved.clear()
         self.owned.clear()
-
-    # ----- internals -----------------------------------------------------------------
 
     def _mint(self, endpoint: Endpoint) -> dict[str, JSONValue]:
         """A fresh token for ``endpoint`` in this table, and its grant object."""
@@ -563,9 +521,7 @@ class ChannelParty:
             if receiver.finished:
                 continue
             if not _fits_reader(receiver, value, checked):
-                receiver.fail(
-                    OperationError("INVALID_INPUT", "a value does not fit this reader's schema")
-                )
+                receiver.fail(invalid("a value does not fit this reader's schema"))
             elif source.delivery == "broadcast" and not receiver.has_room(size, limits):
                 receiver.fail(
                     OperationError(
@@ -616,9 +572,6 @@ class ChannelParty:
         return {"status": "released"}
 
 
-# ----- helpers ------------------------------------------------------------------------
-
-
 def _schema_type(schema: JSONValue) -> SourceType:
     """The source type of a ``channel/create``'s item ``schema``, compiled."""
     from runner.contracts.schema1 import SchemaError  # loaded with the first schema
@@ -626,9 +579,7 @@ def _schema_type(schema: JSONValue) -> SourceType:
     try:
         return SourceType(ItemSchema.compile(schema))
     except SchemaError as exc:
-        raise OperationError(
-            "INVALID_INPUT", f"schema{exc.pointer}: {exc.code}: {exc.message}"
-        ) from None
+        raise invalid(f"schema{exc.pointer}: {exc.code}: {exc.message}") from None
 
 
 def _writable(source: Source) -> None:
@@ -636,7 +587,7 @@ def _writable(source: Source) -> None:
     if source.failure is not None:
         raise again(source.failure)
     if source.sealed:
-        raise OperationError("INVALID_INPUT", "the writer is closed; nothing more is accepted")
+        raise invalid("the writer is closed; nothing more is accepted")
     if source.delivery == "direct" and source.receiver_gone:
         raise disconnected()
 
@@ -664,22 +615,18 @@ def _check(
     many, and :class:`Unfinished` is raised for a check that needs more."""
     if units is not None and len(constraints) + len(readers) > 3:
         raise Unfinished(units)  # many slices would hold the loop as long as one check
-    first_error = _first_error if units is None else partial(_first_error, units=units)
+    limit: tuple[int, ...] = () if units is None else (units,)
     for schema in constraints:
-        violation = first_error(schema, value)
+        violation = schema.first_error(value, *limit)
         if violation is not None:
             return str(violation), {}
     checked: Checked = {}
     for receiver, schema in readers:
-        violation = first_error(schema, value)
+        violation = schema.first_error(value, *limit)
         if violation is not None and source.delivery == "direct":
             return str(violation), {}
         checked[receiver] = (schema, violation is None)
     return None, checked
-
-
-def _first_error(schema: ItemSchema, value: JSONValue, units: int | None = None) -> object:
-    return schema.first_error(value) if units is None else schema.first_error(value, units)
 
 
 def _encode_and_check(
@@ -709,20 +656,14 @@ def _match(where: str, endpoint: Endpoint, spec: PortSpec) -> ItemSchema | None:
     """Check one right against the port it goes to; return the port's added constraint."""
     source = endpoint.source
     if spec.direction != endpoint.direction:
-        raise OperationError(
-            "INVALID_INPUT",
-            f"{where}: the port takes a {spec.direction} endpoint, not a {endpoint.direction} one",
+        raise invalid(
+            f"{where}: the port takes a {spec.direction} endpoint, not a {endpoint.direction} one"
         )
     if spec.delivery is not None and spec.delivery != source.delivery:
-        raise OperationError(
-            "INVALID_INPUT",
-            f"{where}: the port takes {spec.delivery} delivery, not {source.delivery}",
-        )
+        raise invalid(f"{where}: the port takes {spec.delivery} delivery, not {source.delivery}")
     if spec.identity is not None and spec.identity != source.identity:
         named = "an unnamed source" if source.identity is None else f"contract {source.identity[0]}"
-        raise OperationError(
-            "INVALID_INPUT", f"{where}: the port needs contract {spec.identity[0]}, got {named}"
-        )
+        raise invalid(f"{where}: the port needs contract {spec.identity[0]}, got {named}")
     constraint = spec.schema if spec.identity is None else None
     writer = source.writer
     bound = [
@@ -731,15 +672,12 @@ def _match(where: str, endpoint: Endpoint, spec: PortSpec) -> ItemSchema | None:
         *(r.schema for r in source.readers if not r.finished),
     ]
     if not all(compatible(constraint, schema) for schema in bound):
-        raise OperationError(
-            "INVALID_INPUT", f"{where}: the port's item schema differs from the source's"
-        )
+        raise invalid(f"{where}: the port's item schema differs from the source's")
     if isinstance(endpoint, Receiver):
         if spec.start != "suffix" and endpoint.start != 1:
-            raise OperationError(
-                "INVALID_INPUT",
+            raise invalid(
                 f"{where}: the port reads from the beginning; this reader starts at "
-                f"{endpoint.start}",
+                f"{endpoint.start}"
             )
         if constraint is not None and endpoint.queue:
             _check_prefix(where, constraint, endpoint.queue)
@@ -769,9 +707,7 @@ def _check_prefix(where: str, constraint: ItemSchema, queue: Iterable[tuple[int,
         except Unfinished:
             raise costly from None
         if violation is not None:
-            raise OperationError(
-                "INVALID_INPUT", f"{where}: a queued item does not fit the port's schema"
-            )
+            raise invalid(f"{where}: a queued item does not fit the port's schema")
 
 
 def _encoded(answer: tuple[int, bytes] | int) -> bytes:

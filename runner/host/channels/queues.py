@@ -263,6 +263,10 @@ def disconnected(message: str = "the receiver was released") -> OperationError:
     return OperationError("DISCONNECTED", message)
 
 
+def invalid(message: str) -> OperationError:
+    return OperationError("INVALID_INPUT", message)
+
+
 def again(error: OperationError) -> OperationError:
     """A fresh exception with a sticky failure's code, message and details."""
     return OperationError(error.code, error.message, error.details)
