@@ -35,7 +35,7 @@ from runner.protocol.codes import (
 )
 from runner.protocol.names import JSONRPC_VERSION, REQUEST_CANCEL, is_wire_id
 from runner.protocol.params import validate_params
-from runner.protocol.shapes import JSONArray, JSONObject, members, show
+from runner.protocol.shapes import JSONArray, JSONObject, nested, show
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +103,8 @@ _SUCCESS_MEMBERS: Final = frozenset({"jsonrpc", "id", "result"})
 _ERROR_RESPONSE_MEMBERS: Final = frozenset({"jsonrpc", "id", "error"})
 _ERROR_MEMBERS: Final = frozenset({"code", "message", "data"})
 _ERROR_REQUIRED: Final = frozenset({"code", "message"})
-_FLOW_ERROR_DATA_MEMBERS: Final = frozenset({"code", "details"})
+_FLOW_ERROR_DATA: Final = frozenset({"code", "details"})
+_NEEDS_DATA: Final = "a -32000 error needs data {code, details?}"
 _CODE_REQUIRED: Final = frozenset({"code"})
 _CORRELATED_STANDARD_CODES: Final = (METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR)
 
@@ -156,41 +157,12 @@ def _classify_request(obj: JSONObject) -> Request:
         )
     # With result/error as well it is not clear that this is a request: answer id null.
     reply_id = None if "result" in obj or "error" in obj else request_id
-    if not obj.keys() <= _REQUEST_MEMBERS:
-        raise _invalid_envelope(
-            reply_id, f"unknown member {show(min(obj.keys() - _REQUEST_MEMBERS))}"
-        )
-    if obj.get("jsonrpc") != JSONRPC_VERSION:
-        raise _invalid_envelope(reply_id, 'jsonrpc must be "2.0"')
-    method = obj["method"]
-    if not isinstance(method, str):
-        raise _invalid_envelope(reply_id, "method must be a string")
-    params = obj.get("params")
-    if params is None:
-        if "params" in obj:
-            raise _invalid_envelope(request_id, "params must be an object or an array")
-        return Request(request_id, method, None)
-    if not isinstance(params, dict | list):
-        raise _invalid_envelope(request_id, "params must be an object or an array")
+    method, params = _call_parts(obj, _REQUEST_MEMBERS, reply_id, request_id)
     return Request(request_id, method, params)
 
 
 def _classify_notification(obj: JSONObject) -> Notification:
-    if not obj.keys() <= _NOTIFICATION_MEMBERS:
-        raise _invalid_envelope(
-            None, f"unknown member {show(min(obj.keys() - _NOTIFICATION_MEMBERS))}"
-        )
-    if obj.get("jsonrpc") != JSONRPC_VERSION:
-        raise _invalid_envelope(None, 'jsonrpc must be "2.0"')
-    method = obj["method"]
-    if not isinstance(method, str):
-        raise _invalid_envelope(None, "method must be a string")
-    params = obj.get("params")
-    if params is None:
-        if "params" in obj:
-            raise _invalid_envelope(None, "params must be an object or an array")
-    elif not isinstance(params, dict | list):
-        raise _invalid_envelope(None, "params must be an object or an array")
+    method, params = _call_parts(obj, _NOTIFICATION_MEMBERS, None, None)
     if method == REQUEST_CANCEL:
         reason = validate_params(REQUEST_CANCEL, params)
         if reason is not None:
@@ -198,15 +170,37 @@ def _classify_notification(obj: JSONObject) -> Notification:
     return Notification(method, params)
 
 
+def _call_parts(
+    obj: JSONObject, allowed: frozenset[str], reply_id: str | None, params_reply_id: str | None
+) -> tuple[str, JSONObject | JSONArray | None]:
+    """The method and params of a request or notification; the ids are those its
+    failures answer (a request's params failure names its id even beside result/error)."""
+    _check_jsonrpc(obj, allowed, reply_id)
+    method = obj["method"]
+    if not isinstance(method, str):
+        raise _invalid_envelope(reply_id, "method must be a string")
+    params = obj.get("params")
+    if params is None:
+        if "params" in obj:
+            raise _invalid_envelope(params_reply_id, "params must be an object or an array")
+    elif not isinstance(params, dict | list):
+        raise _invalid_envelope(params_reply_id, "params must be an object or an array")
+    return method, params
+
+
+def _check_jsonrpc(obj: JSONObject, allowed: frozenset[str], reply_id: str | None) -> None:
+    if not obj.keys() <= allowed:
+        raise _invalid_envelope(reply_id, f"unknown member {show(min(obj.keys() - allowed))}")
+    if obj.get("jsonrpc") != JSONRPC_VERSION:
+        raise _invalid_envelope(reply_id, 'jsonrpc must be "2.0"')
+
+
 def _classify_response(obj: JSONObject) -> Success | ErrorResponse:
     has_result = "result" in obj
     if has_result == ("error" in obj):
         raise _invalid_envelope(None, "a response needs exactly one of result and error")
     allowed = _SUCCESS_MEMBERS if has_result else _ERROR_RESPONSE_MEMBERS
-    if not obj.keys() <= allowed:
-        raise _invalid_envelope(None, f"unknown member {show(min(obj.keys() - allowed))}")
-    if obj.get("jsonrpc") != JSONRPC_VERSION:
-        raise _invalid_envelope(None, 'jsonrpc must be "2.0"')
+    _check_jsonrpc(obj, allowed, None)
     response_id = obj["id"]
     if has_result:
         if not is_wire_id(response_id):
@@ -220,13 +214,12 @@ def _classify_response(obj: JSONObject) -> Success | ErrorResponse:
     return ErrorResponse(cast("str | None", response_id), cast(JSONObject, error))
 
 
-def check_error(response_id: JSONValue, error: JSONValue) -> str | None:
+def check_error(response_id: JSONValue, value: JSONValue) -> str | None:
     """The §1.2 error-object variants, with the id rule that goes with each code."""
-    if not isinstance(error, dict):
-        return "error must be an object"
-    reason = members(error, _ERROR_REQUIRED, _ERROR_MEMBERS)
+    reason = nested(value, "error", _ERROR_REQUIRED, _ERROR_MEMBERS, "error must be an object")
     if reason is not None:
-        return f"error: {reason}"
+        return reason
+    error = cast(JSONObject, value)
     message = error["message"]
     if not isinstance(message, str) or not 1 <= len(message) <= MAX_ERROR_MESSAGE_SCALARS:
         return "error.message must be a string of 1-1,024 Unicode scalars"
@@ -237,12 +230,10 @@ def check_error(response_id: JSONValue, error: JSONValue) -> str | None:
         if not is_wire_id(response_id):
             return "a -32000 error needs a valid request id"
         data = error.get("data")
-        if not isinstance(data, dict):
-            return "a -32000 error needs data {code, details?}"
-        reason = members(data, _CODE_REQUIRED, _FLOW_ERROR_DATA_MEMBERS)
+        reason = nested(data, "error.data", _CODE_REQUIRED, _FLOW_ERROR_DATA, _NEEDS_DATA)
         if reason is not None:
-            return f"error.data: {reason}"
-        if not is_wire_code(data["code"]):
+            return reason
+        if not is_wire_code(cast(JSONObject, data)["code"]):
             return "error.data.code is not one of the 13 wire codes"
         return None
     if code == PARSE_ERROR:

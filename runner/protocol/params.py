@@ -34,7 +34,7 @@ from runner.protocol.names import (
     is_local_name,
     is_wire_id,
 )
-from runner.protocol.shapes import JSONObject, is_integer_in, members, show
+from runner.protocol.shapes import JSONObject, exactly, is_integer_in, members, nested, show
 
 # Patterns of a channel contract's identity and path, matched through ``re``'s own cache:
 # compiled the first time a channel names a contract, not by every run's imports.
@@ -74,6 +74,7 @@ _SENDER_REQUIRED: Final = frozenset({"endpoint", "direction", "delivery"})
 _RECEIVER_MEMBERS: Final = _SENDER_MEMBERS | {"startSequence"}
 _RECEIVER_REQUIRED: Final = _SENDER_REQUIRED | {"startSequence"}
 _CONTRACT_MEMBERS: Final = frozenset({"id", "version", "digest"})
+_NOT_CONTRACT: Final = "contract must be an object {id, version, digest}"
 
 
 def _check_attachments(attachments: JSONValue) -> str | None:
@@ -97,12 +98,11 @@ def _check_attachments(attachments: JSONValue) -> str | None:
     return None
 
 
-def _check_contract_identity(contract: JSONValue) -> str | None:
-    if not isinstance(contract, dict):
-        return "contract must be an object {id, version, digest}"
-    reason = members(contract, _CONTRACT_MEMBERS, _CONTRACT_MEMBERS)
+def _check_contract_identity(value: JSONValue) -> str | None:
+    reason = nested(value, "contract", _CONTRACT_MEMBERS, _CONTRACT_MEMBERS, _NOT_CONTRACT)
     if reason is not None:
-        return f"contract: {reason}"
+        return reason
+    contract = cast(JSONObject, value)
     contract_id = contract["id"]
     if not isinstance(contract_id, str) or re.match(_CONTRACT_ID, contract_id) is None:
         return "contract.id is not a canonical https contract id"
@@ -234,15 +234,6 @@ def _check_capability_call(params: JSONObject) -> str | None:
     return None
 
 
-def _check_request_cancel(params: JSONObject) -> str | None:
-    reason = members(params, _CANCEL_MEMBERS, _CANCEL_MEMBERS)
-    if reason is not None:
-        return reason
-    if not is_wire_id(params["requestId"]):
-        return "requestId must be a request id"
-    return None
-
-
 def _check_channel_create(params: JSONObject) -> str | None:
     reason = members(params, _NOTHING, _CREATE_MEMBERS)
     if reason is not None:
@@ -265,41 +256,25 @@ def _check_channel_create(params: JSONObject) -> str | None:
     return None
 
 
-def _check_channel_subscribe(params: JSONObject) -> str | None:
-    reason = members(params, _SUBSCRIBE_MEMBERS, _SUBSCRIBE_MEMBERS)
-    if reason is not None:
-        return reason
-    if not is_wire_id(params["source"]):
-        return "source must be a source reference"
-    return None
-
-
-def _check_channel_send(params: JSONObject) -> str | None:
-    reason = members(params, _SEND_MEMBERS, _SEND_MEMBERS)
-    if reason is not None:
-        return reason
-    if not is_wire_id(params["endpoint"]):
-        return "endpoint must be an endpoint reference"
-    return None
-
-
-def _check_channel_endpoint(params: JSONObject) -> str | None:
-    reason = members(params, _ENDPOINT_MEMBERS, _ENDPOINT_MEMBERS)
-    if reason is not None:
-        return reason
-    if not is_wire_id(params["endpoint"]):
-        return "endpoint must be an endpoint reference"
-    return None
+_check_channel_endpoint = exactly(
+    _ENDPOINT_MEMBERS, "endpoint", is_wire_id, "endpoint must be an endpoint reference"
+)
 
 
 _PARAMS_CHECKS: Final[dict[str, _ParamsCheck]] = {
     FLOW_RUN: _check_flow_run,
     FLOW_RUN_CHILD: _check_flow_run_child,
     CAPABILITY_CALL: _check_capability_call,
-    REQUEST_CANCEL: _check_request_cancel,
+    REQUEST_CANCEL: exactly(
+        _CANCEL_MEMBERS, "requestId", is_wire_id, "requestId must be a request id"
+    ),
     CHANNEL_CREATE: _check_channel_create,
-    CHANNEL_SUBSCRIBE: _check_channel_subscribe,
-    CHANNEL_SEND: _check_channel_send,
+    CHANNEL_SUBSCRIBE: exactly(
+        _SUBSCRIBE_MEMBERS, "source", is_wire_id, "source must be a source reference"
+    ),
+    CHANNEL_SEND: exactly(
+        _SEND_MEMBERS, "endpoint", is_wire_id, "endpoint must be an endpoint reference"
+    ),
     CHANNEL_NEXT: _check_channel_endpoint,
     CHANNEL_CLOSE: _check_channel_endpoint,
     CHANNEL_RELEASE: _check_channel_endpoint,

@@ -8,7 +8,7 @@ correlation: :func:`validate_run_result`, :func:`validate_capability_result` and
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Final
+from typing import Final, cast
 
 from runner.json1 import MAX_SAFE_INTEGER, JSONValue
 from runner.protocol.codes import LocalProtocolError, is_wire_code
@@ -27,22 +27,21 @@ from runner.protocol.names import (
     is_wire_id,
 )
 from runner.protocol.params import check_grant
-from runner.protocol.shapes import is_integer_in, members
+from runner.protocol.shapes import JSONObject, exactly, is_integer_in, members, nested
 
 _RUN_RESULT_MEMBERS: Final = frozenset({"outcome", "output"})
 _VALUE_MEMBERS: Final = frozenset({"value"})
 _ERROR_ARM_MEMBERS: Final = frozenset({"error"})
-_CAPABILITY_ERROR_MEMBERS: Final = frozenset({"name", "data"})
+_CAPABILITY_ERROR: Final = frozenset({"name", "data"})
 _PAIR_MEMBERS: Final = frozenset({"send", "receive"})
 _BROADCAST_MEMBERS: Final = frozenset({"send", "source"})
-_ITEM_ARM_MEMBERS: Final = frozenset({"item"})
-_ITEM_MEMBERS: Final = frozenset({"sequence", "value"})
-_END_ARM_MEMBERS: Final = frozenset({"end"})
-_END_MEMBERS: Final = frozenset({"lastSequence"})
 _RELEASED_MEMBERS: Final = frozenset({"status"})
 _ENDED_MEMBERS: Final = frozenset({"status", "lastSequence"})
 _FAILED_REQUIRED: Final = frozenset({"status", "code"})
 _FAILED_MEMBERS: Final = frozenset({"status", "code", "details"})
+
+
+_run_result = exactly(_RUN_RESULT_MEMBERS, "outcome", is_local_name, "outcome must be a LocalName")
 
 
 def validate_run_result(result: JSONValue) -> str | None:
@@ -53,12 +52,7 @@ def validate_run_result(result: JSONValue) -> str | None:
     """
     if not isinstance(result, dict):
         return "a Run result must be an object {outcome, output}"
-    reason = members(result, _RUN_RESULT_MEMBERS, _RUN_RESULT_MEMBERS)
-    if reason is not None:
-        return reason
-    if not is_local_name(result["outcome"]):
-        return "outcome must be a LocalName"
-    return None
+    return _run_result(result)
 
 
 def validate_capability_result(result: JSONValue) -> str | None:
@@ -69,16 +63,13 @@ def validate_capability_result(result: JSONValue) -> str | None:
         return members(result, _VALUE_MEMBERS, _VALUE_MEMBERS)
     if "error" not in result:
         return "a capability result needs exactly one of value and error"
-    reason = members(result, _ERROR_ARM_MEMBERS, _ERROR_ARM_MEMBERS)
+    error = result["error"]
+    reason = members(result, _ERROR_ARM_MEMBERS, _ERROR_ARM_MEMBERS) or nested(
+        error, "error", _CAPABILITY_ERROR, _CAPABILITY_ERROR, "error must be an object {name, data}"
+    )
     if reason is not None:
         return reason
-    error = result["error"]
-    if not isinstance(error, dict):
-        return "error must be an object {name, data}"
-    reason = members(error, _CAPABILITY_ERROR_MEMBERS, _CAPABILITY_ERROR_MEMBERS)
-    if reason is not None:
-        return f"error: {reason}"
-    if not is_local_name(error["name"]):
+    if not is_local_name(cast(JSONObject, error)["name"]):
         return "error.name must be a LocalName"
     return None
 
@@ -112,33 +103,28 @@ def _check_accepted(result: JSONValue) -> str | None:
     return None if result is None else "the result must be null"
 
 
+_ARMS: Final = {  # a channel/next arm: its one member, its members, counter, least count
+    "item": (frozenset({"item"}), frozenset({"sequence", "value"}), "sequence", 1),
+    "end": (frozenset({"end"}), frozenset({"lastSequence"}), "lastSequence", 0),
+}
+_NOT_ARM_OBJECT: Final = {
+    "item": "item must be an object {sequence, value}",
+    "end": "end must be an object {lastSequence}",
+}
+
+
 def _check_read(result: JSONValue) -> str | None:
     if not isinstance(result, dict):
         return "a channel/next result must be an object {item} or {end}"
-    if "item" in result:
-        reason = members(result, _ITEM_ARM_MEMBERS, _ITEM_ARM_MEMBERS)
-        if reason is not None:
-            return reason
-        item = result["item"]
-        if not isinstance(item, dict):
-            return "item must be an object {sequence, value}"
-        reason = members(item, _ITEM_MEMBERS, _ITEM_MEMBERS)
-        if reason is not None:
-            return f"item: {reason}"
-        if not is_integer_in(item["sequence"], 1, MAX_SAFE_INTEGER):
-            return "item.sequence must be an integer 1..2^53-1"
-        return None
-    reason = members(result, _END_ARM_MEMBERS, _END_ARM_MEMBERS)
+    arm = "item" if "item" in result else "end"
+    only, inner, counter, least = _ARMS[arm]
+    reason = members(result, only, only) or nested(
+        result[arm], arm, inner, inner, _NOT_ARM_OBJECT[arm]
+    )
     if reason is not None:
         return reason
-    end = result["end"]
-    if not isinstance(end, dict):
-        return "end must be an object {lastSequence}"
-    reason = members(end, _END_MEMBERS, _END_MEMBERS)
-    if reason is not None:
-        return f"end: {reason}"
-    if not is_integer_in(end["lastSequence"], 0, MAX_SAFE_INTEGER):
-        return "end.lastSequence must be an integer 0..2^53-1"
+    if not is_integer_in(cast(JSONObject, result[arm])[counter], least, MAX_SAFE_INTEGER):
+        return f"{arm}.{counter} must be an integer {least}..2^53-1"
     return None
 
 

@@ -6,6 +6,8 @@ reason (the names come from the peer, so a reason never carries more than a pref
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from runner.json1 import JSONValue
 
 JSONObject = dict[str, JSONValue]
@@ -32,3 +34,28 @@ def members(obj: JSONObject, required: frozenset[str], allowed: frozenset[str]) 
     if not required <= keys:
         return f"missing member {min(required - keys)!r}"
     return None
+
+
+def nested(
+    value: JSONValue,
+    label: str,
+    required: frozenset[str],
+    allowed: frozenset[str],
+    not_object: str,
+) -> str | None:
+    """The reason ``value``, the member ``label``, is not an object of these members."""
+    if not isinstance(value, dict):
+        return not_object
+    reason = members(value, required, allowed)
+    return None if reason is None else f"{label}: {reason}"
+
+
+def exactly(
+    allowed: frozenset[str], name: str, test: Callable[[object], bool], failure: str
+) -> Callable[[JSONObject], str | None]:
+    """A check of an object with exactly ``allowed`` members whose ``name`` passes ``test``."""
+
+    def check(obj: JSONObject) -> str | None:
+        return members(obj, allowed, allowed) or (None if test(obj[name]) else failure)
+
+    return check
