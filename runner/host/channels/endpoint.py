@@ -12,11 +12,8 @@ from runner.json1 import JSONValue
 
 @dataclass
 class ChannelOffer:
-    """The channel side of admitting one invocation: its own table, and what a caller maps.
-
-    ``giver`` is the calling invocation whose rights ``mapping`` (port → token) names;
-    ``None`` for a root run, which nobody wires.
-    """
+    """The channel side of admitting one invocation: its own table, and the rights
+    ``mapping`` (port → token) moves from the caller ``giver`` (``None`` for a root run)."""
 
     party: ChannelParty
     giver: ChannelParty | None = None
@@ -31,13 +28,9 @@ class ChannelOffer:
 
 
 class HostEndpoint:
-    """An endpoint as an in-process capability provider holds it.
-
-    A ``capability/call`` whose ``channels`` map moves rights to a provider runs in a
-    table of its own; the provider gets one of these per port and uses them like a
-    component would: ``await send(v)`` / ``close()`` on a writer, ``async for v in``
-    (or ``next()``) and ``release()`` on a receiver.
-    """
+    """An endpoint as an in-process capability provider holds it, one per port of a
+    ``capability/call``'s ``channels`` map: ``await send(v)`` / ``close()`` on a writer,
+    ``async for v in`` (or ``next()``) and ``release()`` on a receiver."""
 
     def __init__(self, party: ChannelParty, grant: Mapping[str, JSONValue]) -> None:
         self._party = party

@@ -1,9 +1,5 @@
-"""One run tree's channel hub, and one invocation's rights in it (PROTOCOL.md §7).
-
-:class:`ChannelParty` answers the six ``channel/*`` methods for its invocation and moves
-rights to a callee (:meth:`ChannelParty.transfer`), checking each against the callee's
-declared port with the rule of :mod:`runner.contracts.ports`.
-"""
+"""One run tree's channel hub, and one invocation's rights in it (PROTOCOL.md §7):
+:class:`ChannelParty` answers the ``channel/*`` methods and moves rights to a callee."""
 
 from __future__ import annotations
 
@@ -142,10 +138,7 @@ class ChannelParty:
     def subscribe(self, reference: str) -> dict[str, JSONValue]:
         source = self.broadcasts.get(reference)
         if source is None:
-            raise OperationError(
-                "PERMISSION_DENIED",
-                f"{reference!r} is not a broadcast source this invocation created",
-            )
+            raise _denied(f"{reference!r} is not a broadcast source this invocation created")
         if source.failure is not None:
             raise again(source.failure)
         if source.sealed:
@@ -156,8 +149,8 @@ class ChannelParty:
         return self._mint(receiver)
 
     async def _create_with_schema(self, params: Mapping[str, JSONValue]) -> bytes:
-        """A ``channel/create`` whose item schema (up to 256 KiB, 4,096 nodes) is compiled
-        in a worker thread: the first one also loads the Schema/1 machinery."""
+        """A ``channel/create`` whose item schema is compiled in a worker thread (up to
+        256 KiB, and the first one loads the Schema/1 machinery)."""
         kind = await offload(_schema_type, params["schema"])
         self._check_open()
         return json1.dumps(self.create(params, kind))
@@ -189,29 +182,28 @@ class ChannelParty:
             await answer
 
     def _send(self, token: str, value: JSONValue, size: int) -> bytes | Coroutine[Any, Any, bytes]:
-        """A ``channel/send``: ``b"null"`` once accepted here, else the coroutine that
+        """A ``channel/send``: ``b"null"`` if accepted at once, else the coroutine that
         finishes it (checks in a worker thread, the wait for room)."""
         writer = self._writer(token)
         source = writer.source
+        _writable(source)
         if not source.turns and size <= SMALL_REQUEST:
             encoded = json1.dumps(value)  # at most 64 KiB of JSON: about a millisecond
             try:
-                constraints, readers = _constraints(source, writer), _readers(source)
-                verdict = _check(value, source, constraints, readers, SLICE_UNITS)
+                verdict = _check(value, _schemas(source, writer), SLICE_UNITS)
             except Unfinished:
                 pass
             else:
                 pending = self._place(source, value, encoded, *verdict)
-                return b"null" if pending is None else self._accepted_null(source, pending)
+                return b"null" if pending is None else self._accepted(source, pending)
         turn = anyio.Event()
         source.turns.append(turn)
         return self._send_in_turn(writer, value, turn)
 
     def _writer(self, token: str) -> Endpoint:
-        """The writer ``token`` names, claimed, if its source may take a value now."""
+        """The writer ``token`` names, claimed."""
         writer = self._endpoint(token, "send")
         writer.used = True
-        _writable(writer.source)
         return writer
 
     async def _send_in_turn(self, writer: Endpoint, value: JSONValue, turn: anyio.Event) -> bytes:
@@ -219,10 +211,8 @@ class ChannelParty:
         that arrived before it on the source has placed its own (``turn``)."""
         source = writer.source
         try:
-            constraints, readers = _constraints(source, writer), _readers(source)
-            encoded, violation, checked = await offload(
-                _encode_and_check, value, source, constraints, readers
-            )
+            schemas = _schemas(source, writer)
+            encoded, violation, checked = await offload(_encode_and_check, value, schemas)
             while source.turns[0] is not turn:
                 await source.turns[0].wait()
             _writable(source)
@@ -230,9 +220,7 @@ class ChannelParty:
         finally:
             source.turns.remove(turn)
             turn.set()
-        if pending is not None:
-            await self._accepted(source, pending)
-        return b"null"
+        return b"null" if pending is None else await self._accepted(source, pending)
 
     def _place(
         self,
@@ -242,9 +230,9 @@ class ChannelParty:
         violation: str | None,
         checked: Checked,
     ) -> PendingSend | None:
-        """Accept a checked value, or queue it behind the reader (returned, to wait for
-        with :meth:`_accepted`); a value over the bounds or against the source's schemas
-        fails the source, one the tree's budget cannot hold is refused."""
+        """Accept a checked value, or queue it behind the reader (returned, for
+        :meth:`_accepted`); a value over the bounds or the source's schemas fails the
+        source, one the tree's budget cannot hold is refused."""
         limits = self.hub.limits
         size = len(encoded)
         committed = source.accepted_bytes + source.pending_bytes
@@ -281,8 +269,9 @@ class ChannelParty:
         source.hold(pending)
         return pending
 
-    async def _accepted(self, source: Source, pending: PendingSend) -> None:
-        """Wait until the reader made room for a queued send; cancelled, withdraw it."""
+    async def _accepted(self, source: Source, pending: PendingSend) -> bytes:
+        """Wait until the reader made room for a queued send (``b"null"``); cancelled,
+        withdraw it."""
         try:
             await pending.done.wait()
         finally:
@@ -291,9 +280,6 @@ class ChannelParty:
                 source.let_go(pending)
         if pending.error is not None:
             raise again(pending.error)
-
-    async def _accepted_null(self, source: Source, pending: PendingSend) -> bytes:
-        await self._accepted(source, pending)
         return b"null"
 
     async def next(self, token: str) -> dict[str, JSONValue]:
@@ -322,8 +308,8 @@ class ChannelParty:
         return receiver
 
     def _read_now(self, receiver: Receiver) -> tuple[int, bytes] | int | None:
-        """The read's answer if it has one now: the item (sequence, the value's encoding),
-        or at the end the last sequence delivered; None if it must wait."""
+        """The read's answer now: the item (sequence, encoding), or at the end the last
+        sequence delivered; None if it must wait."""
         if receiver.failure is not None:
             raise again(receiver.failure)
         if receiver.queue:
@@ -356,9 +342,7 @@ class ChannelParty:
         return _encoded(await self._read_later(receiver))
 
     def close(self, token: str) -> None:
-        writer = self._endpoint(token, "send")
-        writer.used = True
-        source = writer.source
+        source = self._writer(token).source
         if source.sealed:
             return
         _writable(source)
@@ -381,16 +365,12 @@ class ChannelParty:
         ports: Mapping[str, PortSpec] | None,
         into: ChannelParty,
     ) -> dict[str, JSONValue]:
-        """Move the mapped rights to ``into`` and return its grants, or move nothing.
-
-        ``ports`` are the callee's declared ports; ``None`` when it declares none (an
-        image without a package), in which case any mapping is accepted as it stands.
-        Every check runs before the first right moves; there is no await in between.
-        """
+        """Move the mapped rights to ``into`` and return its grants, or move nothing: every
+        check runs first, with no await. ``ports`` are the callee's declared ports; with
+        ``None`` (an image without a package) any mapping is taken as it stands."""
         staged: list[tuple[str, Endpoint, ItemSchema | None]] = []
         for port, token in mapping.items():
-            spec = None if ports is None else ports.get(port)
-            staged.append((port, *self._stage(port, token, spec, ports)))
+            staged.append((port, *self._stage(port, token, ports)))
         if len({id(endpoint) for _, endpoint, _ in staged}) != len(staged):
             raise invalid("one endpoint is mapped to two ports")
         for port, endpoint, constraint in staged:  # ports of one call bound to one source
@@ -410,11 +390,7 @@ class ChannelParty:
         return grants
 
     def _stage(
-        self,
-        port: str,
-        token: str,
-        spec: PortSpec | None,
-        ports: Mapping[str, PortSpec] | None,
+        self, port: str, token: str, ports: Mapping[str, PortSpec] | None
     ) -> tuple[Endpoint, ItemSchema | None]:
         where = f"channels.{port}"
         if token in self.broadcasts:
@@ -427,6 +403,7 @@ class ChannelParty:
             raise invalid(f"{where}: the source is closed or failed")
         if ports is None:
             return endpoint, None
+        spec = ports.get(port)
         if spec is None:
             raise invalid(f"{where}: the callee declares no such port")
         return endpoint, _match(where, endpoint, spec)
@@ -440,12 +417,9 @@ class ChannelParty:
         ]
 
     def conclude(self, error: OperationError | None) -> None:
-        """Settle everything this invocation held or created; ``error`` None = succeeded.
-
-        Held writers are sealed when it succeeded, else their sources abort; held
-        receivers are disposed; the sources it created end with it (a source still open
-        then aborts: its owner is gone). Idempotent.
-        """
+        """Settle what this invocation held or created (``error`` None: it succeeded), once:
+        held writers are sealed if it succeeded, else their sources abort; held receivers
+        are disposed; the sources it created end with it (aborted if still open)."""
         if self.closed:
             return
         self.closed = True
@@ -465,9 +439,7 @@ class ChannelParty:
             if source.open:
                 fail(source, abort_error(error, self.name, owner=True))
             for receiver in source.readers:
-                receiver.disposed = True
-                receiver.drop()
-                receiver._wake()
+                receiver.dispose()
             self.hub.sources.discard(source)
         self.endpoints.clear()
         self.broadcasts.clear()
@@ -496,22 +468,16 @@ class ChannelParty:
     ) -> Endpoint:
         endpoint = self.endpoints.get(token)
         if endpoint is None and token in self.moved:
-            raise OperationError(
-                "PERMISSION_DENIED", f"{where}: {token!r} was handed to a callee; it is theirs now"
-            )
+            raise _denied(f"{where}: {token!r} was handed to a callee; it is theirs now")
         if endpoint is None:
-            raise OperationError(
-                "PERMISSION_DENIED", f"{where}: this invocation holds no endpoint {token!r}"
-            )
+            raise _denied(f"{where}: this invocation holds no endpoint {token!r}")
         if direction is not None and endpoint.direction != direction:
-            raise OperationError(
-                "PERMISSION_DENIED",
-                f"{where}: {token!r} is a {endpoint.direction} endpoint; it grants no {direction}",
-            )
+            kind = endpoint.direction
+            raise _denied(f"{where}: {token!r} is a {kind} endpoint; it grants no {direction}")
         return endpoint
 
     def _accept(self, source: Source, value: JSONValue, encoded: bytes, checked: Checked) -> None:
-        """Number the value and hand it to the readers (broadcast: those with room, in
+        """Number the value and queue it for the readers (broadcast: those with room in
         their queue and in the tree's budget)."""
         size = len(encoded)
         source.last += 1
@@ -547,17 +513,16 @@ class ChannelParty:
     def _dispose(self, endpoint: Endpoint) -> dict[str, JSONValue]:
         """Dispose one held endpoint and say how its stream stood (the release answer)."""
         source = endpoint.source
-        endpoint.disposed = True
         if isinstance(endpoint, Receiver):
             failure = endpoint.failure
-            endpoint.drop()
-            endpoint._wake()  # a pending read is answered CANCELLED
+            endpoint.dispose()
             if source.delivery == "direct":
                 source.receiver_gone = True
                 drop_pending(source, disconnected())
             elif endpoint in source.readers:
                 source.readers.remove(endpoint)
         else:
+            endpoint.disposed = True
             failure = source.failure
             if source.open:
                 fail(source, disconnected("the writer was released without closing"))
@@ -592,27 +557,26 @@ def _writable(source: Source) -> None:
         raise disconnected()
 
 
-def _constraints(source: Source, writer: Endpoint) -> list[ItemSchema]:
-    """The source's and the writer's schemas: a value must fit them or the source fails."""
-    return [schema for schema in (source.schema, writer.schema) if schema is not None]
+Schemas = tuple[Delivery, list[ItemSchema], list[tuple[Receiver, ItemSchema]]]
+"""What a send is checked against, taken on the loop: the source's delivery; its own and
+the writer's schemas, which a value must fit or the source fails; the live readers with
+schemas of their own (a direct source's reader failing fails the source, a broadcast
+reader fails alone)."""
 
 
-def _readers(source: Source) -> list[tuple[Receiver, ItemSchema]]:
-    """The live readers with schemas of their own. A value that does not fit a direct
-    source's one reader fails the source; a broadcast reader fails alone."""
-    return [(r, r.schema) for r in source.readers if r.schema is not None and not r.finished]
+def _schemas(source: Source, writer: Endpoint) -> Schemas:
+    constraints = [schema for schema in (source.schema, writer.schema) if schema is not None]
+    readers = [(r, r.schema) for r in source.readers if r.schema is not None and not r.finished]
+    return source.delivery, constraints, readers
 
 
 def _check(
-    value: JSONValue,
-    source: Source,
-    constraints: list[ItemSchema],
-    readers: list[tuple[Receiver, ItemSchema]],
-    units: int | None = None,
+    value: JSONValue, schemas: Schemas, units: int | None = None
 ) -> tuple[str | None, Checked]:
     """The first violation that fails the source (or None), and how ``value`` fits each
-    of ``readers``. Given ``units`` (the loop's slice), each schema may spend only that
-    many, and :class:`Unfinished` is raised for a check that needs more."""
+    reader. Given ``units`` (the loop's slice), each schema may spend only that many, and
+    :class:`Unfinished` is raised for a check that needs more."""
+    delivery, constraints, readers = schemas
     if units is not None and len(constraints) + len(readers) > 3:
         raise Unfinished(units)  # many slices would hold the loop as long as one check
     limit: tuple[int, ...] = () if units is None else (units,)
@@ -623,21 +587,16 @@ def _check(
     checked: Checked = {}
     for receiver, schema in readers:
         violation = schema.first_error(value, *limit)
-        if violation is not None and source.delivery == "direct":
+        if violation is not None and delivery == "direct":
             return str(violation), {}
         checked[receiver] = (schema, violation is None)
     return None, checked
 
 
-def _encode_and_check(
-    value: JSONValue,
-    source: Source,
-    constraints: list[ItemSchema],
-    readers: list[tuple[Receiver, ItemSchema]],
-) -> tuple[bytes, str | None, Checked]:
-    """What a large or costly send needs done away from the loop (in a worker thread:
-    the value and the compiled schemas are only read, ``source`` only for its delivery)."""
-    return (json1.dumps(value), *_check(value, source, constraints, readers))
+def _encode_and_check(value: JSONValue, schemas: Schemas) -> tuple[bytes, str | None, Checked]:
+    """What a large or costly send needs done in a worker thread (which only reads the
+    value and the compiled schemas)."""
+    return (json1.dumps(value), *_check(value, schemas))
 
 
 def _fits_reader(receiver: Receiver, value: JSONValue, checked: Checked) -> bool:
@@ -685,11 +644,9 @@ def _match(where: str, endpoint: Endpoint, spec: PortSpec) -> ItemSchema | None:
 
 
 def _check_prefix(where: str, constraint: ItemSchema, queue: Iterable[tuple[int, bytes]]) -> None:
-    """The queued prefix of a receiver moving to a port with a schema, checked against it
-    before the constraint binds. A transfer never waits, so the check is done on the loop
-    within one slice: at most :data:`SMALL_REQUEST` bytes of items, decoded, and
-    :data:`SLICE_UNITS` work units in all; a prefix that needs more is refused
-    ``RESOURCE_EXHAUSTED`` (move the receiver before sending, or read the items first)."""
+    """Check a moving receiver's queued items against its new port's schema. A transfer
+    never waits, so this is done on the loop in one slice (:data:`SMALL_REQUEST` bytes,
+    :data:`SLICE_UNITS` work units); a prefix that needs more is ``RESOURCE_EXHAUSTED``."""
     items = list(queue)
     size = sum(len(encoded) for _, encoded in items)
     units = max(SLICE_UNITS // len(items), 1)
@@ -711,12 +668,16 @@ def _check_prefix(where: str, constraint: ItemSchema, queue: Iterable[tuple[int,
 
 
 def _encoded(answer: tuple[int, bytes] | int) -> bytes:
-    """A ``channel/next`` result as ``json1.dumps`` writes it, the item's encoding spliced
-    in as it was made when the item was sent."""
+    """A ``channel/next`` result as ``json1.dumps`` writes it, with the item's encoding
+    made at its send."""
     if isinstance(answer, int):
         return b'{"end":{"lastSequence":%d}}' % answer
     sequence, encoded = answer
     return b'{"item":{"sequence":%d,"value":%b}}' % (sequence, encoded)
+
+
+def _denied(message: str) -> OperationError:
+    return OperationError("PERMISSION_DENIED", message)
 
 
 def _ref(params: Mapping[str, JSONValue], key: str) -> str:

@@ -1,9 +1,5 @@
-"""The queue state of the channel hub: sources, the rights over them, waiting sends.
-
-Every structure here belongs to one run tree's :class:`HubState` and is
-changed only on the host's event loop (see the package docstring). The functions at the
-end are the moves a source makes (sealed, failed) and the failures readers then see.
-"""
+"""The channel hub's state: sources, the rights over them, waiting sends. All of it
+belongs to one run tree's :class:`HubState` and changes only on the host's event loop."""
 
 from __future__ import annotations
 
@@ -23,9 +19,8 @@ if TYPE_CHECKING:
 else:
 
     def Field(**constraints: int) -> object:
-        """pydantic's ``Field``, imported when pydantic evaluates the annotations of
-        :class:`ChannelLimits` (the configuration validates ``[limits.channels]`` as that
-        class): a run tree's hub never imports pydantic for its default limits."""
+        """pydantic's ``Field``, imported only when the configuration validates
+        :class:`ChannelLimits`: a hub with default limits never imports pydantic."""
         from pydantic import Field
 
         return Field(**constraints)
@@ -33,11 +28,8 @@ else:
 
 @dataclass(frozen=True)
 class ChannelLimits:
-    """Host-chosen channel bounds (the spec leaves every number to the host).
-
-    The one definition of the bounds: each field's range is declared here, and the host
-    configuration's ``[limits.channels]`` is validated as this class (runner/config.py).
-    """
+    """Host-chosen channel bounds (the spec leaves every number to the host); the host
+    configuration's ``[limits.channels]`` is validated as this class."""
 
     __pydantic_config__: ClassVar[ConfigDict] = {"extra": "forbid"}
 
@@ -46,8 +38,8 @@ class ChannelLimits:
     queue_bytes: Annotated[int, Field(ge=1)] = 64 << 20
     """Bytes of JSON a receiver may have waiting; one item is always admitted."""
     item_bytes: Annotated[int, Field(ge=1, le=16 << 20)] = 16 << 20
-    """The largest value one ``channel/send`` may carry (the frame bound; the hub keeps
-    to what a read's answer frame can carry, ``party.MAX_ITEM_BYTES``, if that is less)."""
+    """The largest value one ``channel/send`` may carry (at most what a read's answer
+    frame can carry, ``party.MAX_ITEM_BYTES``)."""
     source_bytes: Annotated[int, Field(ge=1)] = 4 << 30
     """Bytes one source may accept in its lifetime."""
     pending_sends: Annotated[int, Field(ge=1, le=64)] = 64
@@ -57,13 +49,9 @@ class ChannelLimits:
 
 
 class HubState:
-    """The channel state of one run tree: its limits, every live source, and the tree's
-    :class:`~runner.host.bounds.TreeBudget` (every invocation of the tree shares the hub,
-    so the tree's other holders find the budget here too).
-
-    :class:`~runner.host.channels.party.ChannelHub` adds the invocations' views; a source
-    knows only this, so the state never imports the views.
-    """
+    """The channel state of one run tree: its limits, live sources and
+    :class:`~runner.host.bounds.TreeBudget` (shared by the whole tree). A source knows
+    only this, not :class:`~runner.host.channels.party.ChannelHub`, which adds the views."""
 
     def __init__(
         self, limits: ChannelLimits | None = None, budget: TreeBudget | None = None
@@ -76,21 +64,20 @@ class HubState:
 
     @property
     def queued_items(self) -> int:
-        """Items held in every receiver queue (a test and diagnostics figure)."""
+        """Items held in every receiver queue."""
         return sum(len(r.queue) for s in self.sources for r in s.readers)
 
 
 Checked = dict["Receiver", tuple[ItemSchema, bool]]
-"""Readers whose own schema a value was checked against: the schema then, and whether the
-value fit it. A reader missing, or whose schema changed since, is checked on acceptance."""
+"""Readers whose own schema a value was checked against: that schema, and whether it fit
+(a reader missing, or whose schema changed since, is checked on acceptance)."""
 
 
 @dataclass(eq=False)
 class PendingSend:
     value: JSONValue
     encoded: bytes
-    """The value as ``json1.dumps`` wrote it when it was admitted (its size, and the
-    bytes a ``channel/next`` answer carries)."""
+    """The value's ``json1.dumps``: its size, and what a ``channel/next`` answer carries."""
     checked: Checked
     done: anyio.Event = field(default_factory=anyio.Event)
     error: OperationError | None = None
@@ -125,8 +112,8 @@ class Source:
         self.readers: list[Receiver] = []
         self.pending: deque[PendingSend] = deque()
         self.turns: deque[anyio.Event] = deque()
-        """Sends being checked away from the loop, in arrival order: each places its value
-        once it is first, and a send arriving meanwhile queues behind them."""
+        """Sends being checked in worker threads, in arrival order: each places its value
+        once it is first; a send arriving meanwhile queues behind them."""
         self.receiver_gone = False
         """Direct only: the receiver was disposed; sends and close are DISCONNECTED."""
 
@@ -170,10 +157,8 @@ class Receiver(Endpoint):
         super().__init__(source)
         self.start = start
         self.queue: deque[tuple[int, bytes]] = deque()
-        """(sequence, the value's encoding): bounded by the limits, in those bytes. Only
-        the encoding is kept: a decoded value can take 25 times its JSON text (4 arrays
-        of 65,530 ``{}``: 0.75 MiB of text, 19 MiB of objects), so keeping it would put
-        a queue's memory far past ``queue_bytes``."""
+        """(sequence, the value's encoding): a decoded value can take many times its JSON
+        text, so only the encoding keeps the queue's memory to ``queue_bytes``."""
         self.queued_bytes = 0
         self.committed = False
         """An item was answered and no later read has freed its room yet."""
@@ -199,8 +184,7 @@ class Receiver(Endpoint):
         self._wake()
 
     def take(self) -> tuple[int, bytes]:
-        """The first queued item, out of the queue (and of the tree's budget: the answer
-        that carries it counts from here on)."""
+        """The first queued item, out of the queue and the tree's budget."""
         item = self.queue.popleft()
         self.queued_bytes -= len(item[1])
         self.source.hub.budget.held -= len(item[1])
@@ -211,6 +195,12 @@ class Receiver(Endpoint):
         self.queue.clear()
         self.source.hub.budget.held -= self.queued_bytes
         self.queued_bytes = 0
+
+    def dispose(self) -> None:
+        """Drop the queue; a pending read is answered ``CANCELLED``."""
+        self.disposed = True
+        self.drop()
+        self._wake()
 
     def fail(self, error: OperationError) -> None:
         """A sticky failure: uncommitted items are dropped, the next read reports it."""
@@ -273,10 +263,8 @@ def again(error: OperationError) -> OperationError:
 
 
 def new_token(kind: str) -> str:
-    """An unguessable reference in the wire-id grammar (128 random bits).
-
-    ``secrets`` (with ``random``, ``base64``) is imported by the first channel a run
-    makes, not with the hub that every run imports."""
+    """An unguessable reference in the wire-id grammar (128 random bits); ``secrets`` is
+    imported by the first channel made, not with the hub every run imports."""
     import secrets
 
     return f"{kind}-{secrets.token_hex(16)}"
