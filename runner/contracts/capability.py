@@ -1,18 +1,11 @@
-"""Capability Contract/1: descriptors, their identity, and holding calls to them.
+"""Capability Contract/1 (PROTOCOL.md §15.1): descriptors, their identity, and holding
+calls to them.
 
-A contract descriptor (PROTOCOL.md §15.1) names a capability's methods, the Schema/1
-shapes of each method's input and output, and its declared application errors. A FLOW
-package carries the descriptor it was written against; the host validates it before any
-code runs and matches a provider on the exact identity triple (id, version, digest),
-where the digest covers the whole descriptor, annotations included, so that two
-descriptors that differ in any byte of meaning can never be confused.
-
-:func:`load_contract` / :func:`parse_contract` turn bytes into a
-:class:`CapabilityContract` or raise :class:`ContractError` naming the file, a stable
-code and the JSON pointer of the problem. :class:`ContractBinding` then checks each call
-in both directions and raises the Run/1 :class:`OperationError` the component receives:
-``INVALID_INPUT`` before dispatch, ``INVALID_RESULT`` after, ``UNAVAILABLE`` for a method
-the contract does not declare.
+A provider is matched on the exact identity (id, version, digest); the digest covers the
+whole descriptor, so two descriptors that differ in any byte are never confused.
+:class:`ContractBinding` checks each call both ways and raises the Run/1 error the
+component receives: ``INVALID_INPUT`` before dispatch, ``INVALID_RESULT`` after,
+``UNAVAILABLE`` for an undeclared method.
 """
 
 from __future__ import annotations
@@ -52,11 +45,8 @@ ContractErrorCode = (
 
 
 class ContractError(ValueError):
-    """A descriptor the host refuses: where it came from, a stable code, a JSON pointer.
-
-    Embedded-schema problems keep their Schema/1 code (``SCHEMA_KEYWORD_UNSUPPORTED``
-    and so on) with the pointer into the descriptor.
-    """
+    """A descriptor the host refuses: where it came from, a stable code (an embedded
+    schema's keeps its Schema/1 code), a JSON pointer into the descriptor."""
 
     def __init__(self, source: str, code: ContractErrorCode, pointer: str, message: str):
         super().__init__(source, code, pointer, message)
@@ -134,12 +124,8 @@ def parse_contract(data: bytes, *, source: str = "<descriptor>") -> CapabilityCo
 def read_descriptor(data: bytes, source: str) -> dict[str, JSONValue]:
     """Contract descriptor bytes (either kind) as a JSON/1 object, or ContractError."""
     if len(data) > MAX_CONTRACT_BYTES:
-        raise ContractError(
-            source,
-            "CONTRACT_LIMIT_EXCEEDED",
-            "",
-            f"the descriptor is over {MAX_CONTRACT_BYTES:,} bytes; split the interface",
-        )
+        too_large = f"the descriptor is over {MAX_CONTRACT_BYTES:,} bytes; split the interface"
+        raise ContractError(source, "CONTRACT_LIMIT_EXCEEDED", "", too_large)
     try:
         descriptor = json1.loads(data)
     except json1.JSON1Error as exc:
@@ -152,11 +138,8 @@ def read_descriptor(data: bytes, source: str) -> dict[str, JSONValue]:
 def checked_graph(
     descriptor: dict[str, JSONValue], roots: dict[str, JSONValue], schema_uri: str, source: str
 ) -> Schema1Graph:
-    """Compile the descriptor's schemas, then check it against its descriptor schema.
-
-    Embedded schemas go first so that a keyword outside Schema/1 is reported as such
-    rather than as a generic shape error of the descriptor.
-    """
+    """Compile the descriptor's schemas, then check it against its descriptor schema:
+    in that order, so a keyword outside Schema/1 is reported as such, not as a shape error."""
     defs = descriptor.get("$defs")
     try:
         graph = Schema1Graph(roots, defs if isinstance(defs, dict) else {})
@@ -177,11 +160,8 @@ def domain_digest(domain: bytes, descriptor: JSONValue) -> str:
 
 
 def _embedded_schemas(descriptor: dict[str, JSONValue]) -> dict[str, JSONValue]:
-    """Pointer -> schema for every method, error and inline channel schema.
-
-    Lenient about shapes: whatever is not where a schema belongs is left to the
-    descriptor schema to report.
-    """
+    """Pointer -> schema for every method, error and inline channel schema; a misplaced
+    one is left to the descriptor schema to report."""
     roots: dict[str, JSONValue] = {}
     methods = descriptor.get("methods")
     if not isinstance(methods, dict):
@@ -233,11 +213,8 @@ class ContractBinding:
             )
 
     def check_input(self, method: str, value: JSONValue) -> None:
-        """Raise ``UNAVAILABLE`` for an undeclared method, ``INVALID_INPUT`` for bad input.
-
-        An input whose validation exceeds Schema/1's work meter is ``RESOURCE_EXHAUSTED``:
-        it was neither found valid nor invalid, and a smaller one may pass.
-        """
+        """Raise ``UNAVAILABLE`` for an undeclared method, ``INVALID_INPUT`` for bad input,
+        ``RESOURCE_EXHAUSTED`` past the work meter (neither valid nor invalid)."""
         schemas = self._method(method)
         self._check(
             schemas.input,
@@ -249,12 +226,8 @@ class ContractBinding:
         )
 
     def check_outcome(self, method: str, outcome: JSONValue) -> None:
-        """Raise ``INVALID_RESULT`` unless ``outcome`` is a result the contract allows.
-
-        ``outcome`` is the ``capability/call`` result: ``{"value": v}`` with ``v`` valid
-        for the method's output schema, or ``{"error": {"name": n, "data": d}}`` with ``n``
-        declared by the method and ``d`` valid for that error's schema.
-        """
+        """Raise ``INVALID_RESULT`` unless ``outcome`` (``{"value": v}`` or ``{"error":
+        {"name": n, "data": d}}``) fits the method's output or declared error schema."""
         schemas = self._method(method)
         reason = validate_capability_result(outcome)
         if reason is not None:

@@ -1,23 +1,11 @@
-"""FLOW Schema/1: the closed, bounded JSON Schema dialect of packages and contracts.
+"""FLOW Schema/1 (PROTOCOL.md §15.3): the closed, bounded JSON Schema dialect of packages
+and contracts, cut down and limited so every host gives every schema and instance the
+same verdict at a bounded cost.
 
-Schema/1 (PROTOCOL.md §15.3) is JSON Schema 2020-12 cut down to 37 keywords with hard
-limits, so that every host gives every schema and every instance the same verdict at a
-bounded cost. It is applied in two steps, and this module is the face of both:
-
-* **compile time** (here): :class:`Schema1Graph`, :func:`check_schema1` and
-  :func:`compile_schema1` refuse a schema before any code runs, with one of the stable
-  codes of :class:`SchemaError`: ``SCHEMA_KEYWORD_UNSUPPORTED`` for a keyword outside the
-  dialect at any depth, ``SCHEMA_REFERENCE_INVALID`` for a ``$ref`` that is not an
-  existing ``#/$defs/<name>`` or that closes a cycle, ``SCHEMA_LIMIT_EXCEEDED`` for the
-  depth and node limits, and ``SCHEMA_INVALID`` for everything the shipped meta-schema
-  ``schema-1.json`` rejects (keyword value shapes, ``const``/``enum`` scalars only, ...),
-  checked one node at a time by ``jsonschema`` (:mod:`runner.contracts.schema1_meta`);
-* **validation** (:mod:`runner.contracts.schema1_eval`): :class:`Schema1Validator`
-  evaluates an instance under the normative work meter (1,000,000 units; each distinct
-  (schema, instance) pointer pair is evaluated once) and returns the first
-  :class:`SchemaViolation` with its pointers.
-
-The limits and :class:`SchemaError` live in :mod:`runner.contracts.schema1_errors`.
+Compile time is here: :class:`Schema1Graph` refuses a schema before any code runs, with a
+stable :class:`SchemaError` code (``SCHEMA_KEYWORD_UNSUPPORTED``, ``SCHEMA_REFERENCE_INVALID``,
+``SCHEMA_LIMIT_EXCEEDED``, or ``SCHEMA_INVALID`` for what the shipped meta-schema rejects).
+Validation under the work meter is :mod:`runner.contracts.schema1_eval`.
 """
 
 from __future__ import annotations
@@ -74,10 +62,8 @@ _DEFINITION_NAME: Final = re.compile(r"[A-Za-z][A-Za-z0-9]{0,63}")
 def check_schema1(schema: JSONValue, *, defs: Mapping[str, JSONValue] | None = None) -> None:
     """Refuse ``schema`` with a :class:`SchemaError` unless it is valid Schema/1.
 
-    Without ``defs`` the schema is a Schema/1 *file*: an object declaring
-    ``"$schema": SCHEMA_1_URI`` whose own root ``$defs`` is the definition map. With
-    ``defs`` it is an *embedded* schema (as in a Capability Contract) that may carry neither
-    ``$schema`` nor ``$defs`` and refers into ``defs``, taken to sit at ``/$defs``.
+    Without ``defs`` it is a Schema/1 file (declaring ``$schema``, with its own root
+    ``$defs``); with ``defs`` an embedded schema that refers into ``defs`` at ``/$defs``.
     """
     Schema1Graph({"": schema}, defs)
 
@@ -92,11 +78,10 @@ def compile_schema1(
 def compile_schema1_file(data: bytes) -> Schema1Validator:
     """The validator of a Schema/1 file's bytes (``input.schema.json`` and the like)."""
     if len(data) > MAX_SCHEMA_BYTES:
-        raise SchemaError(
-            "SCHEMA_LIMIT_EXCEEDED",
-            "",
-            f"the file is {len(data):,} bytes; a Schema/1 file has at most {MAX_SCHEMA_BYTES:,}",
+        too_large = (
+            f"the file is {len(data):,} bytes; a Schema/1 file has at most {MAX_SCHEMA_BYTES:,}"
         )
+        raise SchemaError("SCHEMA_LIMIT_EXCEEDED", "", too_large)
     try:
         document = json1.loads(data)
     except json1.JSON1Error as exc:
@@ -105,13 +90,10 @@ def compile_schema1_file(data: bytes) -> Schema1Validator:
 
 
 class Schema1Graph:
-    """Schemas that share one definition map, checked and compiled together.
-
-    Schema/1's node and depth limits and its acyclic-reference rule hold for the whole
-    graph, so that an interface cannot evade them by spreading over many methods.
-    ``roots`` maps each schema's JSON pointer in its document to the schema; ``defs`` is
-    as for :func:`check_schema1` (``None``: one root at ``""``, a Schema/1 file).
-    """
+    """Schemas that share one definition map, checked and compiled together, so that the
+    node, depth and acyclic-reference limits hold for the whole graph (an interface cannot
+    evade them by spreading over many methods). ``roots``: JSON pointer -> schema;
+    ``defs`` as for :func:`check_schema1`."""
 
     def __init__(
         self, roots: Mapping[str, JSONValue], defs: Mapping[str, JSONValue] | None = None
@@ -302,9 +284,8 @@ def _reference_name(ref: str) -> str:
 def _check_shape(schema: dict[str, Any], pointer: str, *, file_root: bool) -> None:
     """One schema node's keyword values against ``schema-1.json`` (``SCHEMA_INVALID``).
 
-    Its subschemas are replaced by ``true``; each is checked as a node of its own. With
-    them in place, ``jsonschema`` would evaluate the meta-schema's
-    ``unevaluatedProperties`` again for every enclosing level: exponential in depth.
+    Its subschemas are replaced by ``true`` and checked as nodes of their own: left in
+    place, the meta-schema's ``unevaluatedProperties`` costs exponential time in depth.
     """
     shallow = dict(schema)
     for key, value in schema.items():

@@ -1,9 +1,8 @@
 """Schema/1 evaluation: compiled schema nodes and the first violation under the work meter.
 
-Instances are not handed to ``jsonschema``: its evaluation is not memoised, so ``allOf``
-of two references to the next definition, forty definitions deep, costs 2^40 steps, and
-the spec requires the meter to be computed before a value may be called invalid. Here each
-distinct (definition, instance path) pair is evaluated once and every keyword is charged.
+Not ``jsonschema``: it does not memoise (``allOf`` of two references, forty definitions
+deep, costs 2^40 steps), and the spec charges every keyword before a value may be called
+invalid. Here each distinct (definition, instance path) pair is evaluated once.
 """
 
 from __future__ import annotations
@@ -41,11 +40,8 @@ class SchemaViolation(NamedTuple):
 
 
 class Schema1Validator:
-    """Validates instances against one compiled schema, under the Schema/1 work meter.
-
-    Obtain one from :func:`compile_schema1`, :func:`compile_schema1_file` or
-    :meth:`Schema1Graph.validator`.
-    """
+    """Validates instances against one compiled schema (from ``runner.contracts.schema1``),
+    under the Schema/1 work meter."""
 
     def __init__(self, root: Node) -> None:
         self._root = root
@@ -55,11 +51,8 @@ class Schema1Validator:
     ) -> SchemaViolation | None:
         """The first violation, or ``None`` when ``instance`` is valid.
 
-        Raises :class:`SchemaError` ``SCHEMA_LIMIT_EXCEEDED`` when the evaluation needs
-        more than 1,000,000 work units: the instance is then neither valid nor invalid.
-        Given fewer ``units``, raises :class:`Unfinished` once they are spent: a caller
-        that must not be held long (an event loop) tries a slice and, failing that,
-        evaluates in full elsewhere.
+        Raises :class:`SchemaError` ``SCHEMA_LIMIT_EXCEEDED`` past 1,000,000 work units
+        (neither valid nor invalid), or :class:`Unfinished` once fewer ``units`` are spent.
         """
         failure = Evaluation(units).evaluate(self._root, instance, ())
         if failure is None:
@@ -198,26 +191,16 @@ class Evaluation:
             self.charge(len(names), node, path)
             if not any(_has_type(value, name) for name in names):
                 expected = " or ".join(names)
-                first = (
-                    path,
-                    f"{node.pointer}/type",
-                    "type",
-                    f"expected {expected}, found {_kind(value)}",
-                )
+                first = _failure(path, node, "type", f"expected {expected}, found {_kind(value)}")
         if "const" in schema:
             self.charge(1, node, path)
             if first is None and not _same(value, schema["const"]):
-                first = (
-                    path,
-                    f"{node.pointer}/const",
-                    "const",
-                    f"must be {show(schema['const'])}",
-                )
+                first = _failure(path, node, "const", f"must be {show(schema['const'])}")
         if "enum" in schema:
             members = schema["enum"]
             self.charge(len(members), node, path)
             if first is None and not any(_same(value, member) for member in members):
-                first = (path, f"{node.pointer}/enum", "enum", f"must be one of {show(members)}")
+                first = _failure(path, node, "enum", f"must be one of {show(members)}")
         return first
 
     def object(self, node: Node, value: dict[str, Any], path: Path) -> _Failure | None:
@@ -236,20 +219,14 @@ class Evaluation:
                     continue
                 failure = self.evaluate(child, member, (*path, name))
                 if failure is not None and child.schema is False:
-                    at = f"{node.pointer}/additionalProperties"
-                    failure = (
-                        (*path, name),
-                        at,
-                        "additionalProperties",
-                        f"member {name!r} is not allowed",
-                    )
+                    message = f"member {name!r} is not allowed"
+                    failure = _failure((*path, name), node, "additionalProperties", message)
                 first = first or failure
         if "required" in schema:
             self.charge(len(schema["required"]), node, path)
             missing = [name for name in schema["required"] if name not in value]
             if first is None and missing:
-                at = f"{node.pointer}/required"
-                first = (path, at, "required", f"missing required member {missing[0]!r}")
+                first = _failure(path, node, "required", f"missing required member {missing[0]!r}")
         first = _first(first, self.bound(node, path, len(value), "minProperties", "members"))
         first = _first(first, self.bound(node, path, len(value), "maxProperties", "members"))
         for trigger, names in schema.get("dependentRequired", {}).items():
@@ -258,9 +235,9 @@ class Evaluation:
                 self.charge(len(names), node, path)
                 missing = [name for name in names if name not in value]
                 if first is None and missing:
-                    at = f"{node.pointer}/dependentRequired/{pointer_segment(trigger)}"
                     message = f"member {trigger!r} requires member {missing[0]!r}"
-                    first = (path, at, "dependentRequired", message)
+                    at = f"/{pointer_segment(trigger)}"
+                    first = _failure(path, node, "dependentRequired", message, at)
         for trigger, child in children.get("dependentSchemas", {}).items():
             self.charge(1, node, path)
             if trigger in value:
@@ -289,21 +266,11 @@ class Evaluation:
             least, most = schema.get("minContains", 1), schema.get("maxContains")
             self.charge(("minContains" in schema) + ("maxContains" in schema), node, path)
             if first is None and matches < least:
-                at = f"{node.pointer}/contains"
-                first = (
-                    path,
-                    at,
-                    "contains",
-                    f"{matches} items match 'contains'; at least {least} must",
-                )
+                message = f"{matches} items match 'contains'; at least {least} must"
+                first = _failure(path, node, "contains", message)
             elif first is None and most is not None and matches > most:
-                at = f"{node.pointer}/maxContains"
-                first = (
-                    path,
-                    at,
-                    "maxContains",
-                    f"{matches} items match 'contains'; at most {most} may",
-                )
+                message = f"{matches} items match 'contains'; at most {most} may"
+                first = _failure(path, node, "maxContains", message)
         first = _first(first, self.bound(node, path, len(value), "minItems", "items"))
         return _first(first, self.bound(node, path, len(value), "maxItems", "items"))
 
@@ -322,7 +289,7 @@ class Evaluation:
                 self.charge(1, node, path)
                 if first is None and not holds(value, schema[keyword]):
                     message = f"{show(value)} is not {relation} {show(schema[keyword])}"
-                    first = (path, f"{node.pointer}/{keyword}", keyword, message)
+                    first = _failure(path, node, keyword, message)
         return first
 
     def bound(self, node: Node, path: Path, size: int, keyword: str, unit: str) -> _Failure | None:
@@ -333,8 +300,7 @@ class Evaluation:
         limit = node.schema[keyword]
         if size < limit if keyword.startswith("min") else size > limit:
             relation = "at least" if keyword.startswith("min") else "at most"
-            message = f"has {size} {unit}; {relation} {limit} allowed"
-            return (path, f"{node.pointer}/{keyword}", keyword, message)
+            return _failure(path, node, keyword, f"has {size} {unit}; {relation} {limit} allowed")
         return None
 
     def applicators(self, node: Node, value: Any, path: Path) -> _Failure | None:
@@ -358,12 +324,12 @@ class Evaluation:
                     which = f"alternatives {valid}" if valid else "none of the alternatives"
                     needed = "one" if keyword == "anyOf" else "exactly one"
                     message = f"matches {which} in {keyword}; {needed} must match"
-                    first = (path, f"{node.pointer}/{keyword}", keyword, message)
+                    first = _failure(path, node, keyword, message)
         if "not" in children:
             self.charge(1, node, path)
             if self.evaluate(children["not"], value, path) is None and first is None:
                 message = "matches the schema under 'not', which it must not"
-                first = (path, f"{node.pointer}/not", "not", message)
+                first = _failure(path, node, "not", message)
         if "if" in children:
             self.charge(1, node, path)
             branch = "then" if self.evaluate(children["if"], value, path) is None else "else"
@@ -371,6 +337,11 @@ class Evaluation:
                 self.charge(1, node, path)
                 first = _first(first, self.evaluate(children[branch], value, path))
         return first
+
+
+def _failure(path: Path, node: Node, keyword: str, message: str, at: str = "") -> _Failure:
+    """A failure of ``node``'s ``keyword`` (``at``: a member of the keyword's value)."""
+    return (path, f"{node.pointer}/{keyword}{at}", keyword, message)
 
 
 def _first(first: _Failure | None, failure: _Failure | None) -> _Failure | None:

@@ -1,12 +1,9 @@
 """Exit classes of ``flow-runner job`` and the termination message Kubernetes keeps.
 
-The wrapper's exit statuses are ``exec``'s, plus :data:`EXIT_WRAPPER` for a failure of
-the wrapper itself (an unexpected error in flow-runner, not the component's answer nor
-bad usage): the one status a Job's ``podFailurePolicy`` counts towards a retry.
-
-The termination message (``/dev/termination-log``) is what ``kubectl get pod -o yaml``
-shows under ``state.terminated.message`` without reading the log. The kubelet truncates it
-past 4096 bytes, so it is composed to fit: one JSON object, its free text cut first.
+The wrapper's exit statuses are ``exec``'s, plus ``EXIT_WRAPPER`` for a failure of the
+wrapper itself: the one status a Job's ``podFailurePolicy`` counts towards a retry.
+The termination message is what ``kubectl get pod`` shows without reading the log; the
+kubelet truncates it past 4096 bytes, so it is composed to fit.
 """
 
 from __future__ import annotations
@@ -14,31 +11,27 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from runner.exits import (
-    EXIT_CANCELLED,
-    EXIT_CUSTOM_OUTCOME,
-    EXIT_DEADLINE,
-    EXIT_DONE,
-    EXIT_FAILED,
-    EXIT_INFRASTRUCTURE,
-    EXIT_USAGE,
-    EXIT_WRAPPER,
-)
+from runner import exits
 
 CLASSES = {
-    EXIT_DONE: "done",
-    EXIT_USAGE: "usage",
-    EXIT_CUSTOM_OUTCOME: "outcome",
-    EXIT_FAILED: "failed",
-    EXIT_INFRASTRUCTURE: "infrastructure",
-    EXIT_WRAPPER: "wrapper",
-    EXIT_DEADLINE: "deadline",
-    EXIT_CANCELLED: "cancelled",
+    exits.EXIT_DONE: "done",
+    exits.EXIT_USAGE: "usage",
+    exits.EXIT_CUSTOM_OUTCOME: "outcome",
+    exits.EXIT_FAILED: "failed",
+    exits.EXIT_INFRASTRUCTURE: "infrastructure",
+    exits.EXIT_WRAPPER: "wrapper",
+    exits.EXIT_DEADLINE: "deadline",
+    exits.EXIT_CANCELLED: "cancelled",
 }
-FINAL_EXITS = (EXIT_USAGE, EXIT_CUSTOM_OUTCOME, EXIT_FAILED, EXIT_DEADLINE, EXIT_CANCELLED)
-"""Program outcomes and usage errors: the same pod would answer the same again, so a Job
-fails (or an Indexed Job's index does) at once, without a retry."""
-RETRYABLE_EXITS = (EXIT_WRAPPER,)
+FINAL_EXITS = (
+    exits.EXIT_USAGE,
+    exits.EXIT_CUSTOM_OUTCOME,
+    exits.EXIT_FAILED,
+    exits.EXIT_DEADLINE,
+    exits.EXIT_CANCELLED,
+)
+"""Outcomes and usage errors: the same pod would answer the same again, so the Job (or
+the Indexed Job's index) fails at once, without a retry."""
 MESSAGE_LIMIT = 4096
 """Bytes of a termination message the kubelet keeps."""
 NAME_LIMIT = 256
@@ -75,8 +68,7 @@ def message(
         body["reportDigest"] = report_digest
     encoded = _encode(body)
     if text:
-        # The longest prefix of the text that fits (escapes make the bytes vary per
-        # character, so search for it).
+        # the longest prefix that fits: escapes make the bytes per character vary
         low, high = 0, min(len(text), MESSAGE_LIMIT)
         while low < high:
             mid = (low + high + 1) // 2
@@ -95,8 +87,8 @@ def _encode(body: dict[str, object]) -> bytes:
 
 
 def write(path: Path, data: bytes) -> str | None:
-    """Write the message; a path that cannot be written is reported, not fatal (the
-    verdict is in the log and the exit status anyway). Returns the problem, if any."""
+    """Write the message; returns the problem instead of raising, since the verdict is in
+    the log and the exit status anyway."""
     try:
         with path.open("wb") as file:
             file.write(data)

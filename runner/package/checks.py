@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from runner.contracts.ports import ItemSchema, PortSpec, SourceType
 from runner.json1 import JSONValue
 from runner.package.errors import InvocationRefused
-from runner.protocol.codes import OperationError
+from runner.protocol.codes import OperationError, WireCode
 from runner.sandbox.base import Attachment
 
 if TYPE_CHECKING:
@@ -86,20 +86,7 @@ def check_capability_slots(package: Package, slots: Iterable[str], *, where: str
 
 def input_failure(package: Package, value: JSONValue) -> OperationError | None:
     """``INVALID_INPUT`` when the input does not fit ``input.schema.json``."""
-    validator = package.schemas.get("input")
-    violation = validator.first_error(value) if validator is not None else None
-    if violation is None:
-        return None
-    return OperationError(
-        "INVALID_INPUT",
-        f"input rejected by {package.name!r}'s input.schema.json at "
-        f"{violation.instance_pointer or 'the root'}: {violation.message}",
-        {
-            "instancePointer": violation.instance_pointer,
-            "schemaPointer": violation.schema_pointer,
-            "keyword": violation.keyword,
-        },
-    )
+    return _schema_failure(package, "input", value, "INVALID_INPUT")
 
 
 def result_failure(package: Package, result: dict[str, JSONValue]) -> OperationError | None:
@@ -113,13 +100,19 @@ def result_failure(package: Package, result: dict[str, JSONValue]) -> OperationE
             f"(declared: {declared})",
             {"outcome": outcome},
         )
-    validator = package.schemas.get("result")
-    violation = validator.first_error(result) if validator is not None else None
+    return _schema_failure(package, "result", result, "INVALID_RESULT")
+
+
+def _schema_failure(
+    package: Package, kind: str, value: JSONValue, code: WireCode
+) -> OperationError | None:
+    validator = package.schemas.get(kind)
+    violation = validator.first_error(value) if validator is not None else None
     if violation is None:
         return None
     return OperationError(
-        "INVALID_RESULT",
-        f"result rejected by {package.name!r}'s result.schema.json at "
+        code,
+        f"{kind} rejected by {package.name!r}'s {kind}.schema.json at "
         f"{violation.instance_pointer or 'the root'}: {violation.message}",
         {
             "instancePointer": violation.instance_pointer,

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, TypeVar
 
 from runner import json1
 from runner.json1 import JSONValue
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
 
 SCHEMA_FILES: Final = ("input", "settings", "result")
 DIGEST_DOMAIN: Final = b"FLOW-Package/1\0"
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -71,11 +73,7 @@ def package_from_files(files: dict[str, bytes], image_id: str = "", root: str = 
     The YAML, contract and Schema/1 machinery is imported here, not with the module: a
     run of an image without a package (or with a cached absence) never pays for it.
     """
-    from runner.contracts.capability import (
-        MAX_CONTRACT_BYTES,
-        ContractError,
-        parse_contract,
-    )
+    from runner.contracts.capability import MAX_CONTRACT_BYTES, parse_contract
     from runner.contracts.channel import parse_channel_contract
     from runner.contracts.schema1 import SchemaError, compile_schema1_file
     from runner.package.frontmatter import parse_flow_md
@@ -83,28 +81,15 @@ def package_from_files(files: dict[str, bytes], image_id: str = "", root: str = 
     if FLOW_MD not in files:
         raise PackageError(FLOW_MD, "", "missing: every package has a root FLOW.md")
     meta = parse_flow_md(files[FLOW_MD])
-    uses: dict[str, CapabilityContract | None] = {}
-    for slot, ref in meta.uses.items():
-        if ref is None:
-            uses[slot] = None
-            continue
-        data = _referenced(files, ref, f"uses.{slot}.contract")
-        try:
-            uses[slot] = parse_contract(data, source=ref[2:])
-        except ContractError as exc:
-            raise PackageError(ref[2:], exc.pointer, f"{exc.code}: {exc.message}") from None
-    channel_contracts: dict[str, ChannelContract] = {}
-    for port, decl in meta.channels.items():
-        if decl.contract is not None:
-            data = _referenced(files, decl.contract, f"channels.{port}.contract")
-            try:
-                channel_contracts[decl.contract] = parse_channel_contract(
-                    data, source=decl.contract[2:]
-                )
-            except ContractError as exc:
-                raise PackageError(
-                    decl.contract[2:], exc.pointer, f"{exc.code}: {exc.message}"
-                ) from None
+    uses = {
+        slot: None if ref is None else _contract(files, ref, f"uses.{slot}", parse_contract)
+        for slot, ref in meta.uses.items()
+    }
+    channel_contracts = {
+        port.contract: _contract(files, port.contract, f"channels.{name}", parse_channel_contract)
+        for name, port in meta.channels.items()
+        if port.contract is not None
+    }
     schemas: dict[str, Schema1Validator] = {}
     documents: dict[str, JSONValue] = {}
     for kind in SCHEMA_FILES:
@@ -121,14 +106,14 @@ def package_from_files(files: dict[str, bytes], image_id: str = "", root: str = 
         name=meta.name,
         description=meta.description,
         outcomes=meta.outcomes,
-        uses=uses,
         attachments=meta.attachments,
         channels=meta.channels,
+        uses=uses,
+        channel_contracts=channel_contracts,
         schemas=schemas,
         schema_documents=documents,
         digest=package_digest(files),
         file_count=len(files),
-        channel_contracts=channel_contracts,
         json_files={
             path: data
             for path, data in files.items()
@@ -137,13 +122,20 @@ def package_from_files(files: dict[str, bytes], image_id: str = "", root: str = 
     )
 
 
-def _referenced(files: dict[str, bytes], ref: str, key: str) -> bytes:
+def _contract(files: dict[str, bytes], ref: str, key: str, parse: Callable[..., T]) -> T:
+    """The descriptor ``ref`` names, parsed; a missing file or a bad descriptor is a
+    :class:`PackageError` naming the FLOW.md key or the descriptor's file."""
+    from runner.contracts.capability import ContractError
+
     data = files.get(ref[2:])
     if data is None:
         raise PackageError(
-            FLOW_MD, key, f"{ref!r} names no regular file in the package (exact case)"
+            FLOW_MD, f"{key}.contract", f"{ref!r} names no regular file in the package (exact case)"
         )
-    return data
+    try:
+        return parse(data, source=ref[2:])
+    except ContractError as exc:
+        raise PackageError(ref[2:], exc.pointer, f"{exc.code}: {exc.message}") from None
 
 
 def summary(package: Package) -> dict[str, JSONValue]:
