@@ -1,18 +1,12 @@
-"""Host capabilities for ``capability/call``: the provider plugin interface, Capability
-Contract/1 descriptors, and the built-in ``artifacts`` and ``kv`` providers.
-
-The broker builds one :class:`CapabilityBinding` per configured slot::
+"""Host capabilities for ``capability/call``: the provider plugin interface
+(:mod:`.provider`), the built-in ``artifacts`` and ``kv`` providers, and the broker's
+:class:`CapabilityBinding` of a slot to a provider and its Capability Contract/1::
 
     provider = load_provider("kv", {"path": "state.sqlite3"})  # entry point -> class
     contract = load_contract(package_dir / "contracts/kv.json")  # from the package's uses
     binding = CapabilityBinding("state", provider, contract, provider_name="kv")
     result = await binding.call("get", {"key": "cursor"})  # {"value": ...} or {"error": ...}
     await binding.aclose()
-
-and answers ``capability/call`` with the result, or with the ``OperationError`` that
-``call`` raised. See :mod:`.provider` for writing a provider, :mod:`.contracts` for
-descriptors (the contracts layer) and :mod:`runner.contracts.schema1` for the Schema/1
-dialect.
 """
 
 from runner.contracts.capability import (

@@ -1,30 +1,21 @@
-"""The ``artifacts`` capability: files a flow leaves for people and for later steps.
-
-Every artifact lives under the ``root`` option (created if missing) and is named by a
-confined path: relative, ``/``-separated, canonical (no empty, ``.`` or ``..``
-segments), without backslashes or NUL, at most 1,024 bytes in at most 64 segments;
-another is the declared error ``invalid-path``.
+"""The ``artifacts`` capability: files a flow leaves for people and for later steps,
+under the ``root`` option, by ``write``, ``read`` and ``list`` (contract
+``contracts/artifacts.json``). A path is relative, ``/``-separated and canonical, at most
+1,024 bytes in 64 segments, else ``invalid-path``; its URI (``artifact://`` and the
+percent-encoded path) reveals nothing of the host's layout.
 
 The root may lie where a component can write (an ``rw`` attachment), so no name is
-trusted twice: the root is opened once, by :func:`.paths.open_directory`, and every call
-works relative to that descriptor. Below it no link is followed: directories are opened
-a segment at a time with ``O_NOFOLLOW``; a file is read only once an ``O_PATH``
-descriptor shows it regular (a fifo or device is refused untouched); a write makes a new
-file and renames it over the name (a hard link to a file elsewhere keeps its bytes).
+trusted twice: the root is opened once (:func:`.paths.open_directory`) and every call
+works relative to it; no link below it is followed (``O_NOFOLLOW``, a segment at a
+time); a file is read only once an ``O_PATH`` descriptor shows it regular (a fifo is
+refused untouched); a write renames a new file over the name, so it is atomic and never
+writes through a hard link.
 
-Methods (contract ``contracts/artifacts.json``): ``write {path, text | base64}`` ->
-``{uri, bytes}``, atomic (readers see the old bytes or the new); ``read {path}`` ->
-``{text}`` for UTF-8, else ``{base64}``, or ``not-found``; ``list {prefix?, limit?}``
--> ``{paths, truncated}``: regular files, sorted by code point. A URI is
-``artifact://`` and the percent-encoded path: the same on every host, revealing nothing
-of its layout.
-
-Budgets (options), so that a component cannot fill the host's disk: ``max_file_bytes``
-(default and most 6 MiB, whose base64 is JSON/1's largest string) past which a write,
-or a read, is ``too-large``; ``max_bytes`` (default 256 MiB) of regular files and
-``max_files`` (default 10,000) entries under the root, past which a write is
-``RESOURCE_EXHAUSTED``. They count what the root held at start, then this provider's
-writes; one write at a time, so two cannot both pass a check only one fits.
+Budgets keep a component from filling the host's disk: ``max_file_bytes`` (default and
+most 6 MiB, whose base64 is JSON/1's largest string; past it ``too-large``), and
+``max_bytes`` (256 MiB) and ``max_files`` (10,000) under the root (``RESOURCE_EXHAUSTED``),
+counted from what the root held at start; writes are one at a time, so two cannot both
+pass a check only one fits.
 """
 
 from __future__ import annotations

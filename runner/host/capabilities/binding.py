@@ -1,19 +1,17 @@
 """One capability slot bound to a provider: the whole of a ``capability/call``.
 
-The broker finds the :class:`CapabilityBinding` for the call's slot and awaits
-:meth:`CapabilityBinding.call`, which returns exactly the ``capability/call`` success
-result or raises the :class:`OperationError` the component receives:
+:meth:`CapabilityBinding.call` returns exactly the call's success result or raises the
+:class:`OperationError` the component receives:
 
 * the input fails the contract's schema -> ``INVALID_INPUT`` (before the provider runs);
-* the method is undeclared by the contract or unknown to the provider -> ``UNAVAILABLE``;
+* the method is undeclared or unknown to the provider -> ``UNAVAILABLE``;
 * the value, or the error's name or data, is outside JSON/1, not a LocalName, undeclared
   or fails its schema -> ``INVALID_RESULT``;
 * the provider lost the call with its effect unknown -> ``UNCERTAIN``;
 * the provider raised anything else -> ``EXECUTION_FAILED``, naming the provider and the
-  exception type (never ``-32603``: that code is for failures of the protocol itself).
+  exception type (never ``-32603``, which is for failures of the protocol itself).
 
-Without a contract (a ``local: true`` slot) nothing is validated against schemas, but a
-result must still be a well-formed ``capability/call`` result.
+Without a contract (a ``local: true`` slot) only the result's shape is checked.
 """
 
 from __future__ import annotations
@@ -35,7 +33,9 @@ from runner.protocol.names import is_local_name
 from .provider import CapabilityError, InvalidInput, Provider, ProviderLost, UnknownMethod
 
 INLINE_CHECK_BYTES: Final = 65_536
-"""Values whose JSON is larger are checked against the contract in a worker thread."""
+"""Values whose JSON is larger are checked against the contract in a worker thread: a
+check may cost a million work units (seconds), which must not stall the event loop, while
+for a small value the thread hop costs more than the check."""
 
 
 class CapabilityBinding:
@@ -49,8 +49,7 @@ class CapabilityBinding:
         *,
         provider_name: str | None = None,
     ) -> None:
-        """``provider_name`` is how messages name the provider (its entry-point name);
-        the class name is used without it."""
+        """``provider_name`` names the provider in messages (default: its class name)."""
         self.slot = slot
         self.provider = provider
         self.contract = contract
@@ -60,10 +59,8 @@ class CapabilityBinding:
     async def call(
         self, method: str, input: JSONValue, channels: Mapping[str, HostEndpoint] | None = None
     ) -> JSONValue:
-        """``{"value": v}`` or ``{"error": {"name": n, "data": d}}``, or OperationError.
-
-        ``channels`` (port → endpoint) reach the provider as its ``channels`` keyword.
-        """
+        """``{"value": v}`` or ``{"error": {"name": n, "data": d}}``, or OperationError;
+        ``channels`` (port → endpoint) reach the provider as its ``channels`` keyword."""
         try:
             if self._checks is not None:
                 size = len(json1.dumps(input))
@@ -89,11 +86,8 @@ class CapabilityBinding:
         return f"capability slot {self.slot!r} (provider {self.provider_name})"
 
     def channel_ports(self, method: str) -> dict[str, PortSpec] | None:
-        """The method's declared channel ports, or ``None`` when there is no contract.
-
-        Raises ``INVALID_INPUT`` when the provider cannot take channels at all: nothing
-        has moved yet, so the component keeps its endpoints.
-        """
+        """The method's declared channel ports (``None`` without a contract); raises
+        ``INVALID_INPUT`` if the provider takes no channels, before any endpoint moves."""
         if "channels" not in inspect.signature(self.provider.call).parameters:
             raise operation_error(
                 "INVALID_INPUT",
@@ -141,10 +135,8 @@ class CapabilityBinding:
 
     @staticmethod
     def _check_shape(method: str, outcome: dict[str, JSONValue]) -> int:
-        """The provider's value, error name and data are JSON/1 and a LocalName.
-
-        Returns the outcome's encoded size.
-        """
+        """Check that the value, error name and data are JSON/1 and a LocalName; return
+        the outcome's encoded size."""
         if "error" in outcome:
             error = outcome["error"]
             assert isinstance(error, dict)
@@ -166,10 +158,7 @@ class CapabilityBinding:
 async def _held(
     check: Callable[[str, JSONValue], None], method: str, value: JSONValue, size: int
 ) -> None:
-    """Run a contract check inline, or in a worker thread for a value over
-    :data:`INLINE_CHECK_BYTES`: a check may cost a million work units (seconds of
-    Python), which must not stall the event loop that serves every other call and
-    deadline, while for a small value the thread hop costs more than the check."""
+    """Run a contract check, in a worker thread for a value over :data:`INLINE_CHECK_BYTES`."""
     if size <= INLINE_CHECK_BYTES:
         check(method, value)
     else:

@@ -1,8 +1,5 @@
-"""The Capability Contract/1 descriptors shipped with the built-in providers.
-
-They live beside the providers (``contracts/*.json`` in this package) because they are
-the providers' own interfaces; parsing them is the contracts layer's business.
-"""
+"""The Capability Contract/1 descriptors of the built-in providers, kept beside them
+(``contracts/*.json``) because they are the providers' own interfaces."""
 
 from __future__ import annotations
 
@@ -12,11 +9,8 @@ from runner.contracts.capability import CapabilityContract, parse_contract
 
 
 def builtin_contract(name: str) -> CapabilityContract:
-    """The descriptor shipped for a built-in provider (``artifacts`` or ``kv``).
-
-    A package that uses a built-in capability carries a copy of this file; the host
-    matches the two on :attr:`CapabilityContract.identity`.
-    """
+    """The descriptor shipped for a built-in provider (``artifacts`` or ``kv``), which a
+    package using it carries a copy of; the host matches the two on their identity."""
     folder = resources.files(__package__) / "contracts"
     shipped = sorted(entry.name.removesuffix(".json") for entry in folder.iterdir())
     if name not in shipped:

@@ -1,38 +1,27 @@
-"""The ``kv`` capability: a durable key/value store on SQLite, for state a flow keeps
-between runs. Values are JSON/1, stored as RFC 8785 canonical text, so equal values are
-stored identically. WAL mode with ``synchronous=FULL``: a ``put`` that returned survives
-a crash of the host, and readers in other processes never block it.
+"""The ``kv`` capability: a durable key/value store on SQLite for state a flow keeps
+between runs, by ``get``, ``put``, ``delete`` and ``list`` (contract
+``contracts/kv.json``). Keys are 1–1,024 UTF-8 bytes without NUL; values are JSON/1,
+stored as canonical text. WAL mode with ``synchronous=FULL``: a ``put`` that returned
+survives a crash of the host, and readers in other processes never block it.
 
-Options:
+Options: ``path`` (default ``$XDG_STATE_HOME/flow-runner/kv.sqlite3``, else under
+``~/.local/state``: state that outlives a run; missing directories are created);
+``namespace``, keeping bindings that share a file apart; and the budgets, past which a
+``put`` is ``RESOURCE_EXHAUSTED``: ``max_bytes`` (64 MiB) of the namespace's keys and
+values, ``max_keys`` (100,000), and ``max_value_bytes`` (1 MiB, at most a Run/1 frame's
+16 MiB: bigger data belongs in artifacts). They count from what the namespace held at
+start; a put reads the old value's size in the transaction that writes, so concurrent
+calls count exactly.
 
-* ``path``: the database file (default ``$XDG_STATE_HOME/flow-runner/kv.sqlite3``, else
-  ``~/.local/state/...``: state that outlives a run but is no user document); relative
-  to the working directory (the host configuration resolves it against its own file's
-  directory first); missing directories are created.
-* ``namespace``: keeps bindings that share one file apart (default ``default``).
-* ``max_bytes`` (default 64 MiB): the UTF-8 bytes of the namespace's keys and values;
-  ``max_keys`` (default 100,000): its keys; ``max_value_bytes`` (default 1 MiB, at most
-  16 MiB, a Run/1 frame): one value's canonical text (bigger data belongs in artifacts,
-  and a call then holds a few megabytes of host memory at most).
+SQLite opens the database and its ``-wal``, ``-shm`` and ``-journal`` files by name, again
+and again: whoever can write a directory on the way (a component, through an ``rw``
+attachment) could swap a name for a link and have the host write where they choose. So
+the directory is refused unless only root and the host's user can change a name on the
+way or in it (:func:`.paths.open_directory`), as is a database that is a link; the fix is
+``chmod go-w`` or a path outside every ``rw`` attachment, and no option waives it.
 
-A ``put`` past a budget is ``RESOURCE_EXHAUSTED``. Budgets count what the namespace held
-at start, then this provider's puts and deletes; a put reads the old value's size in the
-transaction that writes, so concurrent calls count exactly.
-
-SQLite opens the database and its ``-wal``, ``-shm`` and ``-journal`` files by name,
-again and again. Whoever can write a directory on that path (a component, through an
-``rw`` attachment) could swap a name for a link and have the host write where they
-choose, so the directory is reached by :func:`.paths.open_directory` and refused unless
-only root and the host's user can change a name on the way or in it, and a database
-that is a link is refused. The fix is ``chmod go-w`` or a path outside every ``rw``
-attachment; no option waives it, since a private directory serves every real setup.
-
-Methods (contract ``contracts/kv.json``): ``get {key}`` -> ``{value}`` or ``not-found``;
-``put {key, value}`` -> ``{version}`` (1 for a new key, one more on each overwrite);
-``delete {key}`` -> ``{deleted}``; ``list {prefix?, limit?}`` -> ``{keys, truncated}``,
-sorted by code point. Keys are 1–1,024 UTF-8 bytes without NUL. Calls run in worker
-threads, so the one connection is opened with ``check_same_thread=False`` and every use
-holds a lock.
+Calls run in worker threads: the one connection is opened with
+``check_same_thread=False`` and every use holds a lock.
 """
 
 from __future__ import annotations

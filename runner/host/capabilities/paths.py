@@ -1,22 +1,17 @@
 """Opening a provider's host directory so that nobody but the host can redirect it.
 
-A provider's ``root`` or ``path`` option may name a place inside a directory that a
-component can write: an ``rw`` attachment, or one a component of an earlier run could
-reach. A component that swaps a name on that path for a symbolic link would turn the
-host's writes, made as the host's user (often root), into writes where it chooses.
-
-:func:`open_directory` therefore walks the path from ``/`` one name at a time, each
-opened relative to its parent's descriptor with ``O_NOFOLLOW``, and follows a symbolic
-link only where nobody but the host could have made it: in a directory that only root
-or the host's user can write, or in a sticky one (``/tmp``) when the link is theirs.
-Any other link is refused. The walk also tells whether anyone else could change a name
-on the way or add one to the directory itself (:attr:`HostDirectory.exposed`):
-a provider that must later open names by path (SQLite does) refuses such a directory,
-while one that keeps the descriptor and works relative to it need not.
+A provider's ``root`` or ``path`` may lie in a directory a component can write (an
+``rw`` attachment, now or in an earlier run); a link swapped in on the way would turn the
+host's writes, as its user (often root), into writes where the component chooses.
+:func:`open_directory` walks the path from ``/`` one name at a time with ``O_NOFOLLOW``,
+each relative to its parent's descriptor, and follows a link only where nobody but the
+host could have made it: in a directory only root or the host's user can write, or in a
+sticky one (``/tmp``) when the link is theirs. It also tells whether anyone else could
+change a name on the way or in the directory (:attr:`HostDirectory.exposed`), which a
+provider that opens names by path (SQLite does) must refuse.
 
 "Anyone else" is judged from owners and mode bits (ACLs show in the group bits): a
-component running as the host's own user, a local process or a container whose user
-is the host's, cannot be told apart from the host this way.
+component running as the host's own user cannot be told apart from the host.
 """
 
 from __future__ import annotations
@@ -46,17 +41,14 @@ class HostDirectory:
     path: str
     """Its real path (links resolved) as the walk found it."""
     exposed: str | None
-    """``None`` when only the host can change a name on the way or in the directory,
-    else why not (which directory, its owner and mode)."""
+    """Why someone else could change a name on the way or in it (the directory, its owner
+    and mode), or ``None``."""
 
 
 def open_directory(path: str, *, create: bool) -> HostDirectory:
-    """Open the directory ``path`` (relative to the working directory if not absolute).
-
-    Missing directories are created when ``create``. Raises :class:`PathRefused` for
-    a link someone else could have planted or too many links, ``NotADirectoryError``
-    for a file on the way, and the ``OSError`` of any other failure.
-    """
+    """Open the directory ``path`` (relative to the working directory), creating missing
+    ones if ``create``; raises :class:`PathRefused` for a link someone else could have
+    planted or too many links, and ``OSError`` (``NotADirectoryError`` for a file)."""
     names = deque(os.path.join(os.getcwd(), path).split("/"))
     descriptor = os.open("/", DIRECTORY)
     real, here, exposed, links = "/", os.fstat(descriptor), None, 0

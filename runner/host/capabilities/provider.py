@@ -55,11 +55,8 @@ class Provider(Protocol):
 
 
 class CapabilityError(Exception):
-    """A declared application error: the call completed and its answer is this error.
-
-    ``name`` is a LocalName and ``data`` a JSON/1 value; with a contract, the name must be
-    one the method declares and the data must satisfy its schema.
-    """
+    """A declared application error, the call's answer: ``name`` is a LocalName and
+    ``data`` JSON/1; with a contract, the method declares the name and its data schema."""
 
     def __init__(self, name: str, data: JSONValue = None) -> None:
         super().__init__(name, data)
@@ -75,8 +72,6 @@ class UnknownMethod(Exception):
 
     def __init__(self, method: str, known: Collection[str]) -> None:
         super().__init__(f"no method {method!r} (methods: {', '.join(sorted(known))})")
-        self.method = method
-        self.known = known
 
 
 class InvalidInput(Exception):
@@ -291,16 +286,6 @@ def string_member(fields: Mapping[str, JSONValue], name: str, default: str | Non
     return value
 
 
-def integer_member(
-    fields: Mapping[str, JSONValue], name: str, *, default: int, low: int, high: int
-) -> int:
-    """An integer member from ``low`` to ``high``."""
-    value = _integer(fields.get(name, default), low, high)
-    if value is None:
-        raise InvalidInput(f"member {name!r} must be an integer from {low:,} to {high:,}")
-    return value
-
-
 def _integer(value: JSONValue, low: int, high: int) -> int | None:
     """``value`` as an integer from ``low`` to ``high`` (``2.0`` is 2 in JSON/1), or ``None``."""
     if isinstance(value, float) and value.is_integer():
@@ -317,6 +302,7 @@ MAX_LIST_LIMIT: Final = 10_000
 def list_request(input: JSONValue) -> tuple[str, int]:
     """``{prefix?, limit?}`` of a ``list`` method: the prefix and a bounded limit."""
     fields = input_object(input, optional={"prefix", "limit"})
-    prefix = string_member(fields, "prefix", "")
-    limit = integer_member(fields, "limit", default=DEFAULT_LIST_LIMIT, low=1, high=MAX_LIST_LIMIT)
-    return prefix, limit
+    limit = _integer(fields.get("limit", DEFAULT_LIST_LIMIT), 1, MAX_LIST_LIMIT)
+    if limit is None:
+        raise InvalidInput(f"member 'limit' must be an integer from 1 to {MAX_LIST_LIMIT:,}")
+    return string_member(fields, "prefix", ""), limit
