@@ -31,9 +31,8 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from runner.component.errors import ChannelFault, OperationError, OperationErrorCode, protocol_error
 from runner.component.messages import (
@@ -58,25 +57,6 @@ ReplyHook = Callable[[object], None]
 ``None`` when no reply will come (refused locally, dropped unsent, or the channel died)."""
 
 
-class Invoke(Protocol):
-    """Sends one request (method, params) and returns the parsed reply.
-
-    ``settlement`` marks a ``channel/close``/``channel/release``; ``hold`` is the number
-    of endpoints a successful reply will grant (their settlement ids are held from now).
-    """
-
-    def __call__(
-        self,
-        method: str,
-        params: JSONObject,
-        parse: Parser,
-        *,
-        settlement: bool = False,
-        hold: int = 0,
-        on_reply: ReplyHook | None = None,
-    ) -> Awaitable[object]: ...
-
-
 @dataclass(eq=False, slots=True)
 class Call:
     """One admitted request; ``waiter`` resolves to the reply (a value or an exception)."""
@@ -97,8 +77,16 @@ class Call:
 class CallTable:
     """Outstanding calls; ``write`` puts one frame on the wire and never raises."""
 
-    def __init__(self, write: Callable[[bytes], None], *, window: int, lifetime: int) -> None:
+    def __init__(
+        self,
+        write: Callable[[bytes], None],
+        admission: Callable[[str, bool], None],
+        *,
+        window: int,
+        lifetime: int,
+    ) -> None:
         self._write = write
+        self._admission = admission  # (method, settlement): raises to refuse a call
         self._window = window
         self._lifetime = lifetime
         self._sent = 0
@@ -125,28 +113,49 @@ class CallTable:
         self._held += count
         self._channels = True
 
-    def admit(
+    async def call(
         self,
-        request: PreparedRequest,
+        method: str,
+        params: JSONObject,
         parse: Parser,
         *,
         settlement: bool = False,
         hold: int = 0,
         on_reply: ReplyHook | None = None,
-    ) -> Call:
-        """Queue a call and send what the window allows; refuse past the lifetime budget."""
-        if settlement and self._held:
-            self._held -= 1
-        else:
-            self._check_budget(1 + hold)
-            self._held += hold
+    ) -> object:
+        """Send one request (queued while the window is full) and return its parsed reply.
+
+        ``settlement`` marks a ``channel/close``/``channel/release``; ``hold`` is the number
+        of endpoints a successful reply will grant (their settlement ids are held from now).
+        A call past the lifetime budget, or one ``admission`` refuses, raises and is told
+        to ``on_reply`` as ``None``.
+        """
+        try:
+            request = PreparedRequest(method, params)
+            self._admission(method, settlement)
+            if settlement and self._held:
+                self._held -= 1
+            else:
+                self._check_budget(1 + hold)
+                self._held += hold
+        except BaseException:
+            if on_reply is not None:
+                on_reply(None)
+            raise
         self._channels = self._channels or settlement or hold > 0
         call = Call(request, parse, settlement, hold, on_reply)
         (self._settlements if settlement else self._ordinary).append(call)
         self._queued += 1
         self._quiet.clear()
         self._pump()
-        return call
+        try:
+            reply = await call.waiter
+        except asyncio.CancelledError:
+            self.withdraw(call)
+            raise
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
 
     def withdraw(self, call: Call) -> None:
         """The caller stopped waiting: drop the call if queued, else cancel it once on the wire."""

@@ -34,7 +34,7 @@ from collections.abc import Callable, Collection, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast
 
-from runner.component.calls import Invoke, Parser
+from runner.component.calls import CallTable, Parser
 from runner.component.errors import OperationError, protocol_error
 from runner.component.messages import (
     End,
@@ -311,29 +311,19 @@ class ChannelPair:
     receive: ChannelReceiver
 
 
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class BroadcastSource:
     """A broadcast source this Run created: its one writer and the right to subscribe.
 
-    :attr:`reference` names the source, not an endpoint: it cannot be mapped into a
-    call, and moving the writer to a callee does not move the right to subscribe (§7.3).
+    ``send`` is the source's one writer; it may be offered to a callee like any endpoint.
+    ``reference``, the opaque source reference the host minted, names the source, not an
+    endpoint: it cannot be mapped into a call, and moving the writer to a callee does not
+    move the right to subscribe (§7.3).
     """
 
-    __slots__ = ("_channels", "_reference", "_send")
-
-    def __init__(self, channels: Channels, send: ChannelSender, reference: str) -> None:
-        self._channels = channels
-        self._send = send
-        self._reference = reference
-
-    @property
-    def send(self) -> ChannelSender:
-        """The source's one writer; it may be offered to a callee like any endpoint."""
-        return self._send
-
-    @property
-    def reference(self) -> str:
-        """The opaque source reference the host minted."""
-        return self._reference
+    _channels: Channels
+    send: ChannelSender
+    reference: str
 
     async def subscribe(self) -> ChannelReceiver:
         """A new reader starting at the next accepted value; late subscribers get no history.
@@ -344,14 +334,14 @@ class BroadcastSource:
         return await self._channels.subscribe(self)
 
     def __repr__(self) -> str:
-        return f"BroadcastSource({self._reference!r})"
+        return f"BroadcastSource({self.reference!r})"
 
 
 class Channels:
     """This Run's endpoints and sources: allocation, local limits, cleanup, completion checks."""
 
-    def __init__(self, invoke: Invoke, grants: Mapping[str, Grant]) -> None:
-        self.invoke = invoke
+    def __init__(self, calls: CallTable, grants: Mapping[str, Grant]) -> None:
+        self.invoke = calls.call
         self._endpoints: dict[str, ChannelEndpoint] = {}
         self._sources: set[str] = set()
         self._pairs: list[ChannelPair] = []

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Final, Literal, cast, overload
 
-from runner.component.calls import Invoke
+from runner.component.calls import CallTable
 from runner.component.channels import (
     BroadcastSource,
     ChannelEndpoint,
@@ -45,11 +45,11 @@ _CONTRACT_PATH: Final = re.compile(r"\./[^\\]+")
 class RunContext:
     """One Run's input, settings, attachments, channel grants, scratch and deadline."""
 
-    __slots__ = ("_channels", "_invoke", "_root")
+    __slots__ = ("_calls", "_channels", "_root")
 
-    def __init__(self, root: Root, invoke: Invoke, channels: Channels) -> None:
+    def __init__(self, root: Root, calls: CallTable, channels: Channels) -> None:
         self._root = root
-        self._invoke = invoke
+        self._calls = calls
         self._channels = channels
 
     @property
@@ -151,7 +151,7 @@ class RunContext:
                 raise ValueError("intent must be a string of 1–16,384 Unicode scalars")
             params["intent"] = intent
         self._map_channels(params, channels)
-        result = await self._invoke("flow/run-child", params, parse_run_result)
+        result = await self._calls.call("flow/run-child", params, parse_run_result)
         return cast(RunResult, result)
 
     async def call_capability(
@@ -173,7 +173,7 @@ class RunContext:
             raise ValueError(f"method {method!r} is not a LocalName")
         params["method"] = method
         self._map_channels(params, channels)
-        value = await self._invoke("capability/call", params, parse_capability_result)
+        value = await self._calls.call("capability/call", params, parse_capability_result)
         return cast(JSONValue, value)
 
     def _map_channels(self, params: JSONObject, channels: ChannelMap | None) -> None:

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Final, cast
 
 from runner import json1
-from runner.component.calls import CallTable, Parser, ReplyHook
+from runner.component.calls import CallTable
 from runner.component.channels import Channels
 from runner.component.context import RunContext
 from runner.component.errors import (
@@ -50,7 +50,6 @@ from runner.component.errors import (
 )
 from runner.component.messages import (
     InvalidParams,
-    PreparedRequest,
     Root,
     operation_error_frame,
     parse_root,
@@ -147,7 +146,9 @@ class _Runtime:
         self.exit: asyncio.Future[int] = loop.create_future()  # the process's exit status
         self._handler = handler
         self._output_fd = output_fd
-        self._calls = CallTable(self._write, window=limits.window, lifetime=limits.lifetime)
+        self._calls = CallTable(
+            self._write, self._check_admission, window=limits.window, lifetime=limits.lifetime
+        )
         self._host_ids: set[str] = set()
         self._root_id: str | None = None
         self._handler_task: asyncio.Task[object] | None = None
@@ -216,8 +217,8 @@ class _Runtime:
     def _start(self, root: Root) -> None:
         if root.grants:
             self._calls.hold(len(root.grants))
-        channels = Channels(self._invoke, root.grants)
-        context = RunContext(root, self._invoke, channels)
+        channels = Channels(self._calls, root.grants)
+        context = RunContext(root, self._calls, channels)
         self._handler_task = asyncio.ensure_future(self._call_handler(context))
         self._root_task = asyncio.ensure_future(self._complete_root(self._handler_task, channels))
 
@@ -294,36 +295,6 @@ class _Runtime:
         return operation_error_frame(self._root_request_id, OperationError(code, message))
 
     # --- outbound -----------------------------------------------------------------------
-
-    async def _invoke(
-        self,
-        method: str,
-        params: JSONObject,
-        parse: Parser,
-        *,
-        settlement: bool = False,
-        hold: int = 0,
-        on_reply: ReplyHook | None = None,
-    ) -> object:
-        """Admit one request and await its reply; ``on_reply`` hears of a refusal too."""
-        try:
-            request = PreparedRequest(method, params)
-            self._check_admission(method, settlement)
-            call = self._calls.admit(
-                request, parse, settlement=settlement, hold=hold, on_reply=on_reply
-            )
-        except BaseException:
-            if on_reply is not None:
-                on_reply(None)
-            raise
-        try:
-            reply = await call.waiter
-        except asyncio.CancelledError:
-            self._calls.withdraw(call)
-            raise
-        if isinstance(reply, Exception):
-            raise reply
-        return reply
 
     def _check_admission(self, method: str, settlement: bool) -> None:
         """New work stops with the handler; settlements only with the channel itself."""
