@@ -1,9 +1,7 @@
-"""Channel Contract/1: the named item type of a channel source (PROTOCOL.md §15.2).
+"""Channel Contract/1 (PROTOCOL.md §15.2): the named item type of a channel source.
 
-A channel created with ``contract: "./updates.json"`` carries that descriptor's identity
-(id, version, digest) on every grant, and its ``item`` schema holds every value sent.
-Ports that name a contract accept only sources of the identical identity; this is how
-two flows written apart agree on what flows between them.
+A channel created with a contract carries its identity on every grant, and its ``item``
+schema holds every value sent; a port that names a contract accepts only that identity.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """Channel ports and sources, and the rule that matches them (PROTOCOL.md §7.4, §15.2).
 
-A port (FLOW.md ``channels``, or a capability method's inline ``channels``) and a source
-(what ``channel/create`` named) meet when a right moves to a callee. Both
-``package/`` (a package's declared ports) and ``host/`` (the hub that moves the right)
-need the same types and the same rule, so they live here, below both.
+``package/`` (declared ports) and ``host/`` (the hub that moves a right to a callee)
+need the same types and rule, so they live here, below both.
 """
 
 from __future__ import annotations
@@ -30,11 +28,8 @@ class FirstError(Protocol):
 
 
 class ItemSchema:
-    """An item constraint: a compiled Schema/1 validator and its canonical bytes.
-
-    Two nontrivial schemas are compatible only when canonically equal (§15.2: no
-    subtyping); ``None`` stands for the generic item (omitted or ``true``).
-    """
+    """An item constraint: a compiled Schema/1 validator and its canonical bytes (two
+    are compatible only when canonically equal: §15.2 has no subtyping)."""
 
     __slots__ = ("canonical", "document", "first_error")
 
@@ -48,8 +43,7 @@ class ItemSchema:
         """``None`` for the generic schema; raises ``SchemaError`` outside Schema/1."""
         if document is True:
             return None
-        # Imported here: Schema/1 loads jsonschema, which a run without item schemas
-        # never needs (about 60 modules and 3 MiB at start-up).
+        # imported here: Schema/1 loads jsonschema, which a run without item schemas never needs
         from runner.contracts.schema1 import compile_schema1
 
         return cls(document, compile_schema1(document, defs={}).first_error)
@@ -100,11 +94,8 @@ def required_ports(ports: Mapping[str, PortSpec] | None) -> list[str]:
 
 
 def ports_of(declarations: Mapping[str, JSONValue]) -> dict[str, PortSpec]:
-    """Ports declared inline (a capability method's ``channels``), resolved for matching.
-
-    A port that names a ``contract`` needs a package to resolve the path in; a provider's
-    descriptor has none, so a call that maps channels to such a method is refused.
-    """
+    """Ports declared inline (a capability method's ``channels``), resolved for matching;
+    one naming a ``contract`` is refused, as no package is there to resolve its path."""
     ports: dict[str, PortSpec] = {}
     for name, spec in declarations.items():
         assert isinstance(spec, dict)

@@ -1,7 +1,5 @@
-"""Schema/1's limits and :class:`SchemaError`, the stable error that reports breaking them.
-
-Every part of the dialect (its checks at compile time, its evaluation under the work
-meter) refuses with the codes named here, so that every host gives the same verdict.
+"""Schema/1's limits and :class:`SchemaError`: every part of the dialect refuses with
+these codes, so that every host gives the same verdict.
 """
 
 from __future__ import annotations
@@ -15,12 +13,9 @@ MAX_SCHEMA_NODES: Final = 4_096
 MAX_WORK_UNITS: Final = 1_000_000
 
 MAX_REFERENCE_DEPTH: Final = 128
-"""flow-runner's bound on a schema's depth with every ``$ref`` expanded in place.
-
-Schema/1 bounds structural depth (64) and meters work, but a chain of definitions that
-each refer to the next is as deep as the chain is long, and evaluation recurses that
-deep. This bound keeps it well inside Python's stack; no realistic schema comes near it.
-"""
+"""flow-runner's bound on a schema's depth with every ``$ref`` expanded: a chain of
+definitions is as deep as it is long and evaluation recurses that deep, so this keeps it
+inside Python's stack."""
 
 
 SchemaErrorCode = Literal[
@@ -33,11 +28,8 @@ SchemaErrorCode = Literal[
 
 
 class SchemaError(ValueError):
-    """A schema Schema/1 refuses, or an instance whose validation exceeds the work meter.
-
-    ``pointer`` is the RFC 6901 pointer of the offending place in the schema's document
-    (for a contract, the descriptor).
-    """
+    """A schema Schema/1 refuses, or an instance whose validation exceeds the work meter;
+    ``pointer`` is the offending place in the schema's document (a contract's descriptor)."""
 
     def __init__(self, code: SchemaErrorCode, pointer: str, message: str) -> None:
         super().__init__(code, pointer, message)

@@ -1,10 +1,8 @@
-"""The shipped meta-schemas of Schema/1 and the two Contract/1 kinds, and the dialect's shape.
+"""The shipped meta-schemas of Schema/1 and the Contract/1 kinds, and the dialect's shape.
 
-``jsonschema`` checks a document (one schema node, a contract descriptor) against a
-shipped copy of the spec's meta-schema, with the ``pattern`` keyword given ECMA-262
-semantics for ``$``: Python's ``$`` also matches before a trailing newline, which would
-admit ``"get\\n"`` as a LocalName. :data:`KEYWORDS` and the ``SUBSCHEMA*`` sets say which
-keywords exist and where a keyword's value holds schemas.
+``jsonschema`` checks a document against them with ECMA-262 ``pattern`` semantics:
+Python's ``$`` also matches before a trailing newline, which would admit ``"get\\n"`` as
+a LocalName.
 """
 
 from __future__ import annotations
@@ -39,11 +37,8 @@ SUBSCHEMA_MAPS: Final = frozenset({"properties", "dependentSchemas"})
 
 
 def meta_violation(instance: JSONValue, schema_uri: str) -> tuple[str, str] | None:
-    """The first way ``instance`` breaks a shipped meta-schema: (pointer, message).
-
-    ``schema_uri`` is :data:`SCHEMA_1_URI`, :data:`EMBEDDED_SCHEMA_URI` or the
-    Capability Contract/1 descriptor schema's ``$id``.
-    """
+    """The first way ``instance`` breaks the shipped meta-schema ``schema_uri`` names:
+    (pointer, message)."""
     error = best_match(_meta_validator(schema_uri).iter_errors(instance))
     if error is None:
         return None
@@ -74,12 +69,9 @@ anything else is refused at every depth."""
 
 
 def _meta_schemas() -> tuple[type[Validator], Registry[Any]]:
-    """The validator class for meta-schemas, and a registry of the shipped ones.
-
-    The registry's copies lack ``$schema``: on entering a resource that declares one,
-    ``jsonschema`` switches to the stock validator class of that dialect, which would
-    drop the ECMA ``pattern``.
-    """
+    """The validator class for meta-schemas, and a registry of the shipped ones, without
+    ``$schema``: one would switch ``jsonschema`` to its stock class, dropping the ECMA
+    ``pattern``."""
     documents = [
         _shipped_schema("schema-1.json"),
         _shipped_schema("capability-contract-1.schema.json"),
@@ -114,11 +106,8 @@ def _ecma_pattern(
 
 @cache
 def _ecma_regex(pattern: str) -> re.Pattern[str]:
-    """Compile an ECMA-262 pattern: ``$`` outside a class is the end of input (``\\Z``).
-
-    The shipped meta-schemas use only anchors, classes, groups, lookaheads and counted
-    repetition, whose meaning is otherwise the same in Python.
-    """
+    """Compile an ECMA-262 pattern: ``$`` outside a class is the end of input (``\\Z``);
+    the rest of what the shipped meta-schemas use means the same in Python."""
     out: list[str] = []
     index, in_class = 0, False
     while index < len(pattern):

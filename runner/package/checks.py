@@ -1,12 +1,9 @@
 """Holding one invocation to its package (PROTOCOL.md §4 host-side checks, §14).
 
-Before any container exists: settings against ``settings.schema.json`` (without one only
-``{}`` is valid), the supplied attachments against the declared ones, and the configured
-capability slots against ``uses``; these are the caller's mistakes and raise
-:class:`InvocationRefused`. Input against ``input.schema.json`` is a Run failure
-(``INVALID_INPUT``) that also happens before the container is created. After the run, the
-outcome must be ``done`` or declared, and ``{outcome, output}`` must fit
-``result.schema.json`` before success is reported (``INVALID_RESULT``).
+Settings, attachments and capability slots that misfit are the caller's mistakes
+(:class:`InvocationRefused`); an input outside ``input.schema.json`` is a Run failure
+(``INVALID_INPUT``), both before any container exists; after the run, an undeclared
+outcome or a result outside ``result.schema.json`` is ``INVALID_RESULT``.
 """
 
 from __future__ import annotations
@@ -26,7 +23,7 @@ if TYPE_CHECKING:
 
 
 def check_settings(package: Package, settings: dict[str, JSONValue]) -> None:
-    """Refuse settings the package does not accept."""
+    """Refuse settings the package does not accept (without a schema, only ``{}``)."""
     validator = package.schemas.get("settings")
     if validator is None:
         if settings:
@@ -140,7 +137,7 @@ def channel_ports(package: Package) -> dict[str, PortSpec]:
 
 def channel_contract_resolver(package: Package) -> Callable[[str], SourceType]:
     """Resolve ``channel/create``'s ``contract`` path inside this package, or refuse it."""
-    # Imported here: contract parsing loads jsonschema, which most runs never need.
+    # imported here: contract parsing loads jsonschema, which most runs never need
     from runner.contracts.capability import ContractError
     from runner.contracts.channel import parse_channel_contract
 

@@ -4,11 +4,8 @@ from __future__ import annotations
 
 
 class PackageError(ValueError):
-    """A package the host refuses to run, naming the file, the key and the broken rule.
-
-    ``key`` is a dotted path into the frontmatter (``outcomes.done``), a JSON pointer into
-    a schema file, or empty for the file as a whole.
-    """
+    """A package the host refuses, naming the file, the key (a dotted frontmatter path, a
+    JSON pointer into a schema file, or empty) and the broken rule."""
 
     def __init__(self, file: str, key: str, rule: str) -> None:
         super().__init__(file, key, rule)
@@ -22,12 +19,10 @@ class PackageError(ValueError):
 
 
 class InvocationRefused(ValueError):
-    """Settings, attachments or capability slots that do not fit the package.
-
-    Raised before any container exists. ``code`` is ``INVALID_SETTINGS`` (a host
-    diagnostic, not a wire code), ``INVALID_ATTACHMENTS`` or ``INVALID_CAPABILITIES``
-    (or ``INVALID_INPUT`` from runner.api: an input too large for its ``flow/run`` frame);
-    the CLI reports it as a usage error (exit 2): the fix is in the caller's hands.
+    """Settings, attachments, capability slots (or, from runner.api, an input too large
+    for its frame) that do not fit, found before any container exists. ``code``:
+    ``INVALID_SETTINGS`` (a host diagnostic), ``INVALID_ATTACHMENTS``,
+    ``INVALID_CAPABILITIES`` or ``INVALID_INPUT``. A usage error: the caller can fix it.
     """
 
     def __init__(self, code: str, message: str) -> None:

@@ -1,16 +1,9 @@
-"""``FLOW.md``: the frontmatter split, the strict YAML subset, and Metadata/1.
+"""``FLOW.md`` (PROTOCOL.md §14): the frontmatter split, the strict YAML subset, Metadata/1.
 
-PROTOCOL.md §14. The frontmatter is YAML 1.2 restricted to the JSON-schema subset with
-string keys. It is parsed here with PyYAML's *event* parser only, never its constructors:
-PyYAML resolves scalars as YAML 1.1 (``yes`` is true, ``0o7`` is 7) and its loaders keep
-the last of two duplicate keys silently. Building the value from events instead lets this
-module apply exactly the subset's rules: a plain ``null``/``true``/``false`` or JSON number
-becomes that JSON value, every other scalar a string, and any tag, anchor, alias, merge
-key (``<<``), non-string key or duplicate key is refused with the place it was found.
-(A hand-written parser would have to re-implement quoting, folding and flow collections;
-the event stream already tells us which syntax each scalar used.)
-
-Every refusal is a :class:`PackageError` naming ``FLOW.md``, the dotted key and the rule.
+The frontmatter is YAML 1.2's JSON-schema subset with string keys, built from PyYAML's
+*events*, never its constructors: they resolve scalars as YAML 1.1 (``yes`` is true) and
+keep the last of two duplicate keys silently. Any tag, anchor, alias, merge key,
+non-string or duplicate key is refused with a :class:`PackageError` naming its place.
 """
 
 from __future__ import annotations
@@ -183,7 +176,7 @@ class _Builder:
         self.nodes = 0
 
     def fail(self, path: list[str], rule: str) -> PackageError:
-        return PackageError(self.file, _dotted(path), rule)
+        return PackageError(self.file, ".".join(path), rule)
 
     def node(self, events: _Events, path: list[str], depth: int) -> JSONValue:
         event = next(events)
@@ -252,10 +245,6 @@ def _scalar(event: yaml.ScalarEvent) -> JSONValue:
     if _JSON_NUMBER.match(value):
         return json1.loads(value.encode())
     return value
-
-
-def _dotted(path: list[str]) -> str:
-    return ".".join(path)
 
 
 # ----- Metadata/1 -----------------------------------------------------------------------

@@ -1,10 +1,6 @@
-"""A validated FLOW package (:class:`Package`), and how one is made from its files.
-
-``reader`` finds a package's files (in an image, its disk cache, or a host directory)
-and hands them here: ``FLOW.md`` is parsed, its references resolved, every schema and
-contract compiled, and the tree digested. Only a run of an image that carries a package
-(or ``--package DIR``) gets this far, so a run of a plain image imports neither this
-module nor the YAML, contract and Schema/1 machinery it imports in turn.
+"""A validated FLOW package (:class:`Package`) made from its files: ``FLOW.md`` parsed,
+its references resolved, every schema and contract compiled, the tree digested. Only a
+run of an image with a package imports this module (and the YAML and Schema/1 it needs).
 """
 
 from __future__ import annotations
@@ -68,11 +64,7 @@ def package_digest(files: dict[str, bytes]) -> str:
 
 
 def package_from_files(files: dict[str, bytes], image_id: str = "", root: str = "") -> Package:
-    """Validate a package's files: FLOW.md, its references and the root schemas.
-
-    The YAML, contract and Schema/1 machinery is imported here, not with the module: a
-    run of an image without a package (or with a cached absence) never pays for it.
-    """
+    """Validate a package's files: FLOW.md, its references and the root schemas."""
     from runner.contracts.capability import MAX_CONTRACT_BYTES, parse_contract
     from runner.contracts.channel import parse_channel_contract
     from runner.contracts.schema1 import SchemaError, compile_schema1_file

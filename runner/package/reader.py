@@ -1,19 +1,10 @@
-"""Reading a FLOW package's files out of an image, or out of a directory, without running it.
+"""Reading a FLOW package's files out of an image, or a directory, without running it.
 
-The package directory is named by the image label ``flow.package`` (``/flow/package``
-when the label is absent). Its files come from the sandbox backend, which knows images
-but not packages (:class:`~runner.sandbox.base.ImageSource`: the Docker backend reads them
-through the engine's archive endpoint of a container that is created but never started):
-no component code runs before the host has validated the metadata and compiled every
-schema (PROTOCOL.md §14, §15.3 "inert inspection"). A package directory on the host (``exec
---process --package DIR``) goes through the same checks and the same parse.
-
-An image whose package directory is missing, or holds no ``FLOW.md``, carries no
-package: it runs as before, unchecked (the test images, and a bare command image). The
-files of one that does are validated by ``runner.package.parse``, imported only then.
-
-Results are cached per image id in this process, so a run tree that starts the same image
-a hundred times reads its package once; a retag that changes the image changes the id.
+The directory is the image label ``flow.package`` (default ``/flow/package``); the
+sandbox backend reads its files (:class:`~runner.sandbox.base.ImageSource`), so no
+component code runs before the package is validated (PROTOCOL.md §14, §15.3). An image
+without ``FLOW.md`` there carries no package and runs unchecked. Results are cached per
+image id (content-addressed, so never stale), in this process and on disk.
 """
 
 from __future__ import annotations
@@ -53,7 +44,7 @@ _cache_lock = threading.Lock()
 
 
 def forget_packages() -> None:
-    """Empty the per-process cache (tests; a long-lived host after images were rebuilt)."""
+    """Empty the per-process cache."""
     with _cache_lock:
         _cache.clear()
 
@@ -87,12 +78,8 @@ async def image_package(source: ImageSource) -> Package | None:
 
 
 def directory_package(directory: Path) -> Package:
-    """The package in a host directory (``exec --process --package DIR``), read afresh.
-
-    Held to the rules of a package in an image: regular files and directories only, valid
-    Package/1 paths, the same bounds; a directory without ``FLOW.md`` is an error here,
-    since the user named it as a package.
-    """
+    """The package in a host directory (``--package DIR``), read afresh and held to the
+    rules of one in an image; no ``FLOW.md`` is an error, since the user named a package."""
     from runner.package.parse import package_from_files
 
     root = str(directory)
@@ -141,12 +128,8 @@ def cache_dir() -> Path:
 
 
 async def _stored_files(source: ImageSource, root: str) -> dict[str, bytes] | None:
-    """The package files of an image, from the disk cache or else from the image.
-
-    An image id is the digest of the image's content, so an entry never goes stale; the
-    cache saves each new process the create/get_archive/remove round trip (about 60 ms).
-    Entries are re-validated like a fresh read; an unreadable entry is simply read again.
-    """
+    """The package files of an image, from the disk cache or else from the image (an
+    entry is re-validated like a fresh read; an unreadable one is read again)."""
     key = hashlib.sha256(f"{source.image_id}\0{root}".encode()).hexdigest()
     path = cache_dir() / f"{key}.pack"
     cached = await anyio.to_thread.run_sync(_cached, path)
@@ -171,11 +154,9 @@ _RECORD = struct.Struct(">IQ")
 
 
 def _cached(path: Path) -> dict[str, bytes] | Literal[False] | None:
-    """The disk cache's entry: files, ``None`` (no package dir), or ``False`` (a miss).
-
-    An entry is read record by record (see :func:`_store`): the files are the one copy in
-    memory (a package may hold up to :data:`MAX_ARCHIVE_BYTES`). Anything that does not
-    read back whole and within the bounds is a miss."""
+    """The disk cache's entry: files, ``None`` (no package dir), or ``False`` (a miss:
+    anything that does not read back whole and within the bounds). Read record by record,
+    so the files are the one copy in memory."""
     try:
         with path.open("rb") as entry:
             if entry.readline(64) != _CACHE_MAGIC:
