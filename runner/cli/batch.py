@@ -10,7 +10,15 @@ from typing import TYPE_CHECKING, Annotated, Literal
 import typer
 
 from runner.cli.app import UsageError, _fail_usage, batch_app, collect_from_here
-from runner.cli.inputs import check_outputs, load_config, parse_duration, read_input, read_settings
+from runner.cli.inputs import (
+    DefaultDeadline,
+    ResultStore,
+    check_outputs,
+    load_config,
+    parse_duration,
+    read_input,
+    read_settings,
+)
 from runner.cli.running import notice, under_signals
 
 if TYPE_CHECKING:
@@ -20,9 +28,7 @@ if TYPE_CHECKING:
 @batch_app.command("run")
 def batch_run(
     manifest: Annotated[Path, typer.Argument(help="JSON Lines: one invocation per line.")],
-    results: Annotated[
-        Path, typer.Option("--results", help="The SQLite result store (created if missing).")
-    ] = Path("flow-runner-results.sqlite"),
+    results: ResultStore = Path("flow-runner-results.sqlite"),
     jobs: Annotated[
         int | None,
         typer.Option("--jobs", "-j", min=1, help="Runs at once (default: the number of cores)."),
@@ -42,7 +48,7 @@ def batch_run(
     attach: Annotated[
         list[str] | None, typer.Option("--attach", "-a", help="Default NAME=PATH[:ro|rw].")
     ] = None,
-    deadline: Annotated[str, typer.Option("--deadline", "-d", help="Default deadline.")] = "5m",
+    deadline: DefaultDeadline = "5m",
     profile: Annotated[str, typer.Option("--profile", "-p", help="Default profile.")] = "default",
     user: Annotated[
         str | None,

@@ -10,7 +10,16 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from runner.cli.app import UsageError, app
-from runner.cli.inputs import check_outputs, load_config, parse_duration, read_input, read_settings
+from runner.cli.inputs import (
+    Attach,
+    Quiet,
+    check_outputs,
+    command_of,
+    load_config,
+    parse_duration,
+    read_input,
+    read_settings,
+)
 from runner.cli.running import Starter, _print_verdict, _run, refusal, refuse
 
 if TYPE_CHECKING:
@@ -24,8 +33,10 @@ if TYPE_CHECKING:
     from runner.sandbox.registry import SandboxSpec
 
 
-@app.command("exec")
-def exec_(
+@dataclass
+class ExecRequest:
+    """What ``exec`` was asked to run: its options, checked before anything starts."""
+
     target: Annotated[
         list[str] | None,
         typer.Argument(
@@ -34,33 +45,30 @@ def exec_(
             "with a dash.",
             show_default=False,
         ),
-    ] = None,
+    ] = None
     process: Annotated[
         bool, typer.Option("--process", help="Run a local command instead of a container.")
-    ] = False,
-    input_: Annotated[
+    ] = False
+    input_text: Annotated[
         str | None,
         typer.Option(
             "--input", "-i", help="Run input: JSON text, @FILE, or - for stdin (default null)."
         ),
-    ] = None,
-    settings: Annotated[
+    ] = None
+    settings_text: Annotated[
         str, typer.Option("--settings", help="Settings object: JSON text or @FILE.")
-    ] = "{}",
-    attach: Annotated[
-        list[str] | None,
-        typer.Option("--attach", "-a", help="NAME=HOSTPATH[:ro|rw] (default ro); repeatable."),
-    ] = None,
+    ] = "{}"
+    attach: Attach = None
     scratch: Annotated[
         Path | None,
         typer.Option("--scratch", help="Host directory to use as scratch (kept after the run)."),
-    ] = None,
+    ] = None
     deadline: Annotated[
         str, typer.Option("--deadline", "-d", help="Time allowed, e.g. 30s, 2m, 1h, 500ms.")
-    ] = "5m",
+    ] = "5m"
     profile: Annotated[
         str, typer.Option("--profile", "-p", help="Sandbox profile: a name or a TOML file.")
-    ] = "default",
+    ] = "default"
     user: Annotated[
         str | None,
         typer.Option(
@@ -69,7 +77,7 @@ def exec_(
             "--user $(id -u):$(id -g) to write a directory you own (uid 0 needs a profile "
             "with allow_root).",
         ),
-    ] = None,
+    ] = None
     package: Annotated[
         Path | None,
         typer.Option(
@@ -77,7 +85,7 @@ def exec_(
             help="With --process: hold the run to the FLOW package in this directory "
             "(settings, attachments, input, result, ports), as an image's package holds it.",
         ),
-    ] = None,
+    ] = None
     flow: Annotated[
         str | None,
         typer.Option(
@@ -85,13 +93,13 @@ def exec_(
             help="With --process: the local command stands in for this configured flow, "
             "with its capabilities, children, attachments, settings and limits.",
         ),
-    ] = None,
+    ] = None
     config: Annotated[
         Path | None,
         typer.Option(
             "--config", "-c", help="Host configuration (default: ./flow-runner.toml if present)."
         ),
-    ] = None,
+    ] = None
     allow_host_commands: Annotated[
         bool,
         typer.Option(
@@ -99,81 +107,30 @@ def exec_(
             help="Let ./flow-runner.toml (found, not named) define flows that run a host "
             "command with no sandbox; a file named with --config may anyway.",
         ),
-    ] = False,
+    ] = False
     report: Annotated[
         Path | None, typer.Option("--report", help="Write the run report as JSON to FILE.")
-    ] = None,
-    quiet: Annotated[
-        bool, typer.Option("--quiet", "-q", help="Do not echo the component's stderr.")
-    ] = False,
-) -> None:
-    """Run one component and print its Run result (or its error) as one JSON line."""
-    request = ExecRequest(
-        target or [], process, input_, settings, attach or [], scratch, deadline, profile,
-        config, allow_host_commands, quiet, user, package, flow,
-    )  # fmt: skip
-    try:
-        check_outputs(("--report", report))
-        execution = _run(request.starter(), quiet)
-    except UsageError as exc:
-        refuse(exc)
-    status = _print_verdict(execution)
-    if report is not None:
-        _write_report(report, execution)
-    raise typer.Exit(status)
+    ] = None
+    quiet: Quiet = False
 
-
-def _write_report(path: Path, execution: Execution) -> None:
-    """Write ``--report`` once the result line is out. A path checked before the run can
-    still fail now (a full disk, its directory removed meanwhile): that is said on stderr,
-    and the exit status stays the run's."""
-    from runner.outputs import write_output
-
-    try:
-        write_output(path, (execution.report_json() + "\n").encode())
-    except OSError as exc:
-        typer.echo(
-            f"flow-runner: --report {path}: the run report could not be written "
-            f"({exc.strerror or exc}); the result line above is the run's",
-            err=True,
-        )
-
-
-@dataclass
-class ExecRequest:
-    """What ``exec`` was asked to run, checked before anything starts (the command's own
-    record, made once: not frozen, which would cost its start-up three more generated
-    methods for nothing it shares)."""
-
-    target: list[str]
-    process: bool
-    input_text: str | None
-    """``--input`` as given; ``None``: not given, the input is ``null``."""
-    settings_text: str
-    attach: list[str]
-    scratch: Path | None
-    deadline: str
-    profile: str
-    config: Path | None
-    allow_host_commands: bool
-    quiet: bool
-    user: str | None = None
-    package: Path | None = None
-    flow: str | None = None
+    @property
+    def words(self) -> list[str]:
+        """The target and its arguments (none given: empty)."""
+        return self.target or []
 
     def starter(self) -> Starter:
         """Validate everything, then return the coroutine factory that runs it."""
-        if not self.target:
+        if not self.words:
             raise UsageError("name an image (flow-runner exec IMAGE) or a command with --process")
         if self.scratch is not None and not self.scratch.is_dir():
             raise UsageError(f"--scratch {self.scratch}: no such directory; create it first")
         self._check_process_options()
-        seconds = parse_duration(self.deadline, self.target)
+        seconds = parse_duration(self.deadline, self.words)
         value = read_input(self.input_text or "null")
         if self.flow is not None:
             return self._stand_in_starter(value, seconds)
         host_config = self._host_config()
-        if host_config is not None and self.target[0] in host_config.flows:
+        if host_config is not None and self.words[0] in host_config.flows:
             return self._flow_starter(host_config, value, seconds)
         return self._component_starter(value, seconds)
 
@@ -223,7 +180,7 @@ class ExecRequest:
         original = host_config.flows[self.flow]
         package = str(self.package.resolve()) if self.package is not None else None
         stand_in = original.model_copy(
-            update={"image": None, "backend": "process", "command": list(self.target),
+            update={"image": None, "backend": "process", "command": list(self.words),
                     "package": package}
         )  # fmt: skip
         flows = {**host_config.flows, self.flow: stand_in}
@@ -239,7 +196,7 @@ class ExecRequest:
         """
         from runner.protocol.names import is_local_name
 
-        if self.process or (self.config is None and not is_local_name(self.target[0])):
+        if self.process or (self.config is None and not is_local_name(self.words[0])):
             return None
         return load_config(self.config, self.allow_host_commands)
 
@@ -256,15 +213,15 @@ class ExecRequest:
         from runner.flows import FlowHost
 
         extra = self.attach or self.settings_text != "{}" or self.profile != "default"
-        if check and (len(self.target) > 1 or extra or self.user is not None):
+        if check and (len(self.words) > 1 or extra or self.user is not None):
             raise UsageError(
-                f"{self.target[0]!r} is a configured flow: its command, settings, "
+                f"{self.words[0]!r} is a configured flow: its command, settings, "
                 "attachments and profile come from the configuration (its user from that "
                 "profile); drop the extra arguments"
             )
         if any(flow.sandbox_backend == "docker" for flow in host_config.flows.values()):
             _sweep()
-        name, scratch = name or self.target[0], self._scratch_dir()
+        name, scratch = name or self.words[0], self._scratch_dir()
 
         async def start(control: RunControl, sink: Callable[[bytes], None] | None) -> Execution:
             try:
@@ -306,7 +263,7 @@ class ExecRequest:
             launch=LaunchRequest(attachments, self._scratch_dir()),
             package=package,
         )
-        label = " ".join(self.target) if self.process else self.target[0]
+        label = " ".join(self.words) if self.process else self.words[0]
 
         async def start(control: RunControl, sink: Callable[[bytes], None] | None) -> Execution:
             try:
@@ -328,8 +285,8 @@ class ExecRequest:
         from runner.protocol.names import is_local_name
 
         message = str(exc)
-        if not self.process and self.config is None and is_local_name(self.target[0]):
-            name = self.target[0]
+        if not self.process and self.config is None and is_local_name(self.words[0]):
+            name = self.words[0]
             message = (
                 f"{name!r} names no flow and no image here: a configured flow of that name "
                 f"needs its configuration, exec {name} --config FILE (no --config was given "
@@ -341,10 +298,10 @@ class ExecRequest:
         from runner.sandbox.registry import SandboxSpec
 
         if self.process:
-            return SandboxSpec("process", command=tuple(self.target))
-        command = tuple(self.target[1:]) or None
+            return SandboxSpec("process", command=tuple(self.words))
+        command = tuple(self.words[1:]) or None
         return SandboxSpec(
-            "docker", image=self.target[0], command=command, profile=self.profile, user=self.user
+            "docker", image=self.words[0], command=command, profile=self.profile, user=self.user
         )
 
     def _scratch_dir(self) -> Path | None:
@@ -358,6 +315,37 @@ class ExecRequest:
             raise UsageError(f"--scratch {self.scratch} is refused: {exc}") from None
         except OSError as exc:
             raise UsageError(f"--scratch {self.scratch}: {exc.strerror}; fix the path") from None
+
+
+@app.command("exec")
+@command_of(ExecRequest)
+def exec_(request: ExecRequest) -> None:
+    """Run one component and print its Run result (or its error) as one JSON line."""
+    try:
+        check_outputs(("--report", request.report))
+        execution = _run(request.starter(), request.quiet)
+    except UsageError as exc:
+        refuse(exc)
+    status = _print_verdict(execution)
+    if request.report is not None:
+        _write_report(request.report, execution)
+    raise typer.Exit(status)
+
+
+def _write_report(path: Path, execution: Execution) -> None:
+    """Write ``--report`` once the result line is out. A path checked before the run can
+    still fail now (a full disk, its directory removed meanwhile): that is said on stderr,
+    and the exit status stays the run's."""
+    from runner.outputs import write_output
+
+    try:
+        write_output(path, (execution.report_json() + "\n").encode())
+    except OSError as exc:
+        typer.echo(
+            f"flow-runner: --report {path}: the run report could not be written "
+            f"({exc.strerror or exc}); the result line above is the run's",
+            err=True,
+        )
 
 
 def refused_input(execution: Execution) -> bool:
@@ -424,7 +412,7 @@ def _placeholder(member: JSONValue) -> JSONValue:
     return values.get(kind, "...") if isinstance(kind, str) else "..."
 
 
-def _attachments(specs: list[str]) -> tuple[Attachment, ...]:
+def _attachments(specs: list[str] | None) -> tuple[Attachment, ...]:
     """The ``--attach`` options parsed; their parser is imported only when there are any
     (with what a launch with host paths needs, see ``runner.sandbox.docker.sandbox``)."""
     if not specs:

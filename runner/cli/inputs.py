@@ -1,16 +1,49 @@
-"""Reading what the user gives: JSON text, @FILE or -, durations, the host configuration."""
+"""What the user gives: the options several commands share (one definition each), and
+reading values (JSON text, @FILE or -, durations, the host configuration)."""
 
 from __future__ import annotations
 
+import inspect
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+
+import typer
 
 from runner.cli.app import UsageError
 
 if TYPE_CHECKING:
     from runner.config import HostConfig
     from runner.json1 import JSONValue
+
+Attach = Annotated[
+    list[str] | None,
+    typer.Option("--attach", "-a", help="NAME=HOSTPATH[:ro|rw] (default ro); repeatable."),
+]
+Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="Do not echo the component's stderr.")]
+Deadline = Annotated[str, typer.Option("--deadline", "-d", help="Time allowed.")]
+DefaultDeadline = Annotated[str, typer.Option("--deadline", "-d", help="Default deadline.")]
+ResultStore = Annotated[
+    Path, typer.Option("--results", help="The SQLite result store (created if missing).")
+]
+
+Request = TypeVar("Request")
+
+
+def command_of(record: type[Request]) -> Callable[[Callable[[Request], None]], Callable[..., None]]:
+    """Make ``run(request)`` a typer command whose options are the fields of the dataclass
+    ``record``: each option is declared once, on the record the command then works with."""
+
+    def wrap(run: Callable[[Request], None]) -> Callable[..., None]:
+        def command(**given: Any) -> None:
+            run(record(**given))
+
+        command.__signature__ = inspect.signature(record, eval_str=True)  # type: ignore[attr-defined]
+        command.__name__, command.__doc__ = run.__name__, run.__doc__
+        return command
+
+    return wrap
 
 
 def load_config(path: Path | None, allow_host_commands: bool) -> HostConfig | None:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from runner.cli.app import UsageError, app
-from runner.cli.inputs import parse_duration, read_input, read_settings
+from runner.cli.inputs import Deadline, Quiet, command_of, parse_duration, read_input, read_settings
 from runner.cli.running import Starter, _run, _verdict
 from runner.exits import EXIT_USAGE, EXIT_WRAPPER
 
@@ -21,88 +21,57 @@ if TYPE_CHECKING:
     from runner.json1 import JSONValue
 
 
-@app.command("job", context_settings={"allow_interspersed_args": False})
-def job(
+@dataclass(frozen=True)
+class JobRequest:
+    """What ``job`` was asked to run (the wrapper's side: runner/k8s/wrapper.py)."""
+
     command: Annotated[
         list[str] | None,
         typer.Argument(help="The component's command: -- COMMAND [ARGS...].", show_default=False),
-    ] = None,
-    input_: Annotated[
+    ] = None
+    input_text: Annotated[
         str,
         typer.Option("--input", "-i", help="Run input: JSON text, @FILE, -, or env:VARIABLE."),
-    ] = "null",
-    settings: Annotated[
+    ] = "null"
+    settings_text: Annotated[
         str, typer.Option("--settings", help="Settings object: JSON text, @FILE or env:VARIABLE.")
-    ] = "{}",
-    deadline: Annotated[str, typer.Option("--deadline", "-d", help="Time allowed.")] = "5m",
+    ] = "{}"
+    deadline: Deadline = "5m"
     package: Annotated[
         Path | None,
         typer.Option(
             "--package", help="The component's FLOW package directory: hold the run to it."
         ),
-    ] = None,
+    ] = None
     attach: Annotated[
         list[str] | None,
         typer.Option("--attach", "-a", help="NAME=PATH[:ro|rw], a path in the pod; repeatable."),
-    ] = None,
+    ] = None
     scratch: Annotated[
         Path | None, typer.Option("--scratch", help="Directory to use as scratch (an emptyDir).")
-    ] = None,
+    ] = None
     results: Annotated[
         Path | None,
         typer.Option("--results", help="Directory to write the run report to (a volume)."),
-    ] = None,
+    ] = None
     termination_log: Annotated[
         Path, typer.Option("--termination-log", help="Where the termination message goes.")
-    ] = Path("/dev/termination-log"),
+    ] = Path("/dev/termination-log")
     manifest: Annotated[
         Path | None,
         typer.Option("--manifest", help="A `k8s batch` manifest: run the row of --index."),
-    ] = None,
+    ] = None
     index: Annotated[
         str | None,
         typer.Option("--index", help="The manifest row (default: $JOB_COMPLETION_INDEX)."),
-    ] = None,
+    ] = None
     grace: Annotated[
         float, typer.Option("--grace", min=0, help="Seconds from request/cancel to the kill.")
-    ] = 2.0,
+    ] = 2.0
     exit_grace: Annotated[
         float, typer.Option("--exit-grace", min=0, help="Seconds from the result to the kill.")
-    ] = 2.0,
-    quiet: Annotated[
-        bool, typer.Option("--quiet", "-q", help="Do not echo the component's stderr.")
-    ] = False,
-) -> None:
-    """Run one component as the entrypoint of a Kubernetes Job's pod (see docs/kubernetes.md).
-
-    The first SIGTERM (the kubelet's) cancels, a second kills. Exit statuses as exec's,
-    and 75 when the wrapper itself failed (retrying the pod may succeed).
-    """
-    request = JobRequest(
-        command or [], input_, settings, deadline, package, attach or [], scratch, results,
-        termination_log, manifest, index, grace, exit_grace, quiet,
-    )  # fmt: skip
-    raise typer.Exit(request.run())
-
-
-@dataclass(frozen=True)
-class JobRequest:
-    """What ``job`` was asked to run (the wrapper's side: runner/k8s/wrapper.py)."""
-
-    command: list[str]
-    input_text: str
-    settings_text: str
-    deadline: str
-    package: Path | None
-    attach: list[str]
-    scratch: Path | None
-    results: Path | None
-    termination_log: Path
-    manifest: Path | None
-    index: str | None
-    grace: float
-    exit_grace: float
-    quiet: bool
+    ] = 2.0
+    quiet: Quiet = False
 
     def run(self) -> int:
         """Run the job; any error of the wrapper's own is exit 75, never a traceback."""
@@ -134,7 +103,7 @@ class JobRequest:
         except (UsageError, wrapper.JobUsageError) as exc:
             typer.echo(f"flow-runner job: {exc}", err=True)
             return self._finish(EXIT_USAGE, text=str(exc))
-        sys.stderr.buffer.write(wrapper.header_line(seal, row, self.command))
+        sys.stderr.buffer.write(wrapper.header_line(seal, row, self.command or []))
         sys.stderr.flush()
         try:
             execution = _run(start, self.quiet)
@@ -196,7 +165,7 @@ class JobRequest:
         seconds = row.deadline if row is not None and row.deadline else None
         seconds = seconds or parse_duration(self.deadline)
         try:
-            attachments = parse_attachments(self.attach)
+            attachments = parse_attachments(self.attach or [])
         except AttachmentError as exc:
             raise UsageError(str(exc)) from exc
         run_id = new_run_id()
@@ -210,11 +179,23 @@ class JobRequest:
             launch=LaunchRequest(attachments, self.scratch, run_id), package=package,
         )  # fmt: skip
         graces = StopGraces(cancel=self.grace, exit=self.exit_grace)
+        label = " ".join(self.command)
 
         async def start(control: RunControl, sink: Callable[[bytes], None] | None) -> Execution:
             return await execute(
-                sandbox, invocation, target=" ".join(self.command),
+                sandbox, invocation, target=label,
                 broker=wrapper.PodBroker(), graces=graces, control=control, stderr_sink=sink,
             )  # fmt: skip
 
         return start, row, run_id
+
+
+@app.command("job", context_settings={"allow_interspersed_args": False})
+@command_of(JobRequest)
+def job(request: JobRequest) -> None:
+    """Run one component as the entrypoint of a Kubernetes Job's pod (see docs/kubernetes.md).
+
+    The first SIGTERM (the kubelet's) cancels, a second kills. Exit statuses as exec's,
+    and 75 when the wrapper itself failed (retrying the pod may succeed).
+    """
+    raise typer.Exit(request.run())

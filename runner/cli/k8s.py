@@ -8,7 +8,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from runner.cli.app import UsageError, _fail_usage, batch_app, k8s_app
-from runner.cli.inputs import parse_duration, read_input, read_settings
+from runner.cli.inputs import (
+    Deadline,
+    DefaultDeadline,
+    ResultStore,
+    parse_duration,
+    read_input,
+    read_settings,
+)
 
 if TYPE_CHECKING:
     from runner.json1 import JSONValue
@@ -54,7 +61,7 @@ def k8s_job(
     input_: Annotated[str, typer.Option("--input", "-i", help="JSON text, @FILE or -.")] = "null",
     settings: Annotated[str, typer.Option("--settings", help="JSON object or @FILE.")] = "{}",
     attach: K8sAttachOption = None,
-    deadline: Annotated[str, typer.Option("--deadline", "-d", help="Time allowed.")] = "5m",
+    deadline: Deadline = "5m",
     profile: ProfileOption = "default",
     results: ResultsOption = None,
     package: PackageOption = None,
@@ -99,7 +106,7 @@ def k8s_batch(
         typer.Option("--max-failed-indexes", min=0, help="Fail the Job past this many rows."),
     ] = None,
     attach: K8sAttachOption = None,
-    deadline: Annotated[str, typer.Option("--deadline", "-d", help="Default deadline.")] = "5m",
+    deadline: DefaultDeadline = "5m",
     profile: ProfileOption = "default",
     results: ResultsOption = None,
     package: PackageOption = None,
@@ -222,9 +229,7 @@ def _print_rendered(rendered: Any, output: str) -> None:
 @batch_app.command("import")
 def batch_import(
     logs: Annotated[list[Path], typer.Argument(help="Pod logs of a `k8s batch` Job, one a file.")],
-    results: Annotated[
-        Path, typer.Option("--results", help="The SQLite result store (created if missing).")
-    ] = Path("flow-runner-results.sqlite"),
+    results: ResultStore = Path("flow-runner-results.sqlite"),
 ) -> None:
     """Read the wrappers' sealed result lines from pod logs into a batch result store."""
     from runner.k8s import logs as pod_logs

@@ -8,19 +8,14 @@ from typing import Annotated, Any
 import typer
 
 from runner.cli.app import UsageError, _fail_usage, collect_from_here, policy_app
-from runner.cli.inputs import check_outputs
+from runner.cli.inputs import Attach, check_outputs
 from runner.outputs import write_output
-
-AttachOption = Annotated[
-    list[str] | None,
-    typer.Option("--attach", "-a", help="NAME=HOSTPATH[:ro|rw] (default ro); repeatable."),
-]
 
 
 @policy_app.command("verify")
 def policy_verify(
     profile: Annotated[str, typer.Argument(help="A profile name or a TOML file.")],
-    attach: AttachOption = None,
+    attach: Attach = None,
     json_: Annotated[bool, typer.Option("--json", help="Print the rows as JSON.")] = False,
     junit: Annotated[
         Path | None, typer.Option("--junit", help="Also write the rows as JUnit XML to FILE.")
@@ -86,7 +81,7 @@ def policy_verify(
 def policy_diff(
     a: Annotated[str, typer.Argument(help="The profile now (a name or a TOML file).")],
     b: Annotated[str, typer.Argument(help="The profile proposed.")],
-    attach: AttachOption = None,
+    attach: Attach = None,
     json_: Annotated[bool, typer.Option("--json", help="Print the differences as JSON.")] = False,
 ) -> None:
     """Run the battery under A and B and show the rows that differ. Exit 1 when B is more

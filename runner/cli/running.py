@@ -10,16 +10,8 @@ from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 import typer
 
+from runner import exits
 from runner.cli.app import UsageError, collect_from_here
-from runner.exits import (
-    EXIT_CANCELLED,
-    EXIT_CUSTOM_OUTCOME,
-    EXIT_DEADLINE,
-    EXIT_DONE,
-    EXIT_FAILED,
-    EXIT_INFRASTRUCTURE,
-    EXIT_USAGE,
-)
 
 if TYPE_CHECKING:
     import signal
@@ -42,8 +34,7 @@ def _run(start: Starter, quiet: bool) -> Execution:
     from runner.package.errors import InvocationRefused, PackageError
     from runner.sandbox.errors import SandboxError
 
-    # A configured flow's starter says a ConfigError as a UsageError (runner.config, and
-    # pydantic with it, is then imported only by the runs that read a configuration).
+    # A flow's starter turns a ConfigError into a UsageError: runner.config stays unimported.
     refusals = (SandboxError, InvocationRefused, PackageError, UsageError)
     control = RunControl()
     echo = None if quiet else StderrEcho(sys.stderr.fileno())
@@ -64,10 +55,7 @@ def _run(start: Starter, quiet: bool) -> Execution:
     finally:
         if echo is not None:
             echo.close()
-    if isinstance(outcome, Exception):
-        # Preparation failed before anything ran (engine down, image missing, runtime
-        # missing, a provider that cannot start, a broken package, settings or
-        # attachments the package refuses): the message names the fix.
+    if isinstance(outcome, Exception):  # refused before anything ran
         raise refusal(outcome)
     if outcome.verdict.reasons[:1] == (REFUSED_BEFORE_LAUNCH,):
         error = outcome.verdict.error
@@ -77,8 +65,8 @@ def _run(start: Starter, quiet: bool) -> Execution:
 
 
 REFUSED_BEFORE_LAUNCH = "refused by the package before launch; no container was created"
-"""The one reason :func:`runner.api.execute` gives a run its package's checks refused (an
-``INVALID_INPUT``): no container exists, so ``exec`` reports it as every other refusal."""
+"""The reason :func:`runner.api.execute` gives a run whose input its package refused: no
+container exists, so ``exec`` reports it as every other refusal."""
 
 REFUSAL_CODES: tuple[tuple[str, str], ...] = (
     ("ImageMissing", "IMAGE_MISSING"),
@@ -90,10 +78,8 @@ REFUSAL_CODES: tuple[tuple[str, str], ...] = (
     ("PackageError", "INVALID_PACKAGE"),
     ("SandboxError", "SANDBOX_FAILED"),
 )
-"""The code a refusal before launch reports, by the kind of error (the first class of the
-error's that is named here); a package's own checks carry theirs (``INVALID_INPUT``,
-``INVALID_SETTINGS``, ``INVALID_ATTACHMENTS``, ``INVALID_CHANNELS``), the command line
-and the configuration ``INVALID_USAGE`` and ``INVALID_CONFIG``."""
+"""A refusal's code by the first class in the error's MRO named here; a package's own
+checks carry theirs, the command line ``INVALID_USAGE``."""
 
 
 def refusal(exc: Exception) -> UsageError:
@@ -121,7 +107,7 @@ def refuse(exc: UsageError) -> NoReturn:
     sys.stdout.flush()
     label = "" if exc.code == "INVALID_USAGE" else f"{exc.code}: "
     typer.echo(f"flow-runner: {label}{exc}", err=True)
-    raise typer.Exit(EXIT_USAGE)
+    raise typer.Exit(exits.EXIT_USAGE)
 
 
 async def under_signals(
@@ -129,10 +115,9 @@ async def under_signals(
     escalate: Callable[[], None],
     refusals: tuple[type[Exception], ...],
 ) -> T | Exception:
-    """``work()``'s result while each stop signal (:func:`stop_signals`) calls
-    ``escalate``, the command's next step (stop, then kill). After a SIGHUP the terminal
-    is gone: nothing more is written to it. An exception of ``refusals`` is returned, not
-    raised, so that it does not reach the caller wrapped in an ``ExceptionGroup``."""
+    """``work()``'s result while each stop signal calls ``escalate`` (stop, then kill).
+    An exception of ``refusals`` is returned, not raised, so that it does not reach the
+    caller wrapped in an ``ExceptionGroup``."""
     import signal
 
     import anyio
@@ -157,9 +142,8 @@ async def under_signals(
 
 
 def stop_signals() -> tuple[signal.Signals, ...]:
-    """The signals that stop a run: SIGINT, SIGTERM, and SIGHUP (the terminal closed, the
-    ssh session dropped; its default action would end the process with the container
-    still running) unless it is ignored, as ``nohup`` asks: then the run goes on."""
+    """SIGINT, SIGTERM, and SIGHUP (whose default would end the process with the
+    container still running) unless ignored, as ``nohup`` asks: then the run goes on."""
     import signal
 
     stops = (signal.SIGINT, signal.SIGTERM)
@@ -169,15 +153,14 @@ def stop_signals() -> tuple[signal.Signals, ...]:
 
 
 def notice(text: str) -> None:
-    """A line on stderr, unless it cannot be written (a terminal that hung up): the stop
-    it announces goes on either way."""
+    """A line on stderr if it can be written: the stop it announces goes on either way."""
     with suppress(OSError):
         typer.echo(text, err=True)
 
 
 def hung_up() -> None:
-    """The terminal is gone: what would be written to it goes nowhere instead of failing
-    (``EIO``) the stop that follows (progress, notices, the verdict line)."""
+    """Send what would go to the gone terminal to /dev/null, so that its ``EIO`` cannot
+    fail the stop that follows."""
     null = os.open(os.devnull, os.O_WRONLY)
     try:
         for fd in (1, 2):
@@ -199,12 +182,10 @@ ECHO_STALL = 0.5
 class StderrEcho:
     """The component's stderr echoed to ours without ever blocking the event loop.
 
-    A blocking write from the loop to a stderr nobody reads would stop the whole run,
-    its deadline included. So :meth:`write` (on the loop) only appends to a bounded
-    buffer, and a daemon thread writes it to ``fd``; on a pipe, only as much as leaves
-    :data:`PIPE_RESERVE` free. When the buffer is full, the chunks that follow are
-    dropped and counted until it has drained, and then a marker line says how many
-    bytes are missing there (the run report's own stderr capture is separate).
+    A blocking write to a stderr nobody reads would stop the whole run, its deadline
+    included. So :meth:`write` only appends to a bounded buffer, and a daemon thread
+    writes it to ``fd`` (on a pipe, leaving :data:`PIPE_RESERVE` free). Chunks that find
+    the buffer full are dropped until it drains; then a marker line counts them.
     """
 
     def __init__(self, fd: int) -> None:
@@ -213,8 +194,7 @@ class StderrEcho:
         self.fd = fd
         self.pipe_size = _pipe_size(fd)
         self.pending = bytearray()
-        self.dropped = 0
-        """Bytes of the current gap: nothing is buffered until its marker is written."""
+        self.dropped = 0  # bytes of the current gap: nothing is buffered until its marker
         self.midline = False  # the last byte written was not a newline
         self.closing = False
         self.progress = 0.0  # time.monotonic() of the last write that made progress
@@ -323,8 +303,8 @@ def _verdict(execution: Execution) -> tuple[dict[str, JSONValue], int, str | Non
     """The result line's object, the exit status, and what to say on stderr."""
     verdict = execution.verdict
     if verdict.result is not None:
-        status = EXIT_DONE if verdict.result["outcome"] == "done" else EXIT_CUSTOM_OUTCOME
-        return dict(verdict.result), status, None
+        done = verdict.result["outcome"] == "done"
+        return dict(verdict.result), exits.EXIT_DONE if done else exits.EXIT_CUSTOM_OUTCOME, None
     error = verdict.error
     assert error is not None
     body: dict[str, JSONValue] = {"code": error.code, "message": error.message}
@@ -333,10 +313,10 @@ def _verdict(execution: Execution) -> tuple[dict[str, JSONValue], int, str | Non
     reasons = "; ".join(verdict.reasons)
     if execution.lost == "engine":
         note = f"flow-runner: infrastructure failure: {error.message} ({reasons})"
-        return {"error": body}, EXIT_INFRASTRUCTURE, note
+        return {"error": body}, exits.EXIT_INFRASTRUCTURE, note
     note = f"flow-runner: run failed: {error.code}: {error.message} ({reasons})"
-    if error.code == "DEADLINE_EXCEEDED":
-        return {"error": body}, EXIT_DEADLINE, note
-    if error.code == "CANCELLED":
-        return {"error": body}, EXIT_CANCELLED, note
-    return {"error": body}, EXIT_FAILED, note
+    return {"error": body}, FAILURE_EXITS.get(error.code, exits.EXIT_FAILED), note
+
+
+FAILURE_EXITS = {"DEADLINE_EXCEEDED": exits.EXIT_DEADLINE, "CANCELLED": exits.EXIT_CANCELLED}
+"""The exit status of a failed run by its error's code; any other code is ``EXIT_FAILED``."""
