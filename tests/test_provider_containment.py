@@ -95,7 +95,7 @@ def test_links_are_followed_only_where_nobody_else_could_have_made_them(
         (sticky / "roots", outside),
         (tmp_path / "operator-link" / ".." / "attachment", attachment),
     ]:
-        opened = open_directory(str(path), create=False)
+        opened = open_directory(str(path))
         assert opened.path == str(real)
         assert os.path.samestat(os.fstat(opened.descriptor), os.stat(real))
         os.close(opened.descriptor)
@@ -106,7 +106,7 @@ def test_links_are_followed_only_where_nobody_else_could_have_made_them(
         (tmp_path / "loop", "more than 40 symbolic links"),
     ]:
         with pytest.raises(PathRefused, match=re.escape(fragment)):
-            open_directory(str(path), create=True)
+            open_directory(str(path))
     assert list(outside.iterdir()) == []
     assert open_descriptors() == before
 
@@ -131,7 +131,7 @@ def test_the_walk_tells_whether_anyone_else_can_change_the_directory(
         sticky: "(owner uid 0, mode 1777)",  # others could add names to it
     }
     for path, exposed in cases.items():
-        opened = open_directory(str(path), create=False)
+        opened = open_directory(str(path))
         os.close(opened.descriptor)
         if exposed is None:
             assert opened.exposed is None, path

@@ -35,7 +35,7 @@ from urllib.parse import quote
 
 from runner.json1 import JSONValue
 
-from .paths import CHILD_DIRECTORY, DIRECTORY, PathRefused, open_directory
+from .paths import CHILD_DIRECTORY, DIRECTORY, PathRefused, entry_at, open_directory
 from .provider import (
     BlockingProvider,
     CapabilityError,
@@ -80,7 +80,7 @@ class ArtifactsProvider(BlockingProvider):
             reader.budget("max_bytes", DEFAULT_MAX_BYTES, "bytes", "write less, or to fewer files"),
         )
         try:
-            opened = open_directory(os.path.expanduser(root), create=True)
+            opened = open_directory(os.path.expanduser(root))
         except (OSError, PathRefused) as exc:
             reason = exc.strerror if isinstance(exc, OSError) else exc
             fix = "point it at a writable directory"
@@ -105,7 +105,7 @@ class ArtifactsProvider(BlockingProvider):
         with self._writing:
             directory = self._parent(path, segments, create=True)
             try:
-                replaced = _existing(directory, segments[-1])
+                replaced = entry_at(directory, segments[-1])
                 old = replaced.st_size if replaced and stat.S_ISREG(replaced.st_mode) else 0
                 change = len(data) - old, 0 if replaced else 1
                 self.usage.check(*change)
@@ -226,13 +226,6 @@ class ArtifactsProvider(BlockingProvider):
         return directory
 
 
-def _existing(directory: int, name: str) -> os.stat_result | None:
-    try:
-        return os.stat(name, dir_fd=directory, follow_symlinks=False)
-    except FileNotFoundError:
-        return None
-
-
 def _replace(directory: int, path: str, name: str, data: bytes) -> None:
     """Write ``data`` to a new file in ``directory`` and rename it over ``name``."""
     temporary = f"{TEMPORARY_PREFIX}{secrets.token_hex(8)}"
@@ -262,18 +255,15 @@ def _write_request(fields: dict[str, JSONValue], limit: int) -> tuple[str, list[
     segments = _segments(path)
     if ("text" in fields) == ("base64" in fields):
         raise InvalidInput("write takes exactly one of 'text' (UTF-8) and 'base64' (bytes)")
-    text, encoded = fields.get("text"), fields.get("base64")
-    if isinstance(text, str):
-        data = text.encode()
-    elif isinstance(encoded, str):
+    if "text" in fields:
+        data = string_member(fields, "text").encode()
+    else:
         try:
-            data = base64.b64decode(encoded, validate=True)
+            data = base64.b64decode(string_member(fields, "base64"), validate=True)
         except binascii.Error:
             raise InvalidInput(
                 "member 'base64' must be standard base64 (RFC 4648 alphabet, with padding)"
             ) from None
-    else:
-        raise InvalidInput("member 'text' or 'base64' must be a string")
     if len(data) > limit:
         raise _too_large(path, len(data), limit)
     return path, segments, data

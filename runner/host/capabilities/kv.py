@@ -38,7 +38,7 @@ from typing import Final
 from runner import json1
 from runner.json1 import JSONValue
 
-from .paths import PathRefused, open_directory
+from .paths import PathRefused, entry_at, open_directory
 from .provider import (
     BlockingProvider,
     CapabilityError,
@@ -137,7 +137,7 @@ class KeyValueProvider(BlockingProvider):
         if name in ("", ".", ".."):
             raise self._unusable(ValueError("it names a directory, not a file"))
         try:
-            directory = open_directory(str(self.path.parent), create=True)
+            directory = open_directory(str(self.path.parent))
         except (OSError, PathRefused) as exc:
             raise self._unusable(exc) from None
         try:
@@ -148,13 +148,9 @@ class KeyValueProvider(BlockingProvider):
                     "-wal file for a link and have the host write there; make the directory "
                     "private (chmod go-w), or keep the database outside every rw attachment"
                 )
-            try:
-                entry = os.stat(name, dir_fd=directory.descriptor, follow_symlinks=False)
-            except FileNotFoundError:
-                pass
-            else:
-                if stat.S_ISLNK(entry.st_mode):
-                    raise self._unusable(ValueError("it is a symbolic link; name the file itself"))
+            entry = entry_at(directory.descriptor, name)
+            if entry is not None and stat.S_ISLNK(entry.st_mode):
+                raise self._unusable(ValueError("it is a symbolic link; name the file itself"))
         finally:
             os.close(directory.descriptor)
         return Path(directory.path) / name

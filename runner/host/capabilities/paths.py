@@ -45,9 +45,9 @@ class HostDirectory:
     and mode), or ``None``."""
 
 
-def open_directory(path: str, *, create: bool) -> HostDirectory:
+def open_directory(path: str) -> HostDirectory:
     """Open the directory ``path`` (relative to the working directory), creating missing
-    ones if ``create``; raises :class:`PathRefused` for a link someone else could have
+    ones; raises :class:`PathRefused` for a link someone else could have
     planted or too many links, and ``OSError`` (``NotADirectoryError`` for a file)."""
     names = deque(os.path.join(os.getcwd(), path).split("/"))
     descriptor = os.open("/", DIRECTORY)
@@ -60,7 +60,7 @@ def open_directory(path: str, *, create: bool) -> HostDirectory:
             if name == "..":
                 step, real = os.open("..", DIRECTORY, dir_fd=descriptor), os.path.dirname(real)
             else:
-                entry = _entry(descriptor, name, create=create)
+                entry = _entry(descriptor, name)
                 shown = os.path.join(real, name)
                 if stat.S_ISLNK(entry.st_mode):
                     if not _holds(here, entry):
@@ -92,12 +92,19 @@ def open_directory(path: str, *, create: bool) -> HostDirectory:
     return HostDirectory(descriptor, real, exposed)
 
 
-def _entry(directory: int, name: str, *, create: bool) -> os.stat_result:
+def entry_at(directory: int, name: str) -> os.stat_result | None:
+    """The entry ``name`` in ``directory`` (a link itself, not followed), or ``None``."""
     try:
         return os.stat(name, dir_fd=directory, follow_symlinks=False)
     except FileNotFoundError:
-        if not create:
-            raise
+        return None
+
+
+def _entry(directory: int, name: str) -> os.stat_result:
+    """The entry ``name`` in ``directory``, made a directory if missing."""
+    entry = entry_at(directory, name)
+    if entry is not None:
+        return entry
     with suppress(FileExistsError):  # another process may have made it meanwhile
         os.mkdir(name, dir_fd=directory)
     return os.stat(name, dir_fd=directory, follow_symlinks=False)
