@@ -139,10 +139,7 @@ class ChannelParty:
         source = self.broadcasts.get(reference)
         if source is None:
             raise _denied(f"{reference!r} is not a broadcast source this invocation created")
-        if source.failure is not None:
-            raise again(source.failure)
-        if source.sealed:
-            raise invalid("the source is closed; nothing more will come")
+        _live(source, "the source is closed; nothing more will come")
         self._allocate(1)
         receiver = Receiver(source, source.last + 1)
         source.readers.append(receiver)
@@ -169,10 +166,7 @@ class ChannelParty:
     def _allocate(self, count: int) -> None:
         limit = self.hub.limits.allocations
         if self.allocations + count > limit:
-            raise OperationError(
-                "RESOURCE_EXHAUSTED",
-                f"this invocation has made its {limit} channel allocations",
-            )
+            raise _exhausted(f"this invocation has made its {limit} channel allocations")
         self.allocations += count
 
     async def send(self, token: str, value: JSONValue) -> None:
@@ -238,10 +232,9 @@ class ChannelParty:
         committed = source.accepted_bytes + source.pending_bytes
         item_bytes = min(limits.item_bytes, MAX_ITEM_BYTES)
         if size > item_bytes or committed + size > limits.source_bytes:
-            error = OperationError(
-                "RESOURCE_EXHAUSTED",
+            error = _exhausted(
                 f"a {size}-byte value is over the channel's bounds "
-                f"({item_bytes} per item, {limits.source_bytes} per source)",
+                f"({item_bytes} per item, {limits.source_bytes} per source)"
             )
             fail(source, error)
             raise error
@@ -250,9 +243,7 @@ class ChannelParty:
             fail(source, error)
             raise error
         if not self.hub.budget.fits(size):
-            raise OperationError(
-                "RESOURCE_EXHAUSTED", self.hub.budget.refusal(f"a {size}-byte channel item")
-            )
+            raise _exhausted(self.hub.budget.refusal(f"a {size}-byte channel item"))
         if source.delivery == "broadcast":
             self._accept(source, value, encoded, checked)
             return None
@@ -261,10 +252,7 @@ class ChannelParty:
             self._accept(source, value, encoded, checked)
             return None
         if len(source.pending) >= limits.pending_sends:
-            raise OperationError(
-                "RESOURCE_EXHAUSTED",
-                f"{limits.pending_sends} sends already wait for the reader",
-            )
+            raise _exhausted(f"{limits.pending_sends} sends already wait for the reader")
         pending = PendingSend(value, encoded, checked)
         source.hold(pending)
         return pending
@@ -489,11 +477,8 @@ class ChannelParty:
             if not _fits_reader(receiver, value, checked):
                 receiver.fail(invalid("a value does not fit this reader's schema"))
             elif source.delivery == "broadcast" and not receiver.has_room(size, limits):
-                receiver.fail(
-                    OperationError(
-                        "LAGGED", f"this reader fell {limits.queue_items} items behind the writer"
-                    )
-                )
+                behind = f"this reader fell {limits.queue_items} items behind the writer"
+                receiver.fail(OperationError("LAGGED", behind))
             elif source.delivery == "broadcast" and not budget.fits(size):
                 receiver.fail(OperationError("LAGGED", budget.refusal("this reader's next item")))
             else:
@@ -547,12 +532,17 @@ def _schema_type(schema: JSONValue) -> SourceType:
         raise invalid(f"schema{exc.pointer}: {exc.code}: {exc.message}") from None
 
 
-def _writable(source: Source) -> None:
-    """Raise what a send to ``source`` gets if it cannot take a value now."""
+def _live(source: Source, sealed: str) -> None:
+    """Raise the source's failure, or ``INVALID_INPUT`` saying ``sealed`` if it is sealed."""
     if source.failure is not None:
         raise again(source.failure)
     if source.sealed:
-        raise invalid("the writer is closed; nothing more is accepted")
+        raise invalid(sealed)
+
+
+def _writable(source: Source) -> None:
+    """Raise what a send to ``source`` gets if it cannot take a value now."""
+    _live(source, "the writer is closed; nothing more is accepted")
     if source.delivery == "direct" and source.receiver_gone:
         raise disconnected()
 
@@ -650,11 +640,10 @@ def _check_prefix(where: str, constraint: ItemSchema, queue: Iterable[tuple[int,
     items = list(queue)
     size = sum(len(encoded) for _, encoded in items)
     units = max(SLICE_UNITS // len(items), 1)
-    costly = OperationError(
-        "RESOURCE_EXHAUSTED",
+    costly = _exhausted(
         f"{where}: the receiver's {len(items)} queued item(s) ({size} bytes) are more than "
         "the host checks against the port's schema during a transfer; move the receiver "
-        "before items are sent to it, or read them first",
+        "before items are sent to it, or read them first"
     )
     if size > SMALL_REQUEST:
         raise costly
@@ -678,6 +667,10 @@ def _encoded(answer: tuple[int, bytes] | int) -> bytes:
 
 def _denied(message: str) -> OperationError:
     return OperationError("PERMISSION_DENIED", message)
+
+
+def _exhausted(message: str) -> OperationError:
+    return OperationError("RESOURCE_EXHAUSTED", message)
 
 
 def _ref(params: Mapping[str, JSONValue], key: str) -> str:
