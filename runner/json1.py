@@ -416,23 +416,31 @@ def _object(pairs: list[tuple[str, Any]]) -> Any:
 
 
 def _int(token: str) -> Any:
-    if len(token) > MAX_NUMBER_TOKEN:
-        return _Invalid(f"number token longer than {MAX_NUMBER_TOKEN} bytes")
-    value = int(token)
-    if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
+    if (
+        len(token) <= MAX_NUMBER_TOKEN
+        and -MAX_SAFE_INTEGER <= (value := int(token)) <= MAX_SAFE_INTEGER
+    ):
         return value
-    return _Invalid(f"integer {token} beyond ±{MAX_SAFE_INTEGER}")
+    return _bad_number(token, "integer")
 
 
 def _float(token: str) -> Any:
+    if (
+        len(token) <= MAX_NUMBER_TOKEN
+        and -MAX_SAFE_INTEGER <= (value := float(token)) <= MAX_SAFE_INTEGER
+    ):
+        return 0 if _is_negative_zero(value) else value
+    return _bad_number(token, "integral value")
+
+
+def _bad_number(token: str, kind: str) -> Any:
+    """Why a number token the hooks refused is outside JSON/1 (its length is checked before
+    any conversion: converting a huge digit string is quadratic)."""
     if len(token) > MAX_NUMBER_TOKEN:
         return _Invalid(f"number token longer than {MAX_NUMBER_TOKEN} bytes")
-    value = float(token)
-    if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
-        return 0 if _is_negative_zero(value) else value
-    if math.isinf(value):
+    if math.isinf(float(token)):
         return _Invalid(f"number {token} overflows binary64")
-    return _Invalid(f"integral value {token} beyond ±{MAX_SAFE_INTEGER}")
+    return _Invalid(f"{kind} {token} beyond ±{MAX_SAFE_INTEGER}")
 
 
 def _constant(name: str) -> Any:

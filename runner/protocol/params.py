@@ -204,7 +204,13 @@ def _check_flow_run(params: JSONObject) -> str | None:
     return None
 
 
-def _check_operation(params: JSONObject) -> str | None:
+def _check_operation(
+    params: JSONObject, required: frozenset[str], allowed: frozenset[str]
+) -> str | None:
+    """The members of a child run or capability call, its operationId, slot and channels."""
+    reason = members(params, required, allowed)
+    if reason is not None:
+        return reason
     if not is_wire_id(params["operationId"]):
         return "operationId must be a string of 1-128 ASCII bytes (request-id grammar)"
     if not is_local_name(params["slot"]):
@@ -215,23 +221,19 @@ def _check_operation(params: JSONObject) -> str | None:
 
 
 def _check_flow_run_child(params: JSONObject) -> str | None:
-    reason = members(params, _CHILD_REQUIRED, _CHILD_MEMBERS) or _check_operation(params)
-    if reason is not None:
-        return reason
-    if "intent" in params:
+    reason = _check_operation(params, _CHILD_REQUIRED, _CHILD_MEMBERS)
+    if reason is None and "intent" in params:
         intent = params["intent"]
         if not isinstance(intent, str) or not 1 <= len(intent) <= MAX_INTENT_SCALARS:
             return "intent must be a string of 1-16,384 Unicode scalars"
-    return None
+    return reason
 
 
 def _check_capability_call(params: JSONObject) -> str | None:
-    reason = members(params, _CALL_REQUIRED, _CALL_MEMBERS) or _check_operation(params)
-    if reason is not None:
-        return reason
-    if not is_local_name(params["method"]):
+    reason = _check_operation(params, _CALL_REQUIRED, _CALL_MEMBERS)
+    if reason is None and not is_local_name(params["method"]):
         return "method must be a LocalName"
-    return None
+    return reason
 
 
 def _check_channel_create(params: JSONObject) -> str | None:

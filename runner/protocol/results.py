@@ -77,22 +77,21 @@ def validate_capability_result(result: JSONValue) -> str | None:
 def _check_created(result: JSONValue) -> str | None:
     if not isinstance(result, dict):
         return "a channel/create result must be an object"
-    if "receive" in result:
-        reason = members(result, _PAIR_MEMBERS, _PAIR_MEMBERS)
-        if reason is not None:
-            return reason
-        reason = check_grant(result["send"], "send", "direct")
-        if reason is not None:
-            return f"send: {reason}"
-        reason = check_grant(result["receive"], "receive", "direct")
-        return None if reason is None else f"receive: {reason}"
-    reason = members(result, _BROADCAST_MEMBERS, _BROADCAST_MEMBERS)
+    direct = "receive" in result
+    allowed = _PAIR_MEMBERS if direct else _BROADCAST_MEMBERS
+    reason = members(result, allowed, allowed) or _granted(
+        result, "send", "direct" if direct else "broadcast"
+    )
     if reason is not None:
         return reason
-    reason = check_grant(result["send"], "send", "broadcast")
-    if reason is not None:
-        return f"send: {reason}"
+    if direct:
+        return _granted(result, "receive", "direct")
     return None if is_wire_id(result["source"]) else "source must be a source reference"
+
+
+def _granted(result: JSONObject, direction: str, delivery: str) -> str | None:
+    reason = check_grant(result[direction], direction, delivery)
+    return None if reason is None else f"{direction}: {reason}"
 
 
 def _check_subscribed(result: JSONValue) -> str | None:
