@@ -22,6 +22,7 @@ from jsonschema import Draft202012Validator
 
 from runner import json1
 from runner.contracts import schema1
+from runner.contracts.capability import contract_digest, parse_contract
 from runner.contracts.schema1 import (
     SchemaError,
     check_schema1,
@@ -40,10 +41,8 @@ from runner.host.capabilities import (
     artifacts,
     available_providers,
     builtin_contract,
-    contract_digest,
     load_contract,
     load_provider,
-    parse_contract,
     provider,
 )
 from runner.host.capabilities.artifacts import ArtifactsProvider

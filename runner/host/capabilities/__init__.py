@@ -9,15 +9,7 @@
     await binding.aclose()
 """
 
-from runner.contracts.capability import (
-    CapabilityContract,
-    ContractBinding,
-    ContractError,
-    ContractIdentity,
-    contract_digest,
-    load_contract,
-    parse_contract,
-)
+from runner.contracts.capability import ContractError, ContractIdentity, load_contract
 
 from .binding import CapabilityBinding
 from .builtin import builtin_contract
@@ -36,9 +28,7 @@ from .provider import (
 __all__ = [
     "ENTRY_POINT_GROUP",
     "CapabilityBinding",
-    "CapabilityContract",
     "CapabilityError",
-    "ContractBinding",
     "ContractError",
     "ContractIdentity",
     "InvalidInput",
@@ -48,8 +38,6 @@ __all__ = [
     "UnknownMethod",
     "available_providers",
     "builtin_contract",
-    "contract_digest",
     "load_contract",
     "load_provider",
-    "parse_contract",
 ]

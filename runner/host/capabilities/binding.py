@@ -90,8 +90,7 @@ class CapabilityBinding:
         ``INVALID_INPUT`` if the provider takes no channels, before any endpoint moves."""
         if "channels" not in inspect.signature(self.provider.call).parameters:
             raise operation_error(
-                "INVALID_INPUT",
-                f"{self._where} takes no channels; no endpoint was moved",
+                "INVALID_INPUT", f"{self._where} takes no channels; no endpoint was moved"
             )
         if self.contract is None:
             return None
@@ -121,16 +120,11 @@ class CapabilityBinding:
                 f"the provider was lost during {method!r}; it may or may not have taken "
                 f"effect ({exc}); check before retrying with a new operationId",
             ) from exc
-        except OperationError as exc:
-            if exc.is_local:  # a local classification is never sent: report the failure
-                raise operation_error(
-                    "EXECUTION_FAILED", f"{method!r} failed: {exc.message}"
-                ) from exc
-            raise
         except Exception as exc:
-            raise operation_error(
-                "EXECUTION_FAILED", f"{method!r} failed: {type(exc).__name__}: {exc}"
-            ) from exc
+            if isinstance(exc, OperationError) and not exc.is_local:
+                raise  # a local classification is never sent: it is reported as a failure
+            why = exc.message if isinstance(exc, OperationError) else f"{type(exc).__name__}: {exc}"
+            raise operation_error("EXECUTION_FAILED", f"{method!r} failed: {why}") from exc
         return {"value": value}
 
     @staticmethod
