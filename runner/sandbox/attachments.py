@@ -1,38 +1,29 @@
 """Attachments: host paths an invocation may see, and the host paths it never may.
 
-``--attach NAME=HOSTPATH[:ro|:rw]`` is the one way a run reaches host files, so this module
-is where a mistaken or malicious spec is stopped, before any sandbox exists. It is
-backend-neutral: the Docker backend binds the paths, the process backend hands them over.
+``--attach NAME=HOSTPATH[:ro|:rw]`` is the one way a run reaches host files, so a
+mistaken or malicious spec is stopped here, before any sandbox exists (for every backend).
 
-A path is judged by what it *is*, not by what it is called. It is opened once
-(``O_PATH | O_NOFOLLOW``) and the descriptor is judged: its type (``fstat``: only a
-directory or a regular file, so a socket or a device node under any name or hard link is
-refused), the path the kernel says it has (symlinks in any component resolved), and its
-identity (device and inode), so a bind mount of a refused directory elsewhere is refused
-too. Refused: ``/``, the system trees ``/proc``, ``/sys``, ``/dev``, ``/etc``, ``/boot``,
-``/root`` and every container engine's and runtime's state (Docker, containerd, runc,
-gVisor, podman/CRI-O, BuildKit) with everything inside them, any path that is or is
-inside a ``.ssh`` directory, a file named ``docker.sock``, and any directory that would
-expose one of those from above: an ancestor of a refused path (``/var``, ``/run``), or a
-directory holding a ``.ssh`` directory or a ``docker.sock`` directly (a home directory).
+A path is judged by what it *is*: it is opened once (``O_PATH | O_NOFOLLOW``) and the
+descriptor is judged by its type (only a directory or a regular file), the path the
+kernel gives it (symlinks resolved) and its identity (device and inode: a bind mount of a
+refused directory elsewhere is refused too). Refused: ``/``, ``/proc``, ``/sys``,
+``/dev``, ``/etc``, ``/boot``, ``/root`` and every container engine's and runtime's state
+with everything inside them, anything in a ``.ssh`` directory, a file named
+``docker.sock``, and a directory exposing one of those from above (an ancestor such as
+``/run``, or a home directory holding ``.ssh`` or ``docker.sock``).
 
-Inside an attached directory a socket or device node is refused too, but a tree is
-unbounded, so only its first :data:`SCAN_LIMIT` entries are looked at, breadth first (the
-shallow levels, where sockets such as ``/run/user/1000/bus`` or ``/tmp/.X11-unix/X0``
-live); symlinks inside it are not followed (in the container they resolve against the
-container's own root). What lies beyond the limit is not checked.
+Inside an attached directory a socket or device node is refused too, among its first
+:data:`SCAN_LIMIT` entries, breadth first (where sockets such as ``/run/user/1000/bus``
+live); symlinks are not followed (in the container they resolve against its own root).
 
-A checked path can still be swapped (a symlink put in its place) before the engine
-mounts it, by whoever can write one of its parent directories. So each parent directory
-must be changeable only by root or by the user running flow-runner: owned by one of them
-and not group- or world-writable, or sticky (``/tmp``) with the entry below owned by one
-of them. A directory a component could write (a read-write attachment is writable by the
-component's user) can therefore be attached itself but nothing inside it can. The
-backend keeps the descriptor open until the component runs and compares what it mounted
-with it (:meth:`HeldPath.recheck`, :attr:`HeldPath.identity`).
+A checked path could be swapped for a symlink before the engine mounts it by whoever can
+write a parent directory, so every parent must be changeable only by root or this user
+(owned by one of them and not group- or world-writable, or sticky with the entry below
+owned by one of them): inside a read-write attachment nothing can be attached. The
+backend holds the descriptor until the component runs and compares what it mounted with
+it (:meth:`HeldPath.recheck`).
 
-A profile's ``allowed_mounts`` lets a path through on purpose (all of the rules above)
-when it is, or is inside, one of the listed paths.
+A profile's ``allowed_mounts`` lets a path at or under a listed one through on purpose.
 """
 
 from __future__ import annotations
@@ -76,9 +67,8 @@ ENGINE_STATE = tuple(
         "/var/lib/buildkit",
     )
 )
-"""Where container engines and runtimes keep their sockets and state (``/var/run`` is
-``/run`` on current systems; both spellings are resolved). Whoever reaches them controls
-every container, and so the host."""
+"""Container engines' and runtimes' sockets and state: whoever reaches them controls every
+container, and so the host."""
 REFUSED_TREES = (
     tuple(Path(p) for p in ("/proc", "/sys", "/dev", "/etc", "/boot", "/root"))
     + ENGINE_STATE
@@ -97,13 +87,9 @@ class AttachmentError(SandboxError, ValueError):
 
 
 def parse_attach(spec: str) -> Attachment:
-    """Parse ``NAME=HOSTPATH[:ro|:rw]``; the access defaults to read-only.
-
-    Only a final ``:ro`` or ``:rw`` is a mode, so a path may contain ``:`` (a path that
-    itself ends in ``:ro`` needs an explicit mode after it). The path must exist and is
-    stored resolved, symlinks included; it is not judged here (see
-    :func:`check_attachment`).
-    """
+    """Parse ``NAME=HOSTPATH[:ro|:rw]`` (read-only by default; only a final ``:ro`` or
+    ``:rw`` is a mode). The path must exist and is stored resolved, not yet judged
+    (:func:`check_attachment`)."""
     name, sep, rest = spec.partition("=")
     if not sep:
         raise AttachmentError(f"attachment {spec!r} has no '='; {_SPEC_FORM}")
@@ -133,13 +119,10 @@ class UntrustedLink(ValueError):
 def resolve_links(given: Path) -> Path:
     """``given`` resolved (it must exist), every symlink on the way judged first.
 
-    A symlink in a directory that users other than root and you can change (a directory
-    attached read-write, whose contents the component chooses) could point anywhere, at
-    ``~/.aws`` say, by the time a later run's path through it is read, and the target it
-    resolves to would look trusted. So each symlink met is judged as a path is: its
-    directory and every directory above it must be yours or root's and not writable by
-    others (or sticky, with the link yours). Raises :class:`UntrustedLink` naming it,
-    ``OSError`` if a part is missing or the links loop.
+    A symlink in a directory others can change (one attached read-write) could point at
+    ``~/.aws`` by the time a later run reads it, and its target would look trusted; so
+    each symlink's directories are judged as a path's parents are. Raises
+    :class:`UntrustedLink` naming it, ``OSError`` if a part is missing or the links loop.
     """
     parts = deque(given.absolute().parts[1:])
     current, links = Path("/"), 0
@@ -250,16 +233,10 @@ _ACL_XATTRS = ("system.posix_acl_access",)
 def check_usable(held: HeldPath, user: str, *, shown_as: str | None = None) -> None:
     """Refuse a held path the sandbox's ``user`` (``UID:GID``) cannot use as attached.
 
-    Run as another user than the path's owner (65534 by default), a component could not
-    write a root-owned 0755 directory attached read-write: the writes fail inside, the run
-    may well succeed, and the user finds nothing. So, before any container exists, the
-    owner, group and mode bits of what was judged are read against the ids: read and
-    search for a read-only directory, read for a read-only file, write and search for a
-    read-write directory, read and write for a read-write file. Supplementary groups of
-    the image's user are not known here and not counted. A path that carries a POSIX ACL
-    is not judged (its mode bits do not tell the whole story), nor is a ``user`` that
-    names a user (the image decides its ids). ``shown_as`` names the path in the message
-    (``--scratch DIR``) where it is no attachment of the user's.
+    Otherwise writes into a root-owned 0755 directory fail inside, the run may succeed,
+    and the user finds nothing. The mode bits are read against the ids (supplementary
+    groups unknown, not counted); a path with a POSIX ACL, or a ``user`` that names a
+    user, is not judged. ``shown_as`` names the path in the message (``--scratch DIR``).
     """
     uid_text, _, gid_text = user.partition(":")
     if not (uid_text.isdigit() and gid_text.isdigit()):
@@ -288,8 +265,7 @@ def check_usable(held: HeldPath, user: str, *, shown_as: str | None = None) -> N
     name = shown_as or f"attachment {spec_of(held.attachment)!r}"
     owner = f"{info.st_uid}:{info.st_gid}"
     grant = "rwx" if directory else ("rw" if writes else "r")
-    # Running as the path's owner is a fix only when the owner is not root: a profile
-    # refuses uid 0 unless it says allow_root, which no shipped profile does.
+    # Running as the owner is no fix for root: a profile refuses uid 0 by default.
     as_owner = (
         f"; or run as its owner: --user {owner} (exec and batch) or the profile's `user`"
         if info.st_uid != 0
@@ -305,8 +281,7 @@ def check_usable(held: HeldPath, user: str, *, shown_as: str | None = None) -> N
 
 
 def _missing_fix(path: Path) -> str:
-    """What to do about a path that is not there: in a container (the runner image), mount
-    it in; elsewhere, create it or fix the path."""
+    """What to do about a missing path: in a container, mount it in; else create it."""
     from runner.sandbox.own_container import in_container
 
     if not in_container():
@@ -333,10 +308,7 @@ def hold(
     att: Attachment, allowed_mounts: Iterable[Path] = (), *, directory: bool = False
 ) -> HeldPath:
     """Open ``att``'s path once and judge the descriptor; the caller closes the result.
-
-    ``directory`` demands a directory (a scratch). On refusal the descriptor is closed and
-    :class:`AttachmentError` names the attachment, why, and what to do.
-    """
+    ``directory`` demands a directory (a scratch). A refusal is :class:`AttachmentError`."""
     _check_name(att.name, spec_of(att))
     flags = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_DIRECTORY if directory else 0)
     try:
@@ -450,11 +422,8 @@ def _parent_refusal(path: Path) -> str | None:
 
 
 def _scan(root: str, shown_as: Path, mode: int) -> str | None:
-    """The first socket or device node among a directory's first :data:`SCAN_LIMIT` entries.
-
-    ``root`` is the held descriptor's ``/proc/self/fd`` path, so the tree scanned is the
-    one judged; ``shown_as`` is its name in messages.
-    """
+    """The first socket or device node among a directory's first :data:`SCAN_LIMIT`
+    entries; ``root`` is the held descriptor's ``/proc/self/fd`` path (the tree judged)."""
     if not stat.S_ISDIR(mode):
         return None
     pending, seen = deque([root]), 0
@@ -478,8 +447,7 @@ def _scan(root: str, shown_as: Path, mode: int) -> str | None:
 
 
 def _resolved(paths: tuple[Path, ...]) -> dict[Path, tuple[int, int] | None]:
-    """The paths both as written and resolved (``/var/run`` is a link to ``/run``), each
-    with its identity if it exists."""
+    """The paths as written and resolved (``/var/run`` -> ``/run``), with identities."""
     found: dict[Path, tuple[int, int] | None] = {}
     for path in {*paths, *(p.resolve() for p in paths)}:
         try:

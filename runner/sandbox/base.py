@@ -1,14 +1,12 @@
 """The one small interface every sandbox backend offers the host.
 
-The host (``runner.host.driver``) never knows whether it drives a local subprocess or a
-container: it asks a :class:`Sandbox` to ``launch`` an invocation, receives a
-:class:`RunningComponent` with three byte streams plus ``wait``/``kill``, and leaves the
-``async with`` block whatever happens. Backends own their cleanup and run it shielded on
-exit, so a deadline, Ctrl-C or a crash cannot leak a process or a container.
+The host asks a :class:`Sandbox` to ``launch`` an invocation and gets a
+:class:`RunningComponent` (three byte streams, ``wait``, ``kill``), never knowing which
+backend it drives. Backends run their cleanup shielded on exit, so a deadline, Ctrl-C or
+a crash cannot leak a process or a container.
 
-A backend knows images, never FLOW packages: one that runs images offers what it can read
-out of one (:class:`ImageSource`: its id, its labels, the files under a path), and
-``runner.package`` parses that. Set-up failures are the one family
+A backend knows images, never FLOW packages: it offers what it can read out of an image
+(:class:`ImageSource`), which ``runner.package`` parses. Set-up failures are
 :class:`~runner.sandbox.errors.SandboxError`.
 """
 
@@ -52,9 +50,8 @@ class LaunchRequest:
 class DiskBreach:
     """A bounded host directory grew past its bound during a run, so the run was stopped.
 
-    ``added_bytes`` and ``added_entries`` are measured against what the directory held at
-    launch; ``reason`` says which bound was crossed, or that the directory could not be
-    measured (a subdirectory the runner cannot read hides what is in it).
+    ``added_*`` are measured against what it held at launch; ``reason`` says which bound
+    was crossed, or that it could not be measured (an unreadable subdirectory).
     """
 
     name: str
@@ -67,8 +64,7 @@ class DiskBreach:
     limit_entries: int
     unreadable: str = ""
     knob: str = ""
-    """The sandbox profile's setting that bounds the bytes (``scratch_size``,
-    ``attachment_quota``), named in the message so a user knows what to raise."""
+    """The profile's setting that bounds the bytes, named so a user knows what to raise."""
 
     def message(self) -> str:
         """One sentence for the run's error."""
@@ -109,12 +105,8 @@ class DiskBreach:
 
 @dataclass
 class SandboxFacts:
-    """What the backend observed; filled in as the run proceeds, read for the report.
-
-    The one record of how the component ended: the driver judges from ``exit_code`` and
-    ``oom_killed`` as ``wait`` left them, and the report reads them after cleanup (which
-    records them for a component it had to kill).
-    """
+    """What the backend observed, filled in as the run proceeds: the one record of how
+    the component ended (cleanup records it for a component it had to kill)."""
 
     exit_code: int | None = None
     oom_killed: bool = False
@@ -126,8 +118,8 @@ class SandboxFacts:
 
 @runtime_checkable
 class ImmediateSend(Protocol):
-    """A stdin that can also be written without waiting: the host answers from wherever
-    an answer is made, and only what cannot leave at once goes through a task that waits."""
+    """A stdin that can also be written without waiting, so the host answers where an
+    answer is made; only what cannot leave at once goes through a task that waits."""
 
     def send_nowait(self, data: bytes) -> bool:
         """Write ``data`` now if that needs no wait, else write nothing and return False
@@ -150,11 +142,9 @@ class RunningComponent(Protocol):
     facts: SandboxFacts
 
     async def wait(self) -> int:
-        """Wait for the process to exit and return its exit status (128+N for signal N).
-
-        A backend may see the exit at the end of the output (Docker's attach socket), and
-        keeps only a bounded amount of output nobody has taken: past that this waits
-        until ``stdout`` or ``stderr`` is read or closed (``aclose``)."""
+        """Wait for the process to exit; its exit status (128+N for signal N). Past a
+        bounded amount of untaken output this waits until ``stdout`` or ``stderr`` is read
+        or closed (a backend may see the exit at the end of the output)."""
         ...
 
     async def kill(self) -> None:
@@ -204,9 +194,8 @@ class Sandbox(Protocol):
         ...
 
     def planned_paths(self, request: LaunchRequest) -> tuple[Mapping[str, str], str]:
-        """The attachment paths (name -> path) and the scratch path the component will be
-        given for ``request``, known before launch (or of the same JSON length), so the
-        ``flow/run`` frame can be measured before anything starts."""
+        """The attachment paths (name -> path) and scratch path ``request`` will get (or of
+        the same JSON length), so the ``flow/run`` frame is measured before anything starts."""
         ...
 
     def launch(self, request: LaunchRequest) -> AbstractAsyncContextManager[RunningComponent]:

@@ -1,29 +1,17 @@
 """Disk bounds for host directories a run writes into: measured by polling, not by the kernel.
 
-A private scratch is a tmpfs whose size and inode count the kernel enforces. A host
-directory (``--scratch DIR``, a read-write attachment) has no such bound on this engine:
-``--storage-opt size`` needs overlay2 on XFS with project quotas, and a loop-mounted
-filesystem would need root on the host and would replace the user's directory with
-another one. So the backend measures each bounded directory before the run and then every
-``disk_poll`` seconds while it runs, and stops the run as soon as one has grown past its
-bound. The poll comes sooner while a directory grows fast: the first walk comes at once,
-each next one within half the time the growth rate measured since the last needs to reach
-the bound (but at most every ``_FASTEST_POLL`` s), and the pause at most doubles from one
-walk to the next, so a component writing from its start meets short pauses. What it writes
-between the last walk and the kill taking effect still lands past the bound, and a burst
-after a quiet spell can add up to ``disk_poll`` s of writing: this is a limit on a runaway,
-not a quota a filesystem would keep. Measured on this 2-core machine, a component writing
-as fast as it can (~600 MiB/s) into a 256 MiB scratch directory ended 8-47 MiB past it
-(detected 1-29 MiB past, the rest written while the kill took 140-180 ms), against 20-231
-MiB with a fixed 0.2 s poll.
+A host directory (``--scratch DIR``, a read-write attachment) has no kernel bound here
+(``--storage-opt size`` needs overlay2 on XFS with project quotas; a loop mount needs root
+and replaces the user's directory). So each is measured before the run and then at most
+``disk_poll`` seconds apart, sooner while it grows fast (within half the time its growth
+rate needs to reach the bound; a pause at most doubles), and the run is stopped once one
+has grown past its bound. What is written before the kill takes effect lands past it:
+this is a limit on a runaway, not a quota.
 
-A walk is bounded: it counts at most the entries the bound allows (plus what was there at
-launch), and a directory with more entries than that is over its bound, so a component
-that plants millions of files costs the host one bounded walk. Bytes are the space
-allocated (``st_blocks``), a file with several links counted once; symbolic links are
-not followed and other filesystems mounted below are not entered. A directory the runner
-cannot read cannot be measured and counts as a breach. A walk is not atomic: a subtree
-moved while it is walked may be missed by that one walk.
+A walk counts at most the entries the bound allows (plus those at launch), so millions of
+planted files cost one bounded walk. Bytes are the space allocated, a file with several
+links counted once; symlinks are not followed, other filesystems not entered. A directory
+the runner cannot read counts as a breach. A walk is not atomic.
 """
 
 from __future__ import annotations
@@ -166,38 +154,25 @@ def launch_bounds(
     profile: SandboxProfile, attachments: tuple[Attachment, ...], scratch: Attachment | None
 ) -> tuple[DiskBound, ...]:
     """The host directories of a launch that need polling, measured now (blocking)."""
-    bounds = []
-    if scratch is not None:
-        bounds.append(
-            DiskBound.at_launch(
-                "scratch",
-                scratch.host_path,
-                profile.scratch_size,
-                profile.disk_entries,
-                "scratch_size",
-            )
-        )
+    wanted = (
+        [("scratch", scratch.host_path, profile.scratch_size, "scratch_size")] if scratch else []
+    )
     if profile.attachment_quota is not None:
-        bounds.extend(
-            DiskBound.at_launch(
-                att.name,
-                att.host_path,
-                profile.attachment_quota,
-                profile.disk_entries,
-                "attachment_quota",
-            )
+        quota = profile.attachment_quota
+        wanted += [
+            (att.name, att.host_path, quota, "attachment_quota")
             for att in attachments
             if att.access == "read-write"
-        )
-    return tuple(bounds)
+        ]
+    entries = profile.disk_entries
+    return tuple(
+        DiskBound.at_launch(name, path, size, entries, knob) for name, path, size, knob in wanted
+    )
 
 
 class DiskWatch:
-    """A thread that checks every bound each interval and reports the first breach once.
-
-    A thread, not a task: the backend's launch is a context manager that must not run the
-    caller's block inside a task group of its own.
-    """
+    """A thread that checks every bound each interval and reports the first breach once
+    (a thread: the backend's launch must not run the caller's block in a task group)."""
 
     def __init__(
         self,
@@ -216,9 +191,8 @@ class DiskWatch:
         self._thread.start()
 
     def stop(self) -> DiskBreach | None:
-        """End the polling (blocking, at most one walk) and measure once more: what was
-        written in the last interval, or before a kill took effect, counts too. Returns
-        the breach with the last figures, if any."""
+        """End the polling (blocking, at most one walk) and measure once more, so what was
+        written before a kill took effect counts too; the breach, if any."""
         self._stopping.set()
         self._thread.join()
         self.breach = self._check() or self.breach
@@ -254,8 +228,7 @@ class DiskWatch:
 
 
 def _due(room: int, grown: int, seconds: float) -> float:
-    """Seconds until the next walk should come: half the time the growth rate measured
-    over the last ``seconds`` needs to fill the ``room`` left (no limit while not growing)."""
+    """Half the time the growth rate over the last ``seconds`` needs to fill ``room``."""
     if grown <= 0 or seconds <= 0:
         return float("inf")
     return room / (grown / seconds) / 2

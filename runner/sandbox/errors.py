@@ -1,13 +1,9 @@
-"""Errors a sandbox backend raises while preparing, running or cleaning up.
+"""Errors a sandbox backend raises while preparing, running or cleaning up (apart from
+the backends, so callers catch them without importing docker-py).
 
-They live apart from the backends so that callers (the CLI, the API) can catch them
-without importing docker-py for a run that never touches Docker.
-
-Two families, because they mean different things to whoever started the run: a
-:class:`DockerSandboxError` is raised *before* anything runs (no engine, no image, no
-runtime: fix the set-up; nothing was run), a :class:`SandboxLost` *after* the run's
-container was created, when the container or the engine goes away under it (the run has
-failed; it is judged and reported, not refused).
+A :class:`SandboxError` comes *before* anything runs (fix the set-up); a
+:class:`SandboxLost` *after* the container was created, when it or the engine goes away
+(the run failed: it is judged and reported, not refused).
 """
 
 from __future__ import annotations
@@ -19,9 +15,8 @@ class SandboxError(RuntimeError):
     """A backend could not prepare its sandbox; the message names the cause and the fix."""
 
     transient: bool = True
-    """Whether the same invocation may get past it when tried again (an engine that failed
-    or did not answer: a batch retries it); each kind whose cause an invocation meets
-    every time (a missing image, a bad profile) says ``False``."""
+    """Whether the same invocation may get past it when tried again (a batch retries it);
+    ``False`` for a cause met every time (a missing image, a bad profile)."""
 
 
 class ProfileError(SandboxError, ValueError):
@@ -65,10 +60,8 @@ class RuntimeMissing(DockerSandboxError):
 class SandboxLost(RuntimeError):
     """A created container, or the engine running it, went away during the run.
 
-    ``step`` is the launch step that noticed it (``attach``, ``start``, ``run``,
-    ``cleanup``), ``seconds`` how long after the container's creation that was, and
-    ``container_left`` whether the container is still on the engine because cleanup,
-    which runs after the loss, could not remove it.
+    ``step``: the launch step that noticed it; ``seconds``: since the container's
+    creation; ``container_left``: cleanup could not remove it.
     """
 
     what: Literal["container", "engine"]
@@ -84,21 +77,16 @@ class SandboxLost(RuntimeError):
 
 
 class ContainerGone(SandboxLost):
-    """The run's container was removed by someone else (``docker rm -f``, a wrong gc).
-
-    A failure of the run: its component's channel was lost with the container.
-    """
+    """The run's container was removed by someone else (``docker rm -f``, a wrong gc)."""
 
     what = "container"
     reason = "the container was removed by someone else"
 
 
 class EngineLost(SandboxLost):
-    """The engine failed or stopped answering after the run's container was created.
-
-    An infrastructure failure, not the component's: retrying may succeed. The container
-    may be left on the engine; the next ``flow-runner gc`` (or ``exec``) removes it.
-    """
+    """The engine failed or stopped answering after the run's container was created:
+    not the component's failure; a retry may succeed, ``flow-runner gc`` removes what
+    was left."""
 
     what = "engine"
     reason = "the Docker engine failed or went away"

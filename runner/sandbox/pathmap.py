@@ -1,25 +1,14 @@
 """Bind sources as the engine's host sees them, when flow-runner itself runs in a container.
 
-With the engine's socket mounted into a runner container, every container the runner
-makes is the engine's sibling, and the engine resolves a bind source on *its* host, not
-in the runner's container: ``/work/in.txt`` in the runner is whatever the host has at
-``/work/in.txt``, or nothing (nektos/act#555). So every attachment and scratch path, for
-the root and every child, is judged on the runner's own view (the held descriptor, see
-``runner.sandbox.attachments``) and only the bind source handed to the engine is
-translated, here, by the longest bind-mount prefix among the runner container's own
-mounts, as the engine reports them when asked about that container.
+The engine resolves a bind source on *its* host, not in the runner's container. So each
+path is judged on the runner's own view (``runner.sandbox.attachments``) and only the
+source handed to the engine is translated, by the longest bind-mount prefix among the
+runner container's mounts as the engine reports them.
 
-A path that no bind mount covers (the runner's own image, a tmpfs) is refused before any
-container, naming the ``-v`` that would cover it. A named volume is handed on as that
-volume when the path is the volume's root; a path inside one is refused (this engine
-offers no volume subpaths). Outside a container the map is the identity, and so it is in
-a container that is none of this engine's: the engine then runs beside the runner (in
-the same container, as in CI sandboxes) or elsewhere, and ``flow-runner doctor`` proves
-which.
-
-The runner's container is found through ``/proc/self/mountinfo``
-(``runner.sandbox.own_container``, which every run's labels read too: this module is
-imported only by a run with host paths).
+A path no bind mount covers (the runner's image, a tmpfs) is refused, naming the ``-v``
+that would cover it. A named volume's root is handed on as that volume; a path inside one
+is refused (no volume subpaths). Outside a container, or in one the engine does not know,
+the map is the identity.
 """
 
 from __future__ import annotations
@@ -64,16 +53,13 @@ class PathMap:
     the engine does not know (paths are then taken as they are)."""
     mounts: tuple[RunnerMount, ...] = ()
     sees_engine_pids: bool = True
-    """Whether a pid the engine reports names the same process here (the runner is not in
-    a container, or shares the host's pid namespace): only then can the mounts of a
-    started container be looked at through ``/proc/<pid>/root``."""
+    """Whether a pid the engine reports names the same process here: only then can a
+    started container's mounts be looked at through ``/proc/<pid>/root``."""
 
     @classmethod
     def from_self(cls, api: Any) -> PathMap:
-        """The map of the container this process runs in (``api``: docker-py's APIClient).
-
-        The identity outside a container, and in one the engine does not know.
-        """
+        """The map of the container this process runs in (``api``: docker-py's
+        APIClient); the identity outside one, or in one the engine does not know."""
         container_id = own_container_id()
         if container_id is None:
             return cls(in_container=in_container())
@@ -95,10 +81,8 @@ class PathMap:
         return cls(True, container_id, mounts, sees_engine_pids=pid_mode == "host")
 
     def translate(self, path: Path) -> HostSource:
-        """The source the engine must be given to mount what ``path`` is here.
-
-        ``path`` is absolute and resolved (the kernel's name of a held descriptor).
-        """
+        """The source the engine must be given to mount what ``path`` (absolute,
+        resolved) is here."""
         if self.container_id is None:
             return HostSource("bind", str(path))
         inner = PurePosixPath(path)

@@ -1,12 +1,6 @@
-"""A local process's stdio as pipes of our own, served by :mod:`runner.sandbox.streams`.
-
-asyncio's subprocess transport hands every read to the loop once more before a reader
-sees it, and anyio's stdin waits one more loop turn after every write: a call over pipes
-cost about one loop turn more each way than it needs (bench/calls.py). So the backend
-makes the three pipes itself, gives the child its ends, and serves ours here: stdin is a
-:class:`~runner.sandbox.streams.StdinWriter`, stdout and stderr are each an
-:class:`~runner.sandbox.streams.Inbox` that stops reading its pipe while more than
-:data:`READ_LIMIT` bytes wait for the reader (the child then blocks on its write).
+"""A local process's stdio as pipes of our own, served by :mod:`runner.sandbox.streams`
+(asyncio's and anyio's subprocess streams cost a loop turn more each way). stdout and
+stderr stop being read while more than :data:`READ_LIMIT` bytes wait for the reader.
 """
 
 from __future__ import annotations
@@ -20,10 +14,7 @@ from runner.sandbox.streams import Inbox, StdinWriter
 READ_LIMIT = 1 << 18
 """Bytes of a pipe kept for its reader before the pipe is no longer read."""
 READ_BYTES = 1 << 16
-"""The most a pipe is read at once. asyncio's read-pipe transport reads 256 KiB at a time,
-and until glibc raises its mapping threshold a bytes object that large is mapped in and
-out on every read (~20 µs of system time, against ~1 µs for 64 KiB: see
-runner/sandbox/docker/attach.py's READ_BYTES)."""
+"""The most a pipe is read at once: under glibc's mmap threshold (see attach.py's)."""
 
 
 class Pipes:

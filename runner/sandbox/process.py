@@ -1,9 +1,8 @@
 """A local subprocess backend: no isolation, for development, tests and inside a pod.
 
-The component runs as a child process in its own session (process group), so that a kill
-reaches whatever it started, by the group id we created. Attachments are passed as host
-paths (the operating system, not this backend, enforces their access), and a private
-scratch directory is created per run and removed afterwards unless the caller gave one.
+The component leads its own session, so a kill of its group reaches whatever it started.
+Attachments are host paths (the OS enforces their access); a private scratch directory
+is made per run and removed after, unless the caller gave one.
 """
 
 from __future__ import annotations
@@ -29,11 +28,7 @@ _SCRATCH_PREFIX = "flow-runner-scratch-"
 
 
 class ProcessComponent:
-    """A component running as a local process group.
-
-    Its stdio are pipes of our own (:mod:`runner.sandbox.pipes`): no loop turn is spent
-    on a write while the pipe has room, nor on a read when bytes are there.
-    """
+    """A component running as a local process group, its stdio pipes of our own."""
 
     def __init__(
         self, process: Process, pipes: Pipes, attachment_paths: Mapping[str, str], scratch_path: str
@@ -94,8 +89,8 @@ class ProcessSandbox:
         return None
 
     def planned_paths(self, request: LaunchRequest) -> tuple[Mapping[str, str], str]:
-        """Host paths as they are; a private scratch is a ``mkdtemp`` directory whose name
-        has a fixed length (its random part is 8 characters), so this one is as long."""
+        """Host paths as they are; a private scratch's ``mkdtemp`` name has 8 random
+        characters, so this one is as long."""
         private = Path(tempfile.gettempdir(), _SCRATCH_PREFIX + "x" * 8)
         scratch = request.scratch_dir or private
         return {a.name: str(a.host_path) for a in request.attachments}, str(scratch)

@@ -1,12 +1,9 @@
 """The sandbox profile's pydantic model: what every profile file is validated by.
 
-The model is strict: an unknown key or a misspelt value is an error that names the file
-and the key, because a typo in a security policy must not silently fall back to a
-default. Loosening is always spelt out: a network other than ``none`` needs
-``allow_network = true``, root needs ``allow_root = true``. It lives apart from
-:class:`~runner.sandbox.profiles.SandboxProfile`, the value a run holds, so that a run of
-a shipped profile (read without pydantic, see :mod:`runner.sandbox.profiles`) never
-imports pydantic; every other profile comes through here.
+Strict: an unknown key or a misspelt value is an error naming the file and the key (a
+typo in a security policy must not fall back to a default). Apart from
+:class:`~runner.sandbox.profiles.SandboxProfile` so a shipped profile's run never
+imports pydantic.
 """
 
 from __future__ import annotations

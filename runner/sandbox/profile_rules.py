@@ -1,8 +1,7 @@
 """The rules a sandbox profile's values follow that are not types: sizes, users, files.
 
-Plain functions shared by the profile model (:mod:`runner.sandbox.profile_model`, which
-runs them as its validators) and by :mod:`runner.sandbox.profiles`, which reads a shipped
-profile without pydantic. A rule raises :class:`ValueError` with the text a user sees.
+Shared by the profile model and the pydantic-free reading of a shipped profile; a rule
+raises :class:`ValueError` with the text a user sees.
 """
 
 from __future__ import annotations
@@ -16,23 +15,16 @@ _SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 
 
 def parse_size(value: object) -> object:
-    """Turn a Docker-style size (``"512m"``, ``"2g"``, ``1048576``) into bytes.
-
-    Units are binary, as in ``docker run --memory``: k = KiB, m = MiB, g = GiB. Anything
-    that is not a size is handed on unchanged for the model to reject with its own error.
-    """
+    """A Docker-style size (``"512m"``, ``"2g"``, ``1048576``; binary units) in bytes;
+    anything else unchanged, for the model to reject."""
     if isinstance(value, str) and (match := _SIZE.match(value)):
         return int(match.group(1)) * _SIZE_UNITS[match.group(2).lower()]
     return value
 
 
 def check_not_root(user: str) -> None:
-    """Refuse uid 0 and gid 0, and any user whose ids the image, not the profile, decides.
-
-    A name (even ``nobody``) is looked up in the image's ``/etc/passwd``, which the
-    component's author writes, and a uid alone gets its group from there too (gid 0 if
-    the image lists no such user): only numbers on both sides say who the component is.
-    """
+    """Refuse uid 0 and gid 0, and any user whose ids the image decides: a name, or a
+    uid's group, is looked up in the image's ``/etc/passwd``, which the author writes."""
     uid, sep, gid = user.partition(":")
     if not (sep and uid.isdigit() and gid.isdigit()):
         raise ValueError(

@@ -1,23 +1,14 @@
 """Sandbox profiles: the limits and privileges one invocation runs with, as reviewed files.
 
-A profile is a small TOML file so that the policy a run used can be read, diffed and
-reviewed apart from the code. It is held to a strict pydantic model
-(:mod:`runner.sandbox.profile_model`): an unknown key or a misspelt value is an error that
-names the file and the key, because a typo in a security policy must not silently fall
-back to a default. Loosening is always spelt out: a network other than ``none`` needs
-``allow_network = true``, root needs ``allow_root = true``, and a host path the
-attachment refusal list would refuse needs an ``allowed_mounts`` entry.
+A profile is a small TOML file, so the policy a run used can be read, diffed and reviewed
+apart from the code, held to a strict model (:mod:`runner.sandbox.profile_model`): a typo
+in a security policy must not fall back to a default. Loosening is spelt out
+(``allow_network``, ``allow_root``, ``allowed_mounts``).
 
-The repository's ``sandbox-profiles/`` directory is the single source of truth for the
-shipped profiles. A source checkout (and an editable install) finds it next to the
-``runner`` package; an installed wheel finds the copy that the build installs as data
-files under ``<prefix>/share/flow-runner/sandbox-profiles``.
-
-A file whose bytes are those of a profile this version ships (:data:`SHIPPED`: a test
-keeps it equal to ``sandbox-profiles/``, and checks that what is read from each is what
-the model makes of it) is read without the model, so that a run with the default
-profile never imports pydantic (bench/README.md, Start-up imports). Any other bytes, an
-edited copy of a shipped file included, are validated.
+The shipped profiles are ``sandbox-profiles/``: next to the ``runner`` package in a
+checkout, under ``<prefix>/share/flow-runner/sandbox-profiles`` once installed. A file
+whose bytes are a shipped profile's (:data:`SHIPPED`) is read without the model, so a
+run with the default profile never imports pydantic; any other bytes are validated.
 """
 
 from __future__ import annotations
@@ -62,17 +53,13 @@ SHIPPED: Final = frozenset(
         "9f53c87df81cc895fa4609a46fec609f1492097334c011c930dc61413adc599b",  # strict.toml
     }
 )
-"""SHA-256 of each profile file as this version ships it: those bytes were validated
-(tests/test_profiles.py), so they are read without the model."""
+"""SHA-256 of each shipped profile file, whose bytes tests/test_profiles.py validates."""
 
 
 @dataclass(frozen=True)
 class SandboxProfile:
     """Limits and privileges for one invocation; sizes are bytes, graces are seconds.
-
-    A profile built in code (``SandboxProfile(name=..., ...)``) is validated by the
-    model as a file is, and raises pydantic's ``ValidationError`` if it is no profile.
-    """
+    Built in code, it is validated as a file is (pydantic's ``ValidationError``)."""
 
     name: str
     description: str = ""
@@ -125,8 +112,8 @@ class SandboxProfile:
         return profile
 
     def as_json(self) -> dict[str, JSONValue]:
-        """The profile's keys and values as JSON, in the model's order (paths as text,
-        tuples as lists): what ``profiles show`` prints and what a batch key digests."""
+        """The profile's keys and values as JSON, in the model's order: what ``profiles
+        show`` prints and what a batch key digests."""
         return {key: _json(value) for key, value in _keys(self).items()}
 
 
@@ -231,9 +218,8 @@ _FLOATS = frozenset({"cpus", "disk_poll", "cancel_grace", "exit_grace"})
 
 
 def _read_shipped(path: Path, data: Mapping[str, Any]) -> SandboxProfile | None:
-    """The profile in a shipped file's ``data``, as the model would make it: sizes in
-    bytes, lists as tuples, paths resolved against the file's directory, the seccomp file
-    read. ``None`` when its seccomp file cannot be read: the model then says why."""
+    """The profile in a shipped file's ``data``, as the model would make it; ``None`` when
+    its seccomp file cannot be read (the model then says why)."""
     values: dict[str, object] = {}
     for key, default in _DEFAULTS.items():
         value = data.get(key, default)
@@ -296,11 +282,8 @@ _ERRNO_NAMES = {1: "EPERM", 38: "ENOSYS"}
 
 
 def seccomp_summary(profile: SandboxProfile) -> dict[str, object]:
-    """The profile's seccomp filter in brief: where it is, its default, what it allows.
-
-    A family is ``denied`` when no call of it is allowed, ``restricted`` when its calls are
-    allowed only with argument conditions (clone without namespace flags), else ``allowed``.
-    """
+    """The profile's seccomp filter in brief. A family is ``denied`` when no call of it
+    is allowed, ``restricted`` when only with argument conditions, else ``allowed``."""
     if profile.seccomp is None or profile.seccomp_json is None:
         return {"file": None, "filter": "the engine's built-in seccomp profile"}
     document = json.loads(profile.seccomp_json)

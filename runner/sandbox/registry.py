@@ -1,18 +1,10 @@
 """The one place a sandbox backend is chosen and built.
 
-Backends are registered under the entry-point group ``flow_runner.sandboxes`` (as
-capability providers are under ``flow_runner.capabilities``): each name points at a
-factory ``(SandboxSpec) -> (Sandbox, StopGraces)``. The CLI, configured flows, batch and
-``policy verify`` all fill in a :class:`SandboxSpec` and call :func:`open_sandbox`; none
-of them constructs a backend. The shipped backends are known by :data:`SHIPPED`, so a
-checkout run from source (no installed metadata, or metadata of an older install) finds
-them; a test keeps :data:`SHIPPED` equal to pyproject.toml's table.
-
-A shipped name always means the shipped backend: an installed package may add backends
-but not take over ``docker`` or ``process`` (which would swap the sandbox of every run
-without a word). So the entry points are read only for another name, and a run on a
-shipped backend never pays for reading the installed packages' metadata (about 13 ms of
-a cold ``exec``).
+Backends are registered under the entry-point group ``flow_runner.sandboxes``, each name
+a factory ``(SandboxSpec) -> (Sandbox, StopGraces)``; every caller fills in a
+:class:`SandboxSpec` and calls :func:`open_sandbox`. The shipped backends are known by
+:data:`SHIPPED` (a checkout may have no metadata) and cannot be taken over by an
+installed package, so entry points are read only for another name.
 """
 
 from __future__ import annotations
@@ -46,8 +38,8 @@ class BackendUnknown(SandboxError):
 
 @dataclass(frozen=True)
 class StopGraces:
-    """How long a component gets to stop (seconds) before the host kills it: a sandbox's
-    own (its profile's), or a caller's; the host's driver waits exactly these."""
+    """Seconds a component gets to stop before the host kills it (a profile's or a
+    caller's)."""
 
     cancel: float = 2.0
     """From the root's ``request/cancel`` to the kill."""
@@ -90,9 +82,8 @@ def open_sandbox(spec: SandboxSpec) -> tuple[Sandbox, StopGraces]:
 
 
 class SandboxEngine(Protocol):
-    """What a caller of many sandboxes of one backend (a batch) asks of the engine behind
-    them, besides launches: which image a tag names, and the removal of what runs left.
-    The calls block (a worker thread's); a backend's engine is the process-wide one."""
+    """What a caller of many sandboxes (a batch) asks of the process-wide engine behind
+    them: which image a tag names, and the removal of what runs left. Blocking calls."""
 
     def image_id(self, image: str) -> str | None:
         """The id of the image ``image`` (a tag or an id) names now; ``None`` if the engine

@@ -1,21 +1,15 @@
 """A component's stdio over asyncio transports, with no checkpoint while bytes flow.
 
-anyio's streams spend at least one more event-loop turn on every ``send`` (a checkpoint
-after the write, and for the attach socket a lock around it), and asyncio's subprocess
-pipes hand every read to the loop once more before a reader sees it. The host's answers
-are one small write each and its requests one small read, so those turns would be a large
-part of what a call or a channel item costs (bench/calls.py, bench/channels.py).
+anyio's streams and asyncio's subprocess pipes spend an event-loop turn more per write
+or read, a large part of what a small call or channel item costs.
 
 - :class:`StdinWriter` writes at once while the transport's buffer is under
-  :data:`WRITE_LIMIT` and waits, in arrival order, only while it is over (the component
-  is not reading): the bytes it holds are bounded by the limit plus one write.
-  :meth:`StdinWriter.send_nowait` lets the driver write from wherever a response is made,
-  with no task of its own, and leave what cannot go at once to a task that may wait.
+  :data:`WRITE_LIMIT` and waits, in arrival order, only while it is over: it holds at
+  most the limit plus one write.
 - :class:`Inbox` files what a transport reads for one reader and wakes it; a receive with
   bytes filed returns them without a loop turn.
 
-The host runs on anyio's asyncio backend (``anyio.run``'s default): waits are on asyncio
-futures, which anyio's cancel scopes interrupt like any other wait.
+Waits are on asyncio futures (anyio's asyncio backend), which cancel scopes interrupt.
 """
 
 from __future__ import annotations
@@ -34,7 +28,7 @@ WRITE_LIMIT = 1 << 16
 
 class StdinWriter(ByteSendStream):
     """A component's stdin: ordered writes to one transport, fed by its protocol (pause,
-    resume, loss); ``aclose`` half-closes (the component reads EOF)."""
+    resume, loss); ``aclose`` half-closes."""
 
     def __init__(self) -> None:
         self._transport: asyncio.WriteTransport | None = None
@@ -43,8 +37,6 @@ class StdinWriter(ByteSendStream):
         """Senders waiting for room, first come first served; the head is woken first."""
         self._closed = False  # half-closed, or closing, by us
         self._lost = False  # the transport is gone: nothing more can be written
-
-    # ----- fed by the transport's protocol ---------------------------------------------
 
     def attach(self, transport: asyncio.WriteTransport) -> None:
         self._transport = transport
@@ -63,8 +55,6 @@ class StdinWriter(ByteSendStream):
         for turn in self._turns:
             if not turn.done():
                 turn.set_result(None)
-
-    # ----- used by the host ------------------------------------------------------------
 
     def send_nowait(self, data: bytes) -> bool:
         """Write ``data`` now if nothing waits before it and the buffer has room; False
@@ -105,8 +95,6 @@ class StdinWriter(ByteSendStream):
         if self._transport is not None and not self._lost:
             self._transport.abort()
 
-    # ----- internals -------------------------------------------------------------------
-
     def _check_open(self) -> None:
         if self._closed:
             raise anyio.ClosedResourceError
@@ -143,8 +131,8 @@ class StdinWriter(ByteSendStream):
 
 
 class ReadValve(Protocol):
-    """What an :class:`Inbox` turns to stop and restart the reading that fills it: a read
-    transport of its own (a pipe), or a :class:`SharedReading` of one shared with others."""
+    """What stops and restarts the reading that fills an :class:`Inbox`: a pipe of its
+    own, or a :class:`SharedReading`."""
 
     def pause_reading(self) -> None: ...
 
@@ -154,13 +142,9 @@ class ReadValve(Protocol):
 
 
 class SharedReading:
-    """One read transport filling several inboxes (the attach socket: stdout and stderr).
-
-    It is read while none of them is full: each inbox's pause is a hold, and reading
-    resumes when the last hold is released. Closing one inbox only drops its hold (the
-    others still need the transport, and the connection closes it); :meth:`stop` stops
-    reading for good, whatever the inboxes hold.
-    """
+    """One read transport filling several inboxes (the attach socket: stdout and stderr),
+    read while none of them is full. Closing one inbox only drops its hold; :meth:`stop`
+    stops reading for good."""
 
     def __init__(self) -> None:
         self._transport: asyncio.ReadTransport | None = None
@@ -208,13 +192,11 @@ class _Hold:
 
 
 class Inbox(ByteReceiveStream):
-    """A component's stdout or stderr: what a transport read for it, filed in order; one
-    task at a time waits. ``aclose`` drops it from then on (and closes a pipe).
+    """A component's stdout or stderr, filed in order; one task at a time waits.
+    ``aclose`` drops it from then on (and closes a pipe).
 
-    Reading is paused while more than ``limit`` bytes are filed and resumed once the
-    reader took them back to the limit, so an inbox never holds more than ``limit`` and
-    one read of its transport (64 KiB: see runner/sandbox/pipes.py): a component that
-    writes faster than the host reads waits on its own write.
+    Reading is paused while more than ``limit`` bytes are filed, so an inbox holds at most
+    ``limit`` plus one read: a component writing faster than the host reads waits.
     """
 
     def __init__(self, limit: int) -> None:
@@ -254,8 +236,8 @@ class Inbox(ByteReceiveStream):
         self.discard()
 
     def discard(self) -> None:
-        """Drop what is filed and whatever comes: nobody will read it. Reading goes on
-        for the others (a pipe is closed; a shared transport is read on to its end)."""
+        """Drop what is filed and whatever comes (a pipe is closed; a shared transport
+        is read on for the others)."""
         self._discard = True
         self._chunks.clear()
         self._filed = 0
@@ -265,11 +247,8 @@ class Inbox(ByteReceiveStream):
         self._wake()  # a reader waiting now finds the stream closed
 
     async def receive(self, max_bytes: int = 65536) -> bytes:
-        """All that is filed, up to ``max_bytes``, at once; else wait for some.
-
-        Returns without a loop turn when bytes are filed; raises ``EndOfStream`` once
-        everything filed was taken and the stream ended.
-        """
+        """All that is filed, up to ``max_bytes``, with no loop turn; else wait for some.
+        ``EndOfStream`` once everything was taken and the stream ended."""
         chunks = self._chunks
         while not chunks:
             if self._discard:

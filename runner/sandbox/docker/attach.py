@@ -1,23 +1,14 @@
 """The attach connection: one hijacked socket carrying the component's stdio.
 
-The connection is the engine's attach request, taken over (``Engine.attach_socket``,
-runner/sandbox/docker/http.py), and served by an asyncio protocol of our own: every read
-the event loop makes is demultiplexed at once (the stream arrives as 8-byte headers and
-frames of up to 32 KiB, split by :class:`AttachDemuxer`, sans-I/O), filed by stream, and
-wakes the one task waiting for that stream, if any. The socket is read whoever reads
-what, so a reader never waits on another and waiting for the end never waits on a reader,
-as long as no stream holds more than its bound for its reader (:data:`STDOUT_LIMIT`,
-:data:`STDERR_LIMIT`). Past that the socket is not read until the reader takes bytes
-(both streams wait: they are one socket), so the engine stops taking the component's
-output and the component waits on its write, not the host's memory; a stream nobody will
-read is discarded (``aclose``), which drops its bytes and lets the socket be read to its
-end. A receive with bytes already filed returns them without a loop
-turn; stdin is a :class:`StdinWriter` (no lock, no checkpoint while the buffer has
-room). Half-closing stdin is a ``shutdown(SHUT_WR)`` on the socket, which the engine
-turns into EOF for the component (``StdinOnce``).
-
-Not anyio's socket stream: its every receive adds the socket to the selector and removes
-it again, and its every send takes one more loop turn (bench/channels.py).
+The engine's attach request, taken over (``Engine.attach_socket``), is served by an
+asyncio protocol of our own (not anyio's socket stream, which costs a loop turn per send
+and a selector change per receive): every read is demultiplexed at once
+(:class:`AttachDemuxer`), filed by stream, and wakes the task waiting for it. So a reader
+never waits on another, as long as no stream holds more than its bound
+(:data:`STDOUT_LIMIT`, :data:`STDERR_LIMIT`); past that the socket is not read until the
+reader takes bytes, and the component waits on its write, not on the host's memory. A
+stream nobody will read is discarded (``aclose``). Half-closing stdin is a
+``shutdown(SHUT_WR)``, which the engine turns into EOF for the component.
 """
 
 from __future__ import annotations
@@ -33,24 +24,15 @@ from runner.sandbox.streams import Inbox, SharedReading, StdinWriter
 
 STDOUT, STDERR = 1, 2
 STDOUT_LIMIT = MAX_DOCUMENT_BYTES + (4 << 20)
-"""Bytes of stdout kept for its reader before the socket is no longer read (20 MiB).
-
-A whole maximal frame (16 MiB and its LF) can wait here while the host decodes the one
-before it in a worker thread, so a component that streams large frames is not made to
-wait for each decode to end before it can send the next; the 4 MiB over that cover what
-is left of the frame before and a reader's take (the driver takes 64 KiB at a time).
-The socket is paused within one read of the bound (:data:`READ_BYTES`): the host holds
-under 20.1 MiB of a component's stdout here, however fast it writes."""
+"""Bytes of stdout kept for its reader before the socket is no longer read (20 MiB): a
+whole maximal frame can wait while the one before is decoded, plus room for the rest of
+that one and a reader's take."""
 STDERR_LIMIT = 1 << 20
 """Bytes of stderr kept for its reader (it takes all there is as it comes, and keeps a
 tail of it): past this the socket is not read either."""
 READ_BYTES = 1 << 16
-"""The most the socket is read at once, into a buffer kept for the connection.
-
-asyncio's own socket reads allocate a fresh 256 KiB bytes object for every read, which
-glibc maps in and out each time until it raises its mapping threshold (bench/README.md,
-"sixth session"). Reading into one buffer of 64 KiB, and copying out only what arrived
-(under glibc's 128 KiB threshold), never does."""
+"""The most the socket is read at once, into one buffer kept for the connection: what is
+copied out stays under glibc's mmap threshold (asyncio's 256 KiB reads do not)."""
 _HEADER = struct.Struct(">BxxxL")
 
 
@@ -58,9 +40,7 @@ class AttachDemuxer:
     """Splits Docker's multiplexed attach stream into (stream, payload) pieces; no I/O.
 
     Each frame is an 8-byte header (stream type, three zero bytes, big-endian length) and
-    its payload. Payload is handed out as soon as it arrives, so a frame split across
-    reads, or a line split across frames, costs no extra buffering: only a header split
-    across reads is kept, and a payload is sliced out of the read once.
+    its payload, handed out as it arrives: only a header split across reads is kept.
     """
 
     def __init__(self) -> None:
@@ -118,13 +98,8 @@ class AttachConnection:
         self._ended = anyio.Event()
 
     async def drain(self) -> None:
-        """Wait for the end of the stream, keeping what the readers have not taken yet
-        (up to its bound: past that the end waits for a reader to take bytes, or for the
-        stream to be discarded).
-
-        A broken stream ends too: whether the container exited, was removed or lost its
-        engine is for the inspection that follows to tell.
-        """
+        """Wait for the end of the stream, keeping what the readers have not taken (up to
+        its bound). A broken stream ends too: inspection tells what happened."""
         await self._ended.wait()
 
     async def aclose(self) -> None:
@@ -180,8 +155,7 @@ class _AttachProtocol(asyncio.BufferedProtocol):
         return True  # keep our half open: stdin may still be written (and half-closed)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        # A reset (an engine gone over TCP) is an end like any other: whether the
-        # container exited, was removed or lost its engine is for inspection to tell.
+        # A reset is an end like any other: inspection tells what happened.
         self._connection.stdin.lose()
         self._connection._end()
 

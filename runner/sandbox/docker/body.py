@@ -1,11 +1,7 @@
-"""The body of a run's ``POST /containers/create``, built without docker-py.
+"""The body of a run's ``POST /containers/create``, built without importing docker-py.
 
-docker-py's ``create_container_config`` and ``create_host_config`` (with its ``Mount``,
-``Ulimit`` and ``LogConfig`` types) built it before; importing docker-py costs a cold
-``flow-runner exec`` about 60 ms, for a body of twenty fields. These functions write
-the same JSON for the arguments the Docker backend passes, and nothing else: a test
-compares them with docker-py's body for every shipped profile and for a run with
-attachments, so that the two cannot drift apart.
+It is the JSON docker-py's ``create_container_config`` and ``create_host_config`` write
+for the arguments the Docker backend passes, and a test holds the two equal.
 """
 
 from __future__ import annotations
@@ -22,10 +18,8 @@ def create_body(
     labels: Mapping[str, str],
     host_config: Mapping[str, Any],
 ) -> dict[str, Any]:
-    """A container of ``image`` (``command``: ``None`` for the image's own) with stdin
-    open for one attach, stdout and stderr attached, no TTY: docker-py's
-    ``create_container_config(image, command, stdin_open=True, tty=False, user=user,
-    labels=labels, host_config=host_config)`` with its ``None`` members left out."""
+    """A container of ``image`` (``command`` ``None``: the image's own) with stdin open
+    for one attach, stdout and stderr attached, no TTY, as docker-py writes it."""
     body: dict[str, Any] = {
         "User": user,
         "Tty": False,
@@ -66,9 +60,8 @@ def host_config(
     tmpfs: Mapping[str, str],
     mounts: Sequence[Mapping[str, Any]],
 ) -> dict[str, Any]:
-    """The engine's ``HostConfig``, as docker-py's ``create_host_config`` writes it for
-    these arguments (memory and swap both ``memory``, the ``nofile`` ulimit soft and hard,
-    no log driver): members docker-py leaves out when empty or zero are left out here."""
+    """The engine's ``HostConfig`` as docker-py's ``create_host_config`` writes it (swap
+    equal to ``memory``, ``nofile`` soft and hard, no log driver)."""
     config: dict[str, Any] = {
         "Memory": memory,
         "MemorySwap": memory,

@@ -1,11 +1,9 @@
 """A started container, seen by the host as a :class:`RunningComponent`.
 
-Exit is seen as the end of the attach stream and confirmed by inspecting the container
-(one engine call once the stream ends, where a ``wait`` would be a second). Every engine
-call goes through the container's :class:`Lease`, so a removed container or a lost engine
-is a :class:`SandboxLost`, never a transport's error. Whether it ran out of memory is read
-from its memory cgroup where this process can see it (:mod:`runner.sandbox.docker.oom`),
-else from the engine; ``facts.details["oom_source"]`` says which.
+Exit is the end of the attach stream, confirmed by one inspect. Every engine call goes
+through the container's :class:`Lease`, so a removed container or a lost engine is a
+:class:`SandboxLost`. An OOM is read from the memory cgroup where visible
+(:mod:`runner.sandbox.docker.oom`), else from the engine (``facts.details["oom_source"]``).
 """
 
 from __future__ import annotations
@@ -69,13 +67,9 @@ class Container:
         return self._record(state)
 
     async def kill(self) -> None:
-        """SIGKILL the container; a no-op once it has stopped.
-
-        Raises :class:`SandboxLost` if it was removed meanwhile or its engine is gone. A
-        kill the engine does not answer in time (it waits for the container's output to
-        be taken) is made again once the attach stream is let go: the component's further
-        output is dropped, which is what a kill means anyway.
-        """
+        """SIGKILL the container; a no-op once it has stopped; :class:`SandboxLost` if
+        it was removed or its engine is gone. A kill not answered in time (the engine
+        waits for output to be taken) is made again once the attach stream is let go."""
         if self.facts.exit_code is not None:
             return
         was_killed = self.facts.killed_by_host
@@ -117,17 +111,10 @@ class Container:
             delay = min(delay * 2, 0.25)
 
     async def _late_oom(self, state: dict[str, Any]) -> dict[str, Any]:
-        """Re-read a SIGKILL that neither the host nor (as far as it can tell) the OOM
-        killer sent. Where the cgroup cannot tell, the engine may report the exit before
-        the OOM event of the same container (or never: see :mod:`runner.sandbox.docker.oom`),
-        and an OOM must not be reported as a plain kill. Where it can, the kill was
-        someone else's: ``docker rm -f`` kills, then removes, and a container removed from
-        under its run is a loss (:class:`ContainerGone`, raised by the re-read), not a
-        component killed by a signal.
-
-        The re-reads back off up to ~3 s in all, which only a SIGKILL from outside pays in
-        full; a late event or removal beyond that is missed.
-        """
+        """Re-read a SIGKILL that neither the host nor (as far as known) the OOM killer
+        sent, for up to ~3 s: where the cgroup cannot tell, the engine's OOM flag may come
+        after the exit; and a ``docker rm -f`` kills, then removes, which is a loss
+        (:class:`ContainerGone`, raised by the re-read), not a kill by a signal."""
         cgroup_can_tell = self._oom is not None and self._oom.verdict is not None
         delay = 0.05
         while delay < 2:
@@ -139,9 +126,8 @@ class Container:
         return state
 
     def _record(self, state: dict[str, Any]) -> int:
-        """Note the stopped container's state in the facts; return its exit code.
-
-        The cgroup's verdict, where it has one, stands over the engine's flag."""
+        """Note the stopped state in the facts (the cgroup's OOM verdict over the
+        engine's); its exit code."""
         exit_code = self.facts.exit_code = int(state["ExitCode"])
         verdict = None if self._oom is None else self._oom.verdict
         if self._oom is None or verdict is None:

@@ -1,28 +1,18 @@
-"""The thin engine layer under the Docker backend: one async method per engine call.
+"""The engine layer under the Docker backend: one async method per engine call.
 
-Every call flow-runner makes to the Docker engine is a method of :class:`Engine`. The
-calls of every run (create, attach, start, inspect, kill, remove, and an image's
-inspect) go straight to the engine's HTTP API in the event loop (``http.py``: about a
-tenth of docker-py's CPU per call); the rare others (``info``, the path map, an image's
-archive) are short blocking docker-py calls in a worker thread, behind one capacity
-limiter per client sized like its connection pool. What the engine answers, and what
-docker-py and requests raise, is mapped here and nowhere else:
+A run's calls go straight to the engine's HTTP API (``http.py``); the rare others
+(``info``, the path map, an image's archive) are blocking docker-py calls in a worker
+thread behind one limiter per client. What the engine answers, and what docker-py and
+requests raise, is mapped here and nowhere else:
 
-- before a container exists, an engine that does not answer is :class:`EngineUnavailable`
-  (nothing was run), a missing image is :class:`ImageMissing` and any other refusal a
-  :class:`DockerSandboxError` naming it;
-- once a container exists, every call carries its :class:`Lease`, which turns any failure
-  into one of two losses: :class:`ContainerGone` (the engine no longer knows the
-  container: someone else removed it) or :class:`EngineLost` (the engine failed or
-  stopped answering). The first loss is kept for the run's report.
+- before a container exists, no answer is :class:`EngineUnavailable` (nothing was run),
+  a missing image :class:`ImageMissing`, any other refusal a :class:`DockerSandboxError`;
+- once it exists, every call carries its :class:`Lease`, which turns any failure into
+  :class:`ContainerGone` (someone else removed it) or :class:`EngineLost` (the engine
+  failed or stopped answering). The first loss is kept for the report.
 
-The backend above (``sandbox.py``, ``container.py``) holds the objects; this layer holds
-none but the client and what the engine told it once (its runtimes, the path map).
-
-The process-wide engine (:func:`default_engine`) is found without docker-py when its
-address is plain (``http.plain_address``), and then makes its docker-py client only for a
-rare call: a run of an image whose package is cached, with no attachment and the default
-runtime, never imports docker-py. The create request's body is built in ``body.py``.
+The process-wide engine (:func:`default_engine`) makes its docker-py client only for a
+rare call when its address is plain, so a plain run never imports docker-py.
 """
 
 from __future__ import annotations
@@ -59,14 +49,12 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-BUILD_HINT = "build it with `make images` (runs images/build.sh)"
 POOL_SIZE: Final = 10
 """docker-py's ``DEFAULT_MAX_POOL_SIZE``: the worker threads of the default engine."""
 
 KILL_ANSWER: Final = 5.0
-"""Seconds a kill is given to be answered. An engine reports a kill done once the
-container's output has been handed over, so a kill can wait on an attach stream that
-nobody reads; the caller then lets the stream go (:class:`CallStalled`) and kills again."""
+"""Seconds a kill is given to be answered. The engine answers a kill once the output is
+handed over, so it can wait on an unread attach stream (:class:`CallStalled`)."""
 PING_ANSWER: Final = 2.0
 """Seconds a ping is given: an engine that answers it within this is alive."""
 
@@ -76,10 +64,7 @@ _default_engine: Engine | None = None
 
 
 def default_client() -> docker.DockerClient:
-    """The process-wide client from the environment (``DOCKER_HOST`` or the local socket).
-
-    Blocking (it asks the engine for its API version); created once, on first use.
-    """
+    """The process-wide client from the environment; blocking, made on first use."""
     global _default_client
     with _default_client_lock:
         if _default_client is None:
@@ -98,9 +83,8 @@ def connect() -> docker.DockerClient:
 
 
 def default_engine() -> Engine:
-    """The process-wide engine of the environment; blocking (the API version is asked
-    once, on first use). Direct where the address is plain, else that of
-    :func:`default_client`."""
+    """The process-wide engine of the environment; blocking, made on first use. Direct
+    where the address is plain, else that of :func:`default_client`."""
     global _default_engine
     with _default_client_lock:
         engine = _default_engine
@@ -110,7 +94,11 @@ def default_engine() -> Engine:
         http = EngineHttp.from_env()
     except NoAnswer as exc:
         raise engine_unavailable(exc) from exc
-    engine = engine_for(default_client()) if http is None else Engine(None, _limiter(), http)
+    engine = (
+        engine_for(default_client())
+        if http is None
+        else Engine(None, anyio.CapacityLimiter(POOL_SIZE), http)
+    )
     with _default_client_lock:
         if _default_engine is None:
             _default_engine = engine
@@ -130,16 +118,15 @@ def engine_address() -> str:
 
 def image_missing(image: str) -> ImageMissing:
     return ImageMissing(
-        f"image {image!r} is not on this Docker engine and flow-runner never "
-        f"pulls; {BUILD_HINT}, or build and tag it yourself"
+        f"image {image!r} is not on this Docker engine and flow-runner never pulls; "
+        "build it with `make images` (runs images/build.sh), or build and tag it yourself"
     )
 
 
 @dataclass
 class Lease:
-    """One created container, from its creation to its removal: the launch step it is in
-    (for the report) and the first loss seen. Later losses (a removal refused by the engine
-    that already went away) add nothing to what happened to the run."""
+    """One created container until its removal: its launch step (for the report) and the
+    first loss seen (later ones add nothing to what happened to the run)."""
 
     container_id: str
     began: float
@@ -147,8 +134,8 @@ class Lease:
     step: str = "attach"
     lost: SandboxLost | None = None
     budget_ends: float | None = None
-    """``time.monotonic()`` by which every further call must be answered: the one budget
-    that cleanup's calls share (``None``: each call has the client's timeout)."""
+    """``time.monotonic()`` by which every further call must be answered: cleanup's
+    shared budget (``None``: each call has the client's timeout)."""
 
     def spend_within(self, seconds: float) -> None:
         """From now on, every call about this container shares ``seconds`` in all."""
@@ -161,8 +148,8 @@ class Lease:
         return max(min(limit, self.budget_ends - time.monotonic()), 0.0)
 
     def loss(self, exc: Exception | str, *, gone: bool = False) -> SandboxLost:
-        """A failed call (what went wrong) as a loss of this container; ``gone``: the
-        engine no longer knows it. The first loss is kept."""
+        """A failed call as a loss of this container (``gone``: the engine no longer
+        knows it); the first loss is kept."""
         seconds = time.perf_counter() - self.began
         when = f"{seconds:.1f} s into the run (step: {self.step})"
         kind: type[SandboxLost]
@@ -185,16 +172,16 @@ class Lease:
 
 
 class CallStalled(Exception):
-    """A call about one container was not answered in time, though the engine answers a
-    ping: the engine is alive and waits on something of that container's (its output, not
-    yet taken). Not a loss; the caller lets go of what the engine waits on."""
+    """A call about a container was not answered in time, though the engine answers a
+    ping: it waits on that container's untaken output. Not a loss; the caller lets go of
+    the output."""
 
 
 @dataclass
 class Engine:
-    """One client with its single limiter for worker threads and what it told us once;
-    ``http``: its address for the direct calls (``None``: not a plain socket).
-    ``client`` ``None``: the process-wide client, made on the first call that needs it."""
+    """One client, its limiter for worker threads and what it told us once. ``http``:
+    its address for direct calls (``None``: not a plain socket); ``client`` ``None``:
+    the process-wide client, made on first need."""
 
     client: docker.DockerClient | None
     limiter: anyio.CapacityLimiter
@@ -204,9 +191,8 @@ class Engine:
     """Where the engine's host has the paths this process sees (asked once, on need)."""
 
     async def _call(self, fn: Callable[[docker.DockerClient], T]) -> T:
-        """Run a blocking docker-py call (no container's) on the client in a worker thread
-        behind the limiter; an engine that does not answer is :class:`EngineUnavailable`
-        (nothing was run) and docker-py's errors are the caller's to read."""
+        """A blocking docker-py call (no container's) in a worker thread; no answer is
+        :class:`EngineUnavailable`, docker-py's errors are the caller's to read."""
         import docker.errors
         import requests.exceptions
 
@@ -221,8 +207,8 @@ class Engine:
             raise engine_unavailable(exc) from exc
 
     def direct(self) -> EngineHttp:
-        """The engine's HTTP API, spoken directly; :class:`DockerSandboxError` saying what
-        to change for an engine reached only through docker-py (TLS, ssh)."""
+        """The engine's HTTP API; :class:`DockerSandboxError` for an engine reached only
+        through docker-py (TLS, ssh)."""
         if self.http is None:
             raise DockerSandboxError(
                 f"the connection to {self.base_url} is not a plain socket; use the local "
@@ -248,12 +234,10 @@ class Engine:
         stalls: bool = False,
         **kwargs: Any,
     ) -> Reply:
-        """A direct call about the lease's container, answered within ``limit`` seconds
-        (default the client's timeout) and what is left of the lease's budget; its reply
-        if its status is one of ``expected``, else a loss of the container (404: gone;
-        anything else: the engine's failure), raised. With ``stalls``, or within a budget
-        (cleanup), no answer from an engine that answers a ping is :class:`CallStalled`,
-        not a loss."""
+        """A direct call about the lease's container within ``limit`` seconds (default
+        the client's) and the lease's budget; its reply if its status is ``expected``,
+        else a loss raised (404: gone). With ``stalls`` or a budget, no answer from an
+        engine that answers a ping is :class:`CallStalled`, not a loss."""
         http = self.direct()
         timeout = lease.timeout(http.timeout if limit is None else limit)
         try:
@@ -286,8 +270,7 @@ class Engine:
         return self.runtimes
 
     async def host_paths(self) -> PathMap:
-        """How the engine's host names the paths this process sees (asked once; only a
-        run with host paths asks, so the map is imported here)."""
+        """How the engine's host names the paths this process sees (asked once)."""
         if self.path_map is None:
             from runner.sandbox.pathmap import PathMap
 
@@ -303,9 +286,7 @@ class Engine:
         labels: Mapping[str, str],
         host_config: Mapping[str, Any],
     ) -> str:
-        """Create (never pull) a container with stdin open for one attach; its id.
-
-        ``host_config`` is the engine's ``HostConfig`` (``body.host_config``)."""
+        """Create (never pull) a container with stdin open for one attach; its id."""
         body = create_body(image, command, user=user, labels=labels, host_config=host_config)
         reply = await self._unleased("POST", "/containers/create", body=body)
         if reply.status == 404:
@@ -318,11 +299,7 @@ class Engine:
         return str(reply.json()["Id"])
 
     async def attach_socket(self, lease: Lease) -> socket.socket:
-        """Attach to stdin, stdout and stderr; our own descriptor of the hijacked socket.
-
-        The request is made on a blocking socket in a worker thread; the socket is then
-        read with real async I/O by the caller.
-        """
+        """Attach to stdin, stdout and stderr; our descriptor of the hijacked socket."""
         http = self.direct()
         query = {"stdin": "1", "stdout": "1", "stderr": "1", "stream": "1"}
         path = f"/containers/{lease.container_id}/attach"
@@ -338,10 +315,8 @@ class Engine:
         return sock
 
     async def start(self, lease: Lease) -> str | None:
-        """Start the container; the engine's explanation if it refused (a client error).
-
-        Removed meanwhile (404) or an engine failure is a loss, raised.
-        """
+        """Start the container; the engine's explanation if it refused (a 4xx). Removed
+        meanwhile (404) or an engine failure is a loss, raised."""
         refusals = tuple(status for status in range(400, 500) if status != 404)
         path = f"/containers/{lease.container_id}/start"
         reply = await self._leased(lease, "POST", path, expected=(204, 304, *refusals))
@@ -365,11 +340,8 @@ class Engine:
         return reply.status == 204
 
     async def remove(self, lease: Lease) -> None:
-        """Force-remove the container with its anonymous volumes.
-
-        Gone already (404: removed by someone else) or being removed (409: by a sweep) is
-        the end wanted. Not answered in time by a live engine is :class:`CallStalled`.
-        """
+        """Force-remove the container with its anonymous volumes; gone (404) or being
+        removed (409) is the end wanted. No answer from a live engine: :class:`CallStalled`."""
         path = f"/containers/{lease.container_id}"
         query = {"v": "1", "force": "1"}
         await self._leased(
@@ -391,13 +363,11 @@ class Engine:
 
     async def read_archive(self, image_id: str, path: str, max_bytes: int) -> IO[bytes] | None:
         """The engine's tar of ``path`` in the image, in a temporary file the caller
-        closes, or ``None`` if the image lacks it.
+        closes, or ``None`` if the image lacks it; over ``max_bytes``: :class:`FilesTooLarge`.
 
-        Read out of a container that is created (network none) but never started, then
-        removed with its anonymous volumes: no code of the image runs. It is owned like a
-        run's container, so ``flow-runner gc`` sweeps it if this process dies meanwhile.
-        More than ``max_bytes`` is :class:`FilesTooLarge`. The tar goes to disk, not to
-        memory: the files taken out of it are the only copy the reader holds.
+        Read from a container created (network none) but never started, so no code of
+        the image runs; labelled as a run's, so ``flow-runner gc`` sweeps it if this
+        process dies. The tar goes to disk: the files taken out are the reader's one copy.
         """
         import tempfile
 
@@ -430,8 +400,7 @@ class Engine:
                     closing.pop_all()  # the caller's to close now
                 return spool
             finally:
-                # With its anonymous volumes: an image that declares a VOLUME would
-                # otherwise leave one behind on every read.
+                # v=True: an image's VOLUME would otherwise be left on every read.
                 api.remove_container(created["Id"], v=True, force=True)
 
         try:
@@ -448,13 +417,9 @@ def engine_for(client: docker.DockerClient) -> Engine:
     engine = _engines.get(client)
     if engine is None:
         adapter = client.api.get_adapter(client.api.base_url)
-        limiter = _limiter(int(getattr(adapter, "max_pool_size", POOL_SIZE)))
+        limiter = anyio.CapacityLimiter(int(getattr(adapter, "max_pool_size", POOL_SIZE)))
         engine = _engines[client] = Engine(client, limiter, EngineHttp.of(client.api))
     return engine
-
-
-def _limiter(size: int = POOL_SIZE) -> anyio.CapacityLimiter:
-    return anyio.CapacityLimiter(size)
 
 
 async def open_engine(client: docker.DockerClient | None) -> Engine:

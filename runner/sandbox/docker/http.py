@@ -1,25 +1,18 @@
 """The engine's HTTP API, spoken directly for the calls every run makes.
 
-Each call (create, attach, start, inspect, remove, the sweep's list) is one HTTP/1.1
-request on a connection of its own (``Connection: close``), written and read in the
-event loop; h11 reads the reply. docker-py is not used for them: its client (requests,
-urllib3, a worker thread per call) costs a cold start its import and each call CPU that
-a loaded machine takes from the engine starting containers (bench/README.md). The attach
-request, whose connection becomes the component's stdio, is made on a blocking socket in
-a worker thread.
+Each call is one HTTP/1.1 request on a connection of its own (``Connection: close``),
+written and read in the event loop, the reply read by h11: docker-py's client costs a
+cold start its import and each call CPU a loaded engine needs. The attach request, whose
+connection becomes the component's stdio, is made on a blocking socket in a worker thread.
 
-Only the transports the Docker backend supports are spoken: the engine's unix socket and
-a plain ``tcp://`` address (the attach connection must be a plain socket, read with async
-I/O). docker-py makes the rare calls (``info``, an image's archive, the runner's own
-container) and is the client of any address :func:`plain_address` cannot read as
-docker-py would; :meth:`EngineHttp.from_env` finds the engine and negotiates the API
-version as ``docker.from_env()`` does.
+Only a unix socket or a plain ``tcp://`` address is spoken (the attach connection must be
+a plain socket); docker-py makes the rare calls and serves any address
+:func:`plain_address` cannot read as docker-py would.
 
-A call runs to its end, shielded from cancellation and bounded by the client's timeout:
-a create whose answer is lost to a cancellation would leave a container nobody knows the
-id of. What the engine said comes back as a :class:`Reply`, whatever its status; an
-engine that does not answer (refused, reset, closed early, too slow, garbled) is
-:class:`NoAnswer`.
+A call runs to its end, shielded from cancellation and bounded by a timeout: a create
+whose answer is lost would leave a container nobody knows. The engine's answer is a
+:class:`Reply`, whatever its status; no answer (refused, reset, closed early, too slow,
+garbled) is :class:`NoAnswer`.
 """
 
 from __future__ import annotations
@@ -46,8 +39,7 @@ DEFAULT_TIMEOUT: Final = 60.0
 """docker-py's ``DEFAULT_TIMEOUT_SECONDS``, the timeout of ``docker.from_env()``."""
 MINIMUM_API_VERSION: Final = (1, 24)
 """docker-py's ``MINIMUM_DOCKER_API_VERSION``: an engine below it is refused."""
-# The forms of DOCKER_HOST read here, matched through ``re``'s own cache: compiled only
-# when DOCKER_HOST is set, not by every run's imports.
+# Matched through ``re``'s cache: compiled only when DOCKER_HOST is set.
 _TCP: Final = r"tcp://([A-Za-z0-9.-]+):([0-9]{1,5})"
 _UNIX: Final = r"unix://(/[^?#;]*[^/?#;])"
 
@@ -71,7 +63,7 @@ class Reply:
 
     @property
     def message(self) -> str:
-        """The engine's explanation (its ``message`` member), at most 1,000 characters."""
+        """The engine's ``message`` member (else the body), at most 1,000 characters."""
         text = self.body.decode("utf-8", "replace").strip()
         try:
             decoded = json.loads(text)
@@ -85,7 +77,7 @@ class Reply:
 @dataclass(frozen=True)
 class EngineHttp:
     """Where the engine listens (a unix socket path, or a TCP host and port), the API
-    version negotiated by docker-py, and the client's timeout in seconds."""
+    version, and the client's timeout in seconds."""
 
     unix_path: str | None
     host: str
@@ -96,9 +88,8 @@ class EngineHttp:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> EngineHttp | None:
         """The engine ``docker.from_env()`` would talk to, with the API version it would
-        negotiate (``GET /version``, blocking); ``None`` where :func:`plain_address`
-        cannot say (let docker-py read the environment). No answer is :class:`NoAnswer`;
-        an engine older than docker-py accepts is too."""
+        negotiate (blocking); ``None`` where :func:`plain_address` cannot say. No answer,
+        or an engine older than docker-py accepts, is :class:`NoAnswer`."""
         address = plain_address(environ)
         if address is None:
             return None
@@ -116,8 +107,7 @@ class EngineHttp:
 
     @classmethod
     def of(cls, api: Any) -> EngineHttp | None:
-        """The address of docker-py's ``APIClient``; ``None`` if it talks TLS, ssh or
-        anything else than a plain socket."""
+        """The address of docker-py's ``APIClient``; ``None`` unless a plain socket."""
         from docker.transport import UnixHTTPAdapter
 
         version, timeout = str(api.api_version), float(api.timeout)
@@ -141,8 +131,8 @@ class EngineHttp:
         body: object = None,
         timeout: float | None = None,
     ) -> Reply:
-        """Send one request (``body`` as JSON) and read the whole reply, within
-        ``timeout`` seconds (default: the client's)."""
+        """One request (``body`` as JSON) and its whole reply, within ``timeout``
+        seconds (default: the client's)."""
         exchange = self._exchange_of(method, path, query, body)
         limit = self.timeout if timeout is None else timeout
         try:
@@ -173,11 +163,8 @@ class EngineHttp:
             sock.close()
 
     def hijack(self, path: str, query: Mapping[str, str]) -> tuple[socket.socket | None, Reply]:
-        """POST ``path`` asking to take the connection over (attach); blocking.
-
-        Returns the connected socket (blocking, no timeout) once the engine agreed, or
-        ``None`` with its refusal.
-        """
+        """POST ``path`` taking the connection over (attach), blocking: the socket
+        (blocking, no timeout) once the engine agreed, or ``None`` with its refusal."""
         sock = self._connect_blocking()
         try:
             sock.settimeout(self.timeout)
@@ -232,13 +219,8 @@ class EngineHttp:
         return Exchange(method, target, headers, payload)
 
     async def _exchange(self, exchange: Exchange) -> Reply:
-        """Write the request and read the reply on a socket of its own.
-
-        The socket is read directly, woken by the event loop only when it is readable,
-        and the reply ends where its framing says (or at the end of the connection): a
-        call costs the event loop one or two wake-ups, which on a loaded machine is
-        latency as much as CPU.
-        """
+        """Write the request and read the reply on a socket of its own, woken by the
+        loop only when it is readable: one or two wake-ups per call."""
         try:
             sock = await self._connect()
         except OSError as exc:
@@ -311,10 +293,8 @@ def _reply_blocking(sock: socket.socket, exchange: Exchange) -> Reply:
 
 
 class Exchange:
-    """One request on a connection of its own and its reply, as h11 reads HTTP/1.1:
-    the reply's head, then its body by its framing (``Content-Length``, chunks, or the
-    end of the connection). Anything that is not such a reply, or exceeds the bounds,
-    is :class:`NoAnswer`."""
+    """One request and its reply, read by h11 (head, then body by its framing). Anything
+    that is not such a reply, or exceeds the bounds, is :class:`NoAnswer`."""
 
     def __init__(
         self, method: str, target: str, headers: list[tuple[str, str]], payload: bytes
@@ -382,15 +362,12 @@ class Exchange:
 
 
 def plain_address(environ: Mapping[str, str]) -> tuple[str | None, str, int] | None:
-    """Where ``docker.from_env(environment=environ)`` connects, if that is certain without
-    docker-py: a unix socket path, or a TCP host and port, with no TLS. ``None`` for
-    anything else (a TLS setting, another form of ``DOCKER_HOST``, a Docker CLI context
-    other than ``default``), which is docker-py's to read.
+    """Where ``docker.from_env(environment=environ)`` connects, if certain without
+    docker-py: a unix socket path, or a TCP host and port, no TLS. ``None`` for anything
+    else (TLS, another ``DOCKER_HOST`` form, a CLI context other than ``default``).
 
-    As docker-py: a non-empty ``DOCKER_HOST`` is the address; else the context named by
-    ``DOCKER_CONTEXT``, else by ``currentContext`` in the first Docker CLI configuration
-    file that exists, whose ``default`` is the local socket. A test holds this to
-    docker-py's reading of the same environments.
+    As docker-py: a non-empty ``DOCKER_HOST``; else the context named by
+    ``DOCKER_CONTEXT`` or the first CLI configuration file's ``currentContext``.
     """
     if environ.get("DOCKER_CERT_PATH") or environ.get("DOCKER_TLS_VERIFY", "") != "":
         return None

@@ -1,33 +1,21 @@
 """Whether the kernel's OOM killer ran in a container: read from its memory cgroup.
 
-The engine's ``OOMKilled`` flag comes from an OOM event that travels kernel -> shim ->
-containerd -> dockerd on a path of its own, and may be handled after the exit it caused
-(inspect then shows the flag only later) or dropped (the shim drops an event it handles
-after the cgroup is gone). So the fact is taken from the container's memory cgroup, which
-this process can see when it runs on the engine's host as root.
+The engine's ``OOMKilled`` flag travels from the kernel through the shim on a path of its
+own, and may come after the exit it caused or be dropped. So the fact is taken from the
+container's memory cgroup, visible to a root process on the engine's host.
 
-cgroup v1 (this project's machine): two eventfds are registered through
-``cgroup.event_control`` right after the container starts. One is on
-``memory.oom_control``: the kernel signals it in the OOM path itself, before the victim
-is killed, and once more when the cgroup is removed. The other is a usage threshold no
-cgroup reaches, so it is signalled only at the removal; it is registered first, and the
-kernel removes a cgroup's events newest first, one after another on one worker, so when
-it fires the OOM eventfd has had its own removal signal (seen in each of 70 runs here,
-with and without three CPU hogs on two cores). A watcher thread reads the OOM
-count (``oom_kill``) at each signal while the cgroup exists, and, once the cgroup is gone,
-waits for the removal-only signal: then the OOM eventfd's signals taken after the cgroup
-went are its removal plus one per OOM nobody read in time. An OOM before the watch began
-is in the count read when it begins. No timing decides the verdict.
+cgroup v1: two eventfds are registered through ``cgroup.event_control`` right after the
+start: one on ``memory.oom_control`` (signalled in the OOM path, before the kill, and at
+the cgroup's removal), and, first, one on a usage threshold no cgroup reaches (signalled
+only at the removal). The kernel removes a cgroup's events newest first, so when the
+second fires the first has had its removal signal: its signals after the cgroup went are
+that one plus one per OOM not read in time. No timing decides the verdict.
 
-cgroup v2: ``memory.events`` is polled (the kernel notifies a poller when ``oom_kill``
-changes) and its count read while the cgroup exists; with no removal signal to settle on,
-an OOM the thread was too slow to read is not seen here (:attr:`OomWatch.verdict` is
-``None``) and the engine's flag decides.
+cgroup v2: ``memory.events`` is polled while the cgroup exists; an OOM read too late is
+not seen (:attr:`OomWatch.verdict` is ``None``) and the engine's flag decides.
 
-Where the cgroup is not visible (the runner in a container of its own, another cgroup
-layout, another runtime), cannot be registered with (not root), or is gone before the
-watch begins (a component killed at once), :func:`watch_oom` returns ``None`` and the
-engine's flag is the only source.
+Where the cgroup is not visible, cannot be registered with (not root), or is already
+gone, :func:`watch_oom` returns ``None`` and the engine's flag is the only source.
 """
 
 from __future__ import annotations
@@ -44,8 +32,7 @@ _RECHECK = 1.0
 poller, and the thread must end once the cgroup is gone."""
 _SETTLE = 5.0
 """Seconds the thread waits for the removal signal once the cgroup is gone (it comes
-within milliseconds; the bound only keeps a kernel that never sends it from holding the
-thread)."""
+within milliseconds; the bound only frees the thread)."""
 _NEVER = 1 << 62
 """A usage threshold no cgroup reaches: an event signalled only when the cgroup goes."""
 

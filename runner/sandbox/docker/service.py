@@ -1,11 +1,8 @@
 """The Docker backend's answers to callers that are not a run: a batch, ``doctor``.
 
 :class:`DockerSandboxEngine` is the backend's
-:class:`~runner.sandbox.registry.SandboxEngine`: image ids and sweeps asked of the
-process-wide engine directly (blocking HTTP calls, no docker-py), and which of the
-backend's errors a retry may get past. :func:`read_through_sibling` is ``doctor``'s proof
-that a host path reaches a sibling container. Above ``runner/sandbox/`` nothing imports
-docker-py: what it needs of the engine is here or in the backend.
+:class:`~runner.sandbox.registry.SandboxEngine`; :func:`read_through_sibling` is
+``doctor``'s proof that a host path reaches a sibling container.
 """
 
 from __future__ import annotations
@@ -49,10 +46,8 @@ class DockerSandboxEngine:
         return sweep(runs=runs)
 
     def transient(self, exc: BaseException) -> bool:
-        """A :class:`SandboxError` says so itself; a connection that failed is transient;
-        so is what docker-py (behind the backend's rare calls: ``info``, the path map, an
-        image's files) raises for an engine that failed or did not answer, but not for a
-        missing image."""
+        """A :class:`SandboxError` says so itself; a failed connection, or docker-py's
+        error for an engine that failed or did not answer (not a missing image), is."""
         if isinstance(exc, SandboxError):
             return exc.transient
         if isinstance(exc, ConnectionError):
