@@ -1,21 +1,18 @@
 """The ``artifacts`` capability: files a flow leaves for people and for later steps,
-under the ``root`` option, by ``write``, ``read`` and ``list`` (contract
-``contracts/artifacts.json``). A path is relative, ``/``-separated and canonical, at most
-1,024 bytes in 64 segments, else ``invalid-path``; its URI (``artifact://`` and the
-percent-encoded path) reveals nothing of the host's layout.
+under the ``root`` option (contract ``contracts/artifacts.json``). A path is relative,
+``/``-separated and canonical, at most 1,024 bytes in 64 segments, else ``invalid-path``;
+its URI (``artifact://`` and the percent-encoded path) reveals nothing of the host.
 
 The root may lie where a component can write (an ``rw`` attachment), so no name is
 trusted twice: the root is opened once (:func:`.paths.open_directory`) and every call
-works relative to it; no link below it is followed (``O_NOFOLLOW``, a segment at a
-time); a file is read only once an ``O_PATH`` descriptor shows it regular (a fifo is
-refused untouched); a write renames a new file over the name, so it is atomic and never
-writes through a hard link.
+works relative to it; no link below it is followed; a file is read only once an
+``O_PATH`` descriptor shows it regular (a fifo is refused untouched); a write renames a
+new file over the name, so it is atomic and never writes through a hard link.
 
 Budgets keep a component from filling the host's disk: ``max_file_bytes`` (default and
 most 6 MiB, whose base64 is JSON/1's largest string; past it ``too-large``), and
-``max_bytes`` (256 MiB) and ``max_files`` (10,000) under the root (``RESOURCE_EXHAUSTED``),
-counted from what the root held at start; writes are one at a time, so two cannot both
-pass a check only one fits.
+``max_bytes`` (256 MiB) and ``max_files`` (10,000) under the root (``RESOURCE_EXHAUSTED``);
+writes are one at a time, so two cannot both pass a check only one fits.
 """
 
 from __future__ import annotations

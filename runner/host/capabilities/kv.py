@@ -1,27 +1,20 @@
-"""The ``kv`` capability: a durable key/value store on SQLite for state a flow keeps
-between runs, by ``get``, ``put``, ``delete`` and ``list`` (contract
-``contracts/kv.json``). Keys are 1–1,024 UTF-8 bytes without NUL; values are JSON/1,
-stored as canonical text. WAL mode with ``synchronous=FULL``: a ``put`` that returned
-survives a crash of the host, and readers in other processes never block it.
+"""The ``kv`` capability: a durable key/value store on SQLite, for state a flow keeps
+between runs (contract ``contracts/kv.json``). Keys are 1–1,024 UTF-8 bytes without NUL;
+values are JSON/1, stored as canonical text. WAL mode with ``synchronous=FULL``: a
+``put`` that returned survives a crash of the host, and readers never block it.
 
 Options: ``path`` (default ``$XDG_STATE_HOME/flow-runner/kv.sqlite3``, else under
-``~/.local/state``: state that outlives a run; missing directories are created);
-``namespace``, keeping bindings that share a file apart; and the budgets, past which a
-``put`` is ``RESOURCE_EXHAUSTED``: ``max_bytes`` (64 MiB) of the namespace's keys and
-values, ``max_keys`` (100,000), and ``max_value_bytes`` (1 MiB, at most a Run/1 frame's
-16 MiB: bigger data belongs in artifacts). They count from what the namespace held at
-start; a put reads the old value's size in the transaction that writes, so concurrent
-calls count exactly.
+``~/.local/state``), ``namespace`` (bindings sharing a file stay apart), and budgets past
+which a ``put`` is ``RESOURCE_EXHAUSTED``: ``max_bytes`` (64 MiB of keys and values),
+``max_keys`` (100,000) and ``max_value_bytes`` (1 MiB; bigger data belongs in artifacts).
+A put reads the old value's size in the transaction that writes, so concurrent calls
+count exactly.
 
 SQLite opens the database and its ``-wal``, ``-shm`` and ``-journal`` files by name, again
-and again: whoever can write a directory on the way (a component, through an ``rw``
-attachment) could swap a name for a link and have the host write where they choose. So
-the directory is refused unless only root and the host's user can change a name on the
-way or in it (:func:`.paths.open_directory`), as is a database that is a link; the fix is
-``chmod go-w`` or a path outside every ``rw`` attachment, and no option waives it.
-
-Calls run in worker threads: the one connection is opened with
-``check_same_thread=False`` and every use holds a lock.
+and again, so a component that can write a directory on the way (an ``rw`` attachment)
+could swap a name for a link and have the host write where it chooses: such a directory
+(:func:`.paths.open_directory`), or a database that is a link, is refused, and no option
+waives it (``chmod go-w`` or another path is the fix).
 """
 
 from __future__ import annotations

@@ -1,17 +1,13 @@
 """Opening a provider's host directory so that nobody but the host can redirect it.
 
-A provider's ``root`` or ``path`` may lie in a directory a component can write (an
-``rw`` attachment, now or in an earlier run); a link swapped in on the way would turn the
-host's writes, as its user (often root), into writes where the component chooses.
-:func:`open_directory` walks the path from ``/`` one name at a time with ``O_NOFOLLOW``,
-each relative to its parent's descriptor, and follows a link only where nobody but the
-host could have made it: in a directory only root or the host's user can write, or in a
-sticky one (``/tmp``) when the link is theirs. It also tells whether anyone else could
-change a name on the way or in the directory (:attr:`HostDirectory.exposed`), which a
-provider that opens names by path (SQLite does) must refuse.
-
-"Anyone else" is judged from owners and mode bits (ACLs show in the group bits): a
-component running as the host's own user cannot be told apart from the host.
+A provider's ``root`` or ``path`` may lie in a directory a component can write (an ``rw``
+attachment), where a link swapped in on the way would turn the host's writes, as its user
+(often root), into writes where the component chooses. :func:`open_directory` walks the
+path one name at a time with ``O_NOFOLLOW`` and follows a link only where nobody but the
+host could have made it (a directory only root or the host's user can write, or a sticky
+one when the link is theirs); :attr:`HostDirectory.exposed` tells a provider that opens
+names by path (SQLite) whether anyone else could change one. Owners and mode bits are
+all it judges by: a component running as the host's user is the host.
 """
 
 from __future__ import annotations

@@ -1,14 +1,13 @@
 """The capability provider plugin interface, and finding providers by name.
 
-A provider is a class registered under the entry-point group ``flow_runner.capabilities``
-by any installed distribution, so that a new capability needs a package, not a change
-to flow-runner::
+A provider is a class registered under the entry-point group ``flow_runner.capabilities``,
+so that a new capability needs a package, not a change to flow-runner::
 
     [project.entry-points."flow_runner.capabilities"]
     tickets = "acme_tickets:TicketsProvider"
 
-The host constructs it once per binding with the binding's ``options`` and awaits
-:meth:`Provider.call` for each ``capability/call``. How a call ends decides what the
+The host constructs it once per binding with its ``options`` and awaits
+:meth:`Provider.call` for each ``capability/call``; how a call ends decides what the
 component sees:
 
 =================================  ===============================================
@@ -24,8 +23,7 @@ raises anything else               ``EXECUTION_FAILED``
 =================================  ===============================================
 
 A provider may define ``close()`` (plain or ``async``), called once when the binding is
-discarded. ``call`` runs on the host's event loop: blocking work belongs in a worker
-thread (:class:`BlockingProvider`).
+discarded. ``call`` runs on the event loop: blocking work belongs in a worker thread.
 """
 
 from __future__ import annotations

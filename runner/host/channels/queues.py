@@ -81,14 +81,12 @@ class PendingSend:
     checked: Checked
     done: anyio.Event = field(default_factory=anyio.Event)
     error: OperationError | None = None
-    accepted: bool = False
 
     @property
     def size(self) -> int:
         return len(self.encoded)
 
     def finish(self, error: OperationError | None) -> None:
-        self.accepted = error is None
         self.error = error
         self.done.set()
 
