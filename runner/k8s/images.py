@@ -1,13 +1,9 @@
 """What ``k8s job`` and ``k8s batch`` check of a component image before rendering its pod.
 
-The pod runs the image under the wrapper that its init container copies in
-(:data:`runner.k8s.manifests.WRAPPER`): a frozen ``flow-runner job`` carrying its own
-interpreter, glibc and loader, and a static tini. So the image needs no Python, no
-flow-runner, no shell and no libc of any kind (glibc, musl or none); what it must have is
-a command (named after the image, or its ENTRYPOINT and CMD, which the pod's command
-replaces and so must be named in the pod) and the processor architecture the wrapper was
-built for. These are checked here from the images' inspect documents, read from a local
-engine where there is one; what could not be read is said, not assumed.
+The wrapper brings its own interpreter and libc, so the image needs only a command (the
+pod's command replaces ENTRYPOINT and CMD, so they must be named in the pod) and the
+wrapper's processor architecture, checked from inspect documents where a local engine
+has the images; what could not be read is said, not assumed.
 """
 
 from __future__ import annotations
@@ -46,11 +42,8 @@ def component_command(
     facts: ImageFacts | None,
     why_not: str | None,
 ) -> tuple[tuple[str, ...], str | None]:
-    """The component's command and the image's package label (``None`` if unread).
-
-    ``facts`` is ``None`` when the image could not be inspected (``why_not`` says why):
-    a command named after the image is then taken as it is; none at all is refused.
-    """
+    """The component's command and the image's package label (``None`` if unread); with
+    no ``facts`` (``why_not`` says why) the command must be named."""
     if facts is None:
         if not command:
             raise RenderError(

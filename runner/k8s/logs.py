@@ -1,16 +1,10 @@
 """``flow-runner batch import``: the pods' logs of a ``k8s batch`` Job into a result store.
 
-A pod log (``kubectl logs POD``, without ``--timestamps``) mixes the wrapper's lines with
-everything the component wrote to stderr, and the component is hostile: it may print
-lines that look like results, even for other rows. So a log is read as the wrapper wrote
-it (:mod:`.wrapper`): its first header line (written before the component existed)
-names the row and commits to a seal by its digest; the result is the first line after
-it whose ``job.seal`` matches that digest. A line without the seal is the component's
-and is ignored. A log whose header has no sealed result is a pod that ended before the
-wrapper could answer (killed, out of memory, its node lost): an infrastructure failure.
-
-Several logs of one row (the Job retried its index) are one row with that many
-attempts; a sealed result wins over a lost pod, a later start over an earlier one.
+A pod log mixes the wrapper's lines with the component's, which may forge results. The
+first header line names the row and the seal's digest; the result is the first later
+line carrying that seal. A header without one is a pod lost before it answered. Logs of
+one row are its attempts: a sealed result wins over a lost pod, a later start over an
+earlier one.
 """
 
 from __future__ import annotations
@@ -65,8 +59,8 @@ class ImportedRun:
 
 
 def read_logs(paths: Iterable[Path]) -> list[ImportedRun]:
-    """Every row in the logs, in manifest order; any file that is not a job's log (or is
-    a single Job's, with no row) is refused, all of them listed."""
+    """Every row in the logs, in manifest order; every file that is not a batch pod's log
+    is listed, and nothing is imported."""
     runs: dict[str, ImportedRun] = {}
     problems: list[str] = []
     for path in paths:

@@ -1,15 +1,10 @@
 """Rendering Jobs: ``flow-runner k8s job`` (a Job) and ``k8s batch`` (an Indexed Job).
 
-Every resource is plain data (dicts), validated in the tests against the official
-schemas of Kubernetes :data:`KUBERNETES_VERSION` (``kubernetes-validate``). The pod runs
-``flow-runner job`` (under tini) with the component's command, and neither comes from the
-component's image: an init container of the runner image copies the frozen wrapper and a
-static tini into a memory ``emptyDir`` that the component container mounts read-only at
-:data:`WRAPPER_DIR` (as Argo's emissary and Tekton's entrypoint travel), so any image
-with a command and a glibc runs unchanged. The sandbox profile becomes the pod's
-securityContext, resources and volumes, the init container's as well. What a profile sets that a pod
-cannot express is returned as notes: they go into the manifest as a comment (YAML) and
-an annotation (both formats), and to the command's stderr — never dropped silently.
+The pod runs ``flow-runner job`` under tini, neither from the component's image: an init
+container of the runner image copies them into a memory ``emptyDir`` mounted read-only at
+:data:`WRAPPER_DIR`, so any image with a command runs unchanged. The sandbox profile
+becomes both containers' securityContext, resources and volumes; what a pod cannot
+express is returned as notes (a YAML comment, an annotation, stderr), never dropped.
 """
 
 from __future__ import annotations
@@ -19,7 +14,7 @@ import json
 import math
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +35,7 @@ SCRATCH_DIR = "/flow/scratch"
 RESULTS_DIR = "/flow/results"
 ATTACHMENTS_DIR = "/flow/attachments"
 SECCOMP_NODE_DIR = "/var/lib/kubelet/seccomp"
-"""Where a kubelet looks for ``Localhost`` seccomp profiles (its ``--root-dir``/seccomp)."""
+"""Where a kubelet looks for ``Localhost`` seccomp profiles."""
 SECCOMP_SUBDIR = "flow-runner"
 GRACE_MARGIN = 5
 """Seconds the kubelet's termination grace exceeds the wrapper's cancel grace: room for
@@ -52,17 +47,18 @@ RUNNER_IMAGE = f"flow-runner:{__version__}"
 RUNNER_WRAPPER_DIR = "/opt/flow-runner/job"
 """Where the runner image keeps the frozen wrapper and tini (images/job-wrapper/build.sh)."""
 WRAPPER_DIR = "/flow/wrapper"
-"""Where the component container finds them: the read-only ``emptyDir`` they were copied to."""
+"""Where the component container finds them (the read-only ``emptyDir``)."""
 WRAPPER = (f"{WRAPPER_DIR}/tini", "--", f"{WRAPPER_DIR}/flow-runner-job")
 """The component container's command: tini as PID 1 forwards the kubelet's SIGTERM to the
-wrapper and reaps orphans; the wrapper (``flow-runner job``, frozen) runs the component."""
+wrapper and reaps orphans."""
 WRAPPER_SIZE = "64Mi"
-"""The sizeLimit of the wrapper's ``emptyDir`` (the wrapper takes about 32 MiB)."""
+"""The sizeLimit of the wrapper's ``emptyDir`` (it takes about 32 MiB)."""
 LABEL_KEY = "flow-runner.io/key"
 LABEL_JOB = "flow-runner.io/job"
 NOTES = "flow-runner.io/not-enforced"
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _CONFIG_KEY = re.compile(r"[^-._a-zA-Z0-9]")
+_INDEX_FIELD = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
 
 
 class RenderError(ValueError):
@@ -81,10 +77,7 @@ class Mount:
 
     def as_json(self) -> JSONValue:
         """The mount as an invocation key names it."""
-        return {
-            "name": self.name, "kind": self.kind, "source": self.source,
-            "subpath": self.subpath, "writable": self.writable,
-        }  # fmt: skip
+        return asdict(self)
 
     def volume(self, volume_name: str) -> dict[str, Any]:
         if self.kind == "pvc":
@@ -162,9 +155,8 @@ class JobSpec:
     runner_image: str = RUNNER_IMAGE
 
     def key(self, value: JSONValue, settings: dict[str, JSONValue], deadline: float) -> str:
-        """The invocation key of a run of this job with ``value``, ``settings`` and
-        ``deadline``: ``batch``'s key document (:func:`runner.batch.keys.image_document`),
-        the image by its name (a cluster resolves it) and each volume by its source."""
+        """The invocation key of a run of this job: ``batch``'s key document, with the image
+        by its name (a cluster resolves it) and each volume by its source."""
         seccomp = self.profile.seccomp_json
         document = image_document(
             self.image, self.profile.as_json(),
@@ -192,7 +184,7 @@ def render_job(spec: JobSpec) -> Rendered:
     }
     _check_size(files, "--input and --settings")
     args = ["--input", f"@{JOB_DIR}/input.json", "--settings", f"@{JOB_DIR}/settings.json"]
-    template, notes = _pod_template(spec, name, key, args, env=[])
+    template = _pod_template(spec, name, key, args, env=[])
     job_spec: dict[str, Any] = {
         "backoffLimit": spec.backoff_limit,
         "activeDeadlineSeconds": _active_deadline(spec, waves=1),
@@ -200,7 +192,7 @@ def render_job(spec: JobSpec) -> Rendered:
         "podFailurePolicy": _failure_policy("FailJob"),
         "template": template,
     }
-    return Rendered(_resources(spec, name, key, files, job_spec, notes), notes)
+    return _rendered(spec, name, key, files, job_spec)
 
 
 @dataclass(frozen=True)
@@ -213,12 +205,9 @@ class BatchRows:
 
 
 def batch_rows(path: Path, spec: JobSpec) -> BatchRows:
-    """Read a ``flow-runner batch`` manifest for an Indexed Job, as ``batch`` reads it
-    (:func:`runner.batch.manifest.check`, ``spec`` giving what a row leaves out).
-
-    One pod template serves every row, so a row may vary its id, input, settings and
-    deadline; a row that names another image, profile or command, or attachments, is
-    refused (render one Job per such group). Every bad line is listed.
+    """Read a ``flow-runner batch`` manifest for an Indexed Job as ``batch`` does, ``spec``
+    giving what a row leaves out. One pod template serves every row, so a row that names
+    another image, profile or command, or attachments, is refused; every bad line listed.
     """
     defaults = Defaults(
         image=spec.image, input=spec.input, settings=spec.settings,
@@ -245,7 +234,7 @@ def _row_line(row: Row, spec: JobSpec) -> str:
             "inputDigest": input_digest(row),
             "input": row.input,
             "settings": row.settings,
-            "deadline": f"{round(row.deadline * 1000)}ms",
+            "deadline": _millis(row.deadline),
         }
     ).decode()
 
@@ -271,20 +260,10 @@ def render_batch(
     files = {data_key: "\n".join(rows.lines) + "\n"}
     _check_size(files, "the manifest")
     count = len(rows.lines)
-    env: list[Any] = [
-        {
-            "name": "JOB_COMPLETION_INDEX",
-            "valueFrom": {
-                "fieldRef": {
-                    "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"
-                }
-            },
-        }
-    ]
-
+    env = [{"name": "JOB_COMPLETION_INDEX", "valueFrom": {"fieldRef": {"fieldPath": _INDEX_FIELD}}}]
     args = ["--manifest", f"{JOB_DIR}/{data_key}"]
     longest = replace(spec, deadline=max(rows.longest, spec.deadline))
-    template, notes = _pod_template(longest, name, key, args, env=env)
+    template = _pod_template(longest, name, key, args, env=env)
     waves = math.ceil(count / jobs) * (1 + retries)
     job_spec: dict[str, Any] = {
         "completionMode": "Indexed",
@@ -297,22 +276,17 @@ def render_batch(
         "podFailurePolicy": _failure_policy("FailIndex"),
         "template": template,
     }
-    return Rendered(_resources(spec, name, key, files, job_spec, notes), notes)
+    return _rendered(spec, name, key, files, job_spec)
 
 
-def _resources(
-    spec: JobSpec,
-    name: str,
-    key: str,
-    files: dict[str, str],
-    job_spec: dict[str, Any],
-    notes: list[str],
-) -> list[dict[str, Any]]:
-    meta = _metadata(spec, name, key)
+def _rendered(
+    spec: JobSpec, name: str, key: str, files: dict[str, str], job_spec: dict[str, Any]
+) -> Rendered:
+    notes = not_enforced(spec.profile)
     annotations = {LABEL_KEY: key, "flow-runner.io/profile": spec.profile.name}
     if notes:
         annotations[NOTES] = json.dumps(notes)
-    job_meta = {**meta, "annotations": annotations}
+    job_meta = {**_metadata(spec, name, key), "annotations": annotations}
     resources: list[dict[str, Any]] = [
         {
             "apiVersion": "v1",
@@ -334,21 +308,18 @@ def _resources(
                 },
             }
         )
-    return resources
+    return Rendered(resources, notes)
 
 
 def _metadata(spec: JobSpec, name: str, key: str) -> dict[str, Any]:
-    meta: dict[str, Any] = {
-        "name": name,
-        "labels": {
-            "app.kubernetes.io/managed-by": "flow-runner",
-            LABEL_JOB: name,
-            LABEL_KEY: key[:63],
-        },
-    }
+    meta: dict[str, Any] = {"name": name, "labels": _labels(name, key)}
     if spec.namespace is not None:
         meta["namespace"] = spec.namespace
     return meta
+
+
+def _labels(name: str, key: str) -> dict[str, str]:
+    return {"app.kubernetes.io/managed-by": "flow-runner", LABEL_JOB: name, LABEL_KEY: key[:63]}
 
 
 def _job_name(name: str | None, key: str) -> str:
@@ -374,30 +345,19 @@ def _check_size(files: dict[str, str], what: str) -> None:
 def _failure_policy(action: str) -> dict[str, Any]:
     """Disruptions are not failures; outcomes and usage errors are final; the wrapper's
     own failure counts towards the retries."""
+    disruption = {"type": "DisruptionTarget", "status": "True"}
     return {
         "rules": [
-            {
-                "action": "Ignore",
-                "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
-            },
-            {
-                "action": action,
-                "onExitCodes": {
-                    "containerName": "component",
-                    "operator": "In",
-                    "values": list(FINAL_EXITS),
-                },
-            },
-            {
-                "action": "Count",
-                "onExitCodes": {
-                    "containerName": "component",
-                    "operator": "In",
-                    "values": [EXIT_WRAPPER],
-                },
-            },
+            {"action": "Ignore", "onPodConditions": [disruption]},
+            _on_exits(action, list(FINAL_EXITS)),
+            _on_exits("Count", [EXIT_WRAPPER]),
         ]
     }
+
+
+def _on_exits(action: str, values: list[int]) -> dict[str, Any]:
+    exits = {"containerName": "component", "operator": "In", "values": values}
+    return {"action": action, "onExitCodes": exits}
 
 
 def termination_grace(profile: SandboxProfile) -> int:
@@ -411,7 +371,7 @@ def _active_deadline(spec: JobSpec, *, waves: int) -> int:
 
 def _pod_template(
     spec: JobSpec, name: str, key: str, args: list[str], env: list[Any]
-) -> tuple[dict[str, Any], list[str]]:
+) -> dict[str, Any]:
     profile = spec.profile
     volumes: list[Any] = [
         {"name": "job", "configMap": {"name": name}},
@@ -428,13 +388,7 @@ def _pod_template(
         {"name": "scratch", "mountPath": SCRATCH_DIR},
         {"name": "tmp", "mountPath": "/tmp"},
     ]
-    wrapper_args = [
-        *args,
-        "--deadline",
-        f"{round(spec.deadline * 1000)}ms",
-        "--scratch",
-        SCRATCH_DIR,
-    ]
+    wrapper_args = [*args, "--deadline", _millis(spec.deadline), "--scratch", SCRATCH_DIR]
     for number, m in enumerate(spec.mounts):
         path = f"{ATTACHMENTS_DIR}/{m.name}"
         volumes.append(m.volume(f"a{number}"))
@@ -446,12 +400,8 @@ def _pod_template(
         wrapper_args += ["--results", RESULTS_DIR]
     if spec.package is not None:
         wrapper_args += ["--package", spec.package]
-    wrapper_args += [
-        "--grace",
-        f"{profile.cancel_grace:g}",
-        "--exit-grace",
-        f"{profile.exit_grace:g}",
-    ]
+    grace = f"{profile.cancel_grace:g}"
+    wrapper_args += ["--grace", grace, "--exit-grace", f"{profile.exit_grace:g}"]
     container: dict[str, Any] = {
         "name": "component",
         "image": spec.image,
@@ -479,15 +429,12 @@ def _pod_template(
         pod["securityContext"] = {"fsGroup": _ids(profile)[1]}
     if profile.runtime == "runsc":
         pod["runtimeClassName"] = "gvisor"
-    labels = {"app.kubernetes.io/managed-by": "flow-runner", LABEL_JOB: name, LABEL_KEY: key[:63]}
-    return {"metadata": {"labels": labels}, "spec": pod}, not_enforced(profile)
+    return {"metadata": {"labels": _labels(name, key)}, "spec": pod}
 
 
 def wrapper_container(spec: JobSpec) -> dict[str, Any]:
     """The init container that copies the wrapper into the pod, as locked down as the
-    component (its user, capabilities, read-only root, seccomp profile and limits: the
-    pod's requests stay the component's, an init container's limits count only as a
-    maximum)."""
+    component (an init container's limits count only as a maximum of the pod's)."""
     return {
         "name": "wrapper",
         "image": spec.runner_image,
@@ -515,7 +462,7 @@ def security_context(profile: SandboxProfile) -> dict[str, Any]:
     caps: dict[str, Any] = {"drop": [_cap(c) for c in profile.cap_drop]}
     if profile.cap_add:
         caps["add"] = [_cap(c) for c in profile.cap_add]
-    context: dict[str, Any] = {
+    return {
         "runAsNonRoot": uid != 0,
         "runAsUser": uid,
         "runAsGroup": gid,
@@ -525,7 +472,6 @@ def security_context(profile: SandboxProfile) -> dict[str, Any]:
         "capabilities": caps,
         "seccompProfile": _seccomp(profile),
     }
-    return context
 
 
 def _cap(name: str) -> str:
@@ -553,6 +499,10 @@ def _resources_of(profile: SandboxProfile) -> dict[str, Any]:
         "memory": _quantity(profile.memory),
     }
     return {"limits": amounts, "requests": dict(amounts)}
+
+
+def _millis(seconds: float) -> str:
+    return f"{round(seconds * 1000)}ms"
 
 
 def _quantity(size: int) -> str:

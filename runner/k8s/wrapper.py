@@ -1,19 +1,9 @@
 """``flow-runner job``: the entrypoint of a Job's pod, the component its child process.
 
-Inside a pod the pod is the sandbox (its securityContext, limits and volumes come from
-the manifest), so the component runs with the process backend and speaks Run/1 over
-pipes. What this module owns is what Kubernetes needs around that run:
-
-- the job's input: an option, a file of the mounted ConfigMap, an environment variable,
-  or the row of an Indexed Job's manifest picked by ``JOB_COMPLETION_INDEX``;
-- the pod log: a header on stderr before the component exists, then the component's
-  stderr, then exactly one result line on stdout (``exec``'s line with a ``job`` member),
-  sealed so that ``batch import`` cannot be fooled by lines the component wrote;
-- the report under a results path, and the termination message.
-
-Child flows are refused inside a pod: they would be processes of the same pod, not
-isolated from their parent or each other, so :class:`PodBroker` answers every child run,
-capability call and channel request ``UNAVAILABLE`` with that reason.
+The pod is the sandbox, so the component runs with the process backend. This module
+owns what Kubernetes needs around the run: the input (an option, a ConfigMap file, an
+environment variable, or an Indexed Job's row), the pod log (a header on stderr, then
+one sealed result line on stdout that ``batch import`` trusts), and the report.
 """
 
 from __future__ import annotations
@@ -25,15 +15,11 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from runner import __version__, json1
 from runner.host.broker import CallContext
 from runner.json1 import JSONValue
 from runner.protocol.codes import OperationError
-
-if TYPE_CHECKING:
-    pass
 
 HEADER_KEY = "flowRunnerJob"
 """The member naming the wrapper's header line (stderr, first line of the pod log)."""
@@ -41,7 +27,6 @@ RESULT_KEY = "job"
 """The member the wrapper adds to ``exec``'s result line."""
 ROW_FIELDS = ("id", "line", "key", "inputDigest", "input", "settings", "deadline")
 """The fields of a line of the normalized manifest ``k8s batch`` puts in its ConfigMap."""
-MAX_PACKAGE_BYTES = 64 << 20
 
 
 class JobUsageError(ValueError):
@@ -70,8 +55,7 @@ class JobRow:
 
 
 def from_env(option: str, text: str) -> str:
-    """``env:NAME`` is the text of environment variable NAME (a ConfigMap key mapped to
-    the environment); any other text is returned as given."""
+    """``env:NAME`` is the text of environment variable NAME; any other text is itself."""
     if not text.startswith("env:"):
         return text
     name = text[4:]
@@ -139,11 +123,8 @@ def read_row(path: Path, index: int, manifest_name: str) -> JobRow:
 
 
 class PodBroker:
-    """Refuses child flows, capabilities and channels: a pod runs one component.
-
-    Children would be processes of the same pod, sharing its user, file systems and
-    limits with their parent and each other: not isolated. Run each flow as its own Job.
-    """
+    """Refuses child flows, capabilities and channels (``UNAVAILABLE``): children would be
+    processes of the same pod, not isolated from each other."""
 
     async def handle(
         self, method: str, params: dict[str, JSONValue], call: CallContext
@@ -158,15 +139,9 @@ class PodBroker:
 
 @dataclass(frozen=True)
 class Seal:
-    """A secret only the wrapper knows until the component is gone.
-
-    The header (written before the component starts) carries its digest; the result
-    line (written after the component's process group was killed and reaped) carries
-    the seal itself. The component can write into the pod log (its stderr goes there),
-    but it cannot write a line with the right seal, so ``batch import`` takes only the
-    first sealed result after the first header. The wrapper is made non-dumpable, so a
-    component of the same uid cannot read the seal out of its memory or its fds.
-    """
+    """A secret only the wrapper knows until the component is gone: the header carries
+    its digest, the result line (written after the component was reaped) the seal, so
+    a component writing into the pod log cannot forge a result ``batch import`` takes."""
 
     token: str
 
@@ -184,11 +159,9 @@ def seal_digest(token: str) -> str:
 
 
 def make_undumpable() -> None:
-    """``prctl(PR_SET_DUMPABLE, 0)``: /proc/<wrapper>/mem and fd/ owned by root from now on.
-
-    Linux resets it for the component at execve, so only the wrapper is covered; on a
-    system without prctl nothing changes (the seal then guards against lines, not reads).
-    """
+    """``prctl(PR_SET_DUMPABLE, 0)``, so a component of the same uid cannot read the seal
+    from the wrapper's memory or fds (execve resets it for the component; without prctl,
+    nothing changes)."""
     import ctypes
     from contextlib import suppress
 
@@ -214,8 +187,7 @@ def result_line(body: dict[str, JSONValue], job: dict[str, JSONValue]) -> bytes:
 
 
 def write_report(results: Path, name: str, data: bytes) -> Path:
-    """Write the run report as ``results/NAME.report.json`` (atomically: a pod killed
-    while writing leaves no half report)."""
+    """Write the run report as ``results/NAME.report.json``, atomically."""
     path = results / f"{name}.report.json"
     partial = results / f".{name}.report.json.partial"
     partial.write_bytes(data)
