@@ -43,13 +43,10 @@ from runner.sandbox.labels import (
     LABEL_RUN_ID,
     LABEL_RUNNER_CONTAINER,
     Process,
-    claimed_ids,
-    drop_claim,
     is_signed,
     machine_key,
     own_container,
     process_stat,
-    read_claim,
 )
 
 if TYPE_CHECKING:
@@ -93,10 +90,7 @@ class Sweeper:
         runner = labels.get(LABEL_RUNNER_CONTAINER)
         if runner and gone is not None and runner != own_container():
             return gone(runner)
-        return self.dead(Process.parse(labels.get(LABEL_PROCESS, "")), labels, state)
-
-    def dead(self, owner: Process | None, labels: Mapping[str, str], state: str | None) -> bool:
-        """Whether ``owner`` (of a container with these labels and state) is provably dead."""
+        owner = Process.parse(labels.get(LABEL_PROCESS, ""))
         if owner is None:
             return False
         if owner.boot_id != self.here.boot_id:
@@ -180,7 +174,6 @@ def sweep(
 def sweep_engine(http: EngineHttp, *, runs: Collection[str] | None = None) -> list[str]:
     """:func:`sweep` of the engine at ``http``."""
     sweeper = Sweeper.current()
-    recorded = claimed_ids()
     summaries: list[dict[str, Any]] = []
     for label in (LABEL_RUN_ID, LABEL_INSPECT):
         query = {"limit": "-1", "all": "1", "size": "0", "trunc_cmd": "0"}
@@ -192,20 +185,11 @@ def sweep_engine(http: EngineHttp, *, runs: Collection[str] | None = None) -> li
     removable = sweeper.abandoned if runs is None else sweeper.made_here_for(runs, summaries)
     removed: list[str] = []
     for summary in summaries:
-        labels, state, container_id = (
-            summary.get("Labels") or {},
-            summary.get("State"),
-            str(summary["Id"]),
-        )
-        # The labels first: once their owner is dead, no claim record can come after.
-        if not removable(labels, state, lambda id: _gone(http, id)):
+        labels = summary.get("Labels") or {}
+        if not removable(labels, summary.get("State"), lambda id: _gone(http, id)):
             continue
-        claimer = read_claim(container_id, sweeper.key)
-        if claimer is not None and not sweeper.dead(Process.parse(claimer), labels, state):
-            continue
+        container_id = str(summary["Id"])
         reply = _call(http, "DELETE", f"/containers/{container_id}", {"v": "1", "force": "1"})
-        if reply.status in (204, 404):
-            drop_claim(container_id)
         if reply.status in (404, _CONFLICT):
             # 404: removed meanwhile, by its owner's cleanup or another sweep; 409:
             # "removal already in progress", another sweep got there first
@@ -216,8 +200,6 @@ def sweep_engine(http: EngineHttp, *, runs: Collection[str] | None = None) -> li
                 f"{reply.message}; remove it with `docker rm -f {container_id[:12]}`"
             )
         removed.append(container_id)
-    for container_id in recorded - {str(summary["Id"]) for summary in summaries}:
-        drop_claim(container_id)  # recorded before the list: of a container gone since
     return removed
 
 

@@ -63,9 +63,6 @@ SIGNED = (
 inherits and which anyone can choose."""
 _MAC_DOMAIN = "flow-runner container labels/1"
 KEY_FILE = "gc.key"
-CLAIMS_DIR = "claims"
-"""Where the claim records of pooled containers are kept, in :func:`state_dir`."""
-_CLAIM_DOMAIN = "flow-runner container claim/1"
 _KEY_BYTES = 32
 
 
@@ -158,59 +155,6 @@ def _mac(labels: Mapping[str, str], key: bytes) -> str:
     covered = [[name, labels.get(name)] for name in SIGNED]
     message = json.dumps([_MAC_DOMAIN, covered], separators=(",", ":")).encode()
     return hmac.new(key, message, hashlib.sha256).hexdigest()
-
-
-def record_claim(container_id: str, claimer: str) -> None:
-    """Record, signed, that the process the label text ``claimer`` names holds the pooled
-    container ``container_id``: labels cannot change after create, and gc must leave a
-    claimed container alone while its claimer lives, whatever became of its labels' owner.
-    Whole or not at all (a rename): written before the claim is answered."""
-    if Process.parse(claimer) is None:
-        raise ValueError(f"not a process label: {claimer!r}")
-    path = _claim_path(container_id)
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    partial = path.with_name(f".{container_id}.{os.getpid()}")
-    mac = _claim_mac(container_id, claimer, machine_key())
-    partial.write_text(json.dumps({"process": claimer, "mac": mac}))
-    os.replace(partial, path)
-
-
-def read_claim(container_id: str, key: bytes) -> str | None:
-    """The claimer's label text in ``container_id``'s claim record; None: no record; ""
-    for one that is unreadable or not signed with ``key`` (nobody to prove dead)."""
-    try:
-        record = json.loads(_claim_path(container_id).read_text())
-        claimer = str(record["process"])
-        valid = hmac.compare_digest(str(record["mac"]), _claim_mac(container_id, claimer, key))
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, KeyError, TypeError):
-        return ""
-    return claimer if valid else ""
-
-
-def claimed_ids() -> set[str]:
-    """The containers that have a claim record."""
-    try:
-        return {path.name for path in (state_dir() / CLAIMS_DIR).iterdir() if path.name.isalnum()}
-    except FileNotFoundError:
-        return set()
-
-
-def drop_claim(container_id: str) -> None:
-    """Remove ``container_id``'s claim record (the container is gone); none is fine."""
-    _claim_path(container_id).unlink(missing_ok=True)
-
-
-def _claim_path(container_id: str) -> Path:
-    if not container_id.isalnum():
-        raise ValueError(f"not a container id: {container_id!r}")
-    return state_dir() / CLAIMS_DIR / container_id
-
-
-def _claim_mac(container_id: str, claimer: str, key: bytes) -> str:
-    message = json.dumps([_CLAIM_DOMAIN, container_id, claimer], separators=(",", ":"))
-    return hmac.new(key, message.encode(), hashlib.sha256).hexdigest()
 
 
 def state_dir() -> Path:

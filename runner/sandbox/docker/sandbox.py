@@ -53,7 +53,6 @@ from runner.sandbox.errors import DockerSandboxError, RuntimeMissing, SandboxLos
 from runner.sandbox.labels import (
     LABEL_RUN_ID,
     Process,
-    drop_claim,
     machine_key,
     owner_labels,
     run_labels,
@@ -245,13 +244,12 @@ class DockerSandbox:
         Two launches with equal configurations make equal containers."""
         held = mounts or {}
         info = await engine.inspect_image(self.image)
-        host_config = _host_config(self.profile, held, await _host_sources(engine, held))
+        sources = await _host_sources(engine, held)
         return {
             "image": str(info["Id"]),
             "command": self.command,
             "user": self.profile.user,
-            "host_config": host_config,
-            "source": [self.image, self.profile.name, self.command, host_config.get("Mounts")],
+            "host_config": _host_config(self.profile, held, sources),
         }
 
     async def _claim(
@@ -268,7 +266,7 @@ class DockerSandbox:
             mounts = await anyio.to_thread.run_sync(self._hold, request, held)
         engine = await open_engine(self._client)
         config = await self.launch_config(engine, mounts)
-        claimed = await anyio.to_thread.run_sync(_pool.claim, config, Process.current().label())
+        claimed = await anyio.to_thread.run_sync(_pool.claim, config)
         if claimed is None:
             return None
         claimed.timings["claim"] = time.perf_counter() - began
@@ -316,7 +314,7 @@ class DockerSandbox:
                 cleanup = _cleanup(engine, lease, connection, container)
                 await _timed(facts, "cleanup", cleanup)
                 if lease.lost is None and "container_left" not in facts.details:
-                    await anyio.to_thread.run_sync(_released, _pool, claimed.container_id)
+                    await anyio.to_thread.run_sync(_pool.released, claimed.container_id)
             if lease.lost is not None and isinstance(sys.exc_info()[1], Exception | None):
                 raise lease.lost
         if swapped:
@@ -409,11 +407,9 @@ class PooledContainer(Protocol):
 class LaunchPool(Protocol):
     """Where a launch claims a prepared container (``runner.warm.pool`` in a warm run)."""
 
-    def claim(self, config: Mapping[str, Any], claimer: str) -> PooledContainer | None:
+    def claim(self, config: Mapping[str, Any]) -> PooledContainer | None:
         """A container of launch configuration ``config`` (:meth:`DockerSandbox.launch_config`),
-        now this caller's alone, recorded as held by the process the label text ``claimer``
-        names (:func:`~runner.sandbox.labels.record_claim`); None: none waits (the pool
-        notes ``config``). Blocking."""
+        now this caller's alone; None: none waits (the pool notes ``config``). Blocking."""
         ...
 
     def released(self, container_id: str) -> None:
@@ -470,14 +466,8 @@ def prepare_pooled(config: Mapping[str, Any], owner: Process) -> tuple[str, str,
     return anyio.run(prepare)
 
 
-def _released(pool: LaunchPool, container_id: str) -> None:
-    drop_claim(container_id)
-    pool.released(container_id)
-
-
 def remove_pooled(container_ids: list[str]) -> None:
-    """Force-remove these containers (gone already is fine) and their claim records.
-    Blocking."""
+    """Force-remove these containers (gone already is fine). Blocking."""
 
     async def remove() -> None:
         engine = await open_engine(None)
@@ -493,7 +483,6 @@ def remove_pooled(container_ids: list[str]) -> None:
 async def _remove_quietly(engine: Engine, lease: Lease) -> None:
     with contextlib.suppress(SandboxLost, CallStalled):
         await engine.remove(lease)
-        drop_claim(lease.container_id)
 
 
 @asynccontextmanager
