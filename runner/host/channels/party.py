@@ -125,8 +125,7 @@ class ChannelParty:
         source = Source(self.hub, delivery, kind)
         self.hub.sources.add(source)
         self.owned.append(source)
-        writer = source.writer = Endpoint(source)
-        send = self._mint(writer)
+        send = self._mint(source.writer)
         if delivery == "direct":
             receiver = Receiver(source, 1)
             source.readers.append(receiver)
@@ -614,12 +613,8 @@ def _match(where: str, endpoint: Endpoint, spec: PortSpec) -> ItemSchema | None:
         named = "an unnamed source" if source.identity is None else f"contract {source.identity[0]}"
         raise invalid(f"{where}: the port needs contract {spec.identity[0]}, got {named}")
     constraint = spec.schema if spec.identity is None else None
-    writer = source.writer
-    bound = [
-        source.schema,
-        writer.schema if writer is not None else None,
-        *(r.schema for r in source.readers if not r.finished),
-    ]
+    _, constraints, readers = _schemas(source, source.writer)
+    bound = [*constraints, *(schema for _, schema in readers)]
     if not all(compatible(constraint, schema) for schema in bound):
         raise invalid(f"{where}: the port's item schema differs from the source's")
     if isinstance(endpoint, Receiver):

@@ -62,11 +62,6 @@ class HubState:
         self.sources: set[Source] = set()
         """Live sources; empty again once every invocation of the tree has concluded."""
 
-    @property
-    def queued_items(self) -> int:
-        """Items held in every receiver queue."""
-        return sum(len(r.queue) for s in self.sources for r in s.readers)
-
 
 Checked = dict["Receiver", tuple[ItemSchema, bool]]
 """Readers whose own schema a value was checked against: that schema, and whether it fit
@@ -106,7 +101,7 @@ class Source:
         self.accepted_bytes = 0
         self.pending_bytes = 0
         """Bytes of sends waiting for room: they count against the budget already."""
-        self.writer: Endpoint | None = None
+        self.writer = Endpoint(self)
         self.readers: list[Receiver] = []
         self.pending: deque[PendingSend] = deque()
         self.turns: deque[anyio.Event] = deque()
