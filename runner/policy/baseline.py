@@ -1,10 +1,6 @@
 """The rows read as the Kubernetes Pod Security Standard "restricted" profile, control by
-control (https://kubernetes.io/docs/concepts/security/pod-security-standards/).
-
-Each control names the rows that show it; it passes when they all pass (and fails when
-one fails), so "PASS" means the profile, as observed, is at least as strict as the
-control. Controls with nothing to observe here (Windows HostProcess, AppArmor and SELinux,
-which this engine does not configure) SKIP and say so.
+control: a control passes when all the rows that show it pass; one with nothing to
+observe here (HostProcess, AppArmor, SELinux) SKIPs and says so.
 """
 
 from __future__ import annotations

@@ -1,22 +1,14 @@
 """The battery: one row per sandbox guarantee, and how each is judged.
 
-A row is judged against the guarantee flow-runner promises for every run (the policy
-floor), not against the profile's own TOML: a profile that adds a capability declares it,
-and still fails the capability row. Where a profile sets a value (memory, pids, scratch
-size...), the row also fails when what is in effect differs from it, and when it exceeds
-the most any shipped profile grants (the ``CEILINGS``, which are the ``dev`` profile's).
+A row is judged against the guarantee flow-runner promises for every run, not against
+the profile's TOML: a profile that adds a capability still fails the capability row. A
+value the profile sets also fails when what is in effect differs from it, or exceeds
+the ``CEILINGS``. Each row shows what the profile *declares*, what the *engine* reports,
+and what the probe (images/policy-probe) *observed* inside.
 
-Each row carries three views: what the profile *declares*, what the *engine* reports
-(the running container's ``HostConfig``), and what the probe *observed* inside
-(images/policy-probe/probe.py, whose observation ids are the row ids).
-
-Under gVisor (``runsc``) the probe talks to gVisor's user-space kernel, not the host's:
-some Linux mechanisms (mount flags, cgroup files, the device table) look different from
-inside. A row the profile declares (its ``declared`` view is not ``None``) is judged on
-what the run shows all the same: a declared control the run does not show FAILs, with
-the evidence, so a green verify means every declared control was seen in effect. Only a
-row the profile declares nothing for (a floor guarantee alone, such as /proc/sys being
-read-only) SKIPs under runsc when it does not pass.
+Under gVisor some mechanisms look different from inside: a declared control the run
+does not show still FAILs (a green verify means every declared control was seen in
+effect); only an undeclared floor guarantee SKIPs there when it does not pass.
 """
 
 from __future__ import annotations
@@ -30,7 +22,6 @@ from runner.sandbox.base import Attachment
 from runner.sandbox.profiles import SandboxProfile
 
 Verdict = Literal["PASS", "FAIL", "SKIP", "ERROR"]
-VERDICTS: tuple[Verdict, ...] = ("PASS", "FAIL", "SKIP", "ERROR")
 
 CEILINGS = {
     "memory": 2 << 30,
@@ -94,8 +85,8 @@ Judgement = tuple[Verdict, str]
 
 @dataclass(frozen=True)
 class Check:
-    """A row's definition: its guarantee, how to show the declared and engine views, and
-    its judge (given the observed value; ``None`` when the probe could not observe)."""
+    """A row's definition: its guarantee, its declared and engine views, and its judge
+    (of the observed value, ``None`` when the probe reported none)."""
 
     id: str
     guarantee: str
@@ -103,8 +94,8 @@ class Check:
     engine: Callable[[Mapping[str, Any]], object]
     judge: Callable[[Any, Context], Judgement]
     gvisor_blind: bool = False
-    """gVisor's kernel shows this differently from the host's: a row the profile does not
-    declare SKIPs under runsc unless it passes; a declared one keeps its verdict."""
+    """gVisor shows this differently from the host: an undeclared row SKIPs under runsc
+    unless it passes."""
 
     @property
     def group(self) -> str:
@@ -120,11 +111,8 @@ def judge_row(check: Check, ctx: Context) -> Finding:
     declared = _text(check.declared(ctx.profile))
     engine = _text(check.engine(ctx.engine)) if ctx.engine else "(not inspected)"
     if observation is None:
-        return Finding(
-            check.id, check.group, check.guarantee, declared, engine, "(none)", "ERROR",
-            "", "the probe reported no observation for this row",
-        )  # fmt: skip
-    if "error" in observation:  # the probe ran but could not observe this row
+        observation = {"error": "the probe reported no observation for this row"}
+    if "error" in observation:  # the probe could not observe this row
         return Finding(check.id, check.group, check.guarantee, declared, engine, "(none)", "ERROR",
                    "", str(observation["error"]))  # fmt: skip
     value = observation.get("value")
@@ -182,18 +170,14 @@ def _declared_ids(profile: SandboxProfile) -> tuple[int | None, int | None]:
 # --- judges ------------------------------------------------------------------------------
 
 
-def _uid(value: int, ctx: Context) -> Judgement:
-    want = _declared_ids(ctx.profile)[0]
-    if value == 0:
-        return "FAIL", "runs as root (uid 0)"
-    return _ok(want is None or value == want, f"uid {value}, the profile says {want}")
+def _id(which: int, name: str, as_root: str) -> Callable[[Any, Context], Judgement]:
+    def judge(value: int, ctx: Context) -> Judgement:
+        want = _declared_ids(ctx.profile)[which]
+        if value == 0:
+            return "FAIL", as_root
+        return _ok(want is None or value == want, f"{name} {value}, the profile says {want}")
 
-
-def _gid(value: int, ctx: Context) -> Judgement:
-    want = _declared_ids(ctx.profile)[1]
-    if value == 0:
-        return "FAIL", "primary group is root (gid 0)"
-    return _ok(want is None or value == want, f"gid {value}, the profile says {want}")
+    return judge
 
 
 def _groups(value: list[int], ctx: Context) -> Judgement:
@@ -345,8 +329,7 @@ def _limit(key: str) -> Callable[[Any, Context], Judgement]:
 
 
 def sandbox_ended(exit_code: int | None, oom_killed: bool, stderr: str) -> dict[str, Any]:
-    """The observation of a stress test whose whole sandbox ended during the test: its
-    exit status, whether the engine reports an OOM kill, and the probe's last line."""
+    """The observation of a stress test whose whole sandbox ended during the test."""
     lines = [line for line in stderr.splitlines() if line.strip()]
     ended = {"exit_code": exit_code, "oom_killed": oom_killed, "last": lines[-1] if lines else ""}
     return {"sandbox_ended": ended}
@@ -428,8 +411,10 @@ def checks(attachments: tuple[Attachment, ...] = (), stress: bool = False) -> li
     """Every row, in the order they are shown; attachments and stress add theirs."""
     user = _engine("User")
     rows = [
-        Check("identity.uid", "runs as a non-root user", lambda p: p.user, user, _uid),
-        Check("identity.gid", "primary group is not root", lambda p: p.user, user, _gid),
+        Check("identity.uid", "runs as a non-root user", lambda p: p.user, user,
+              _id(0, "uid", "runs as root (uid 0)")),
+        Check("identity.gid", "primary group is not root", lambda p: p.user, user,
+              _id(1, "gid", "primary group is root (gid 0)")),
         Check("identity.groups", "no supplementary root group", lambda p: p.user,
               _engine("GroupAdd"), _groups),
     ]  # fmt: skip
@@ -531,8 +516,8 @@ def unprobed(
     runnable: bool = True,
 ) -> list[Finding]:
     """Every row when the probe did not report: ERROR where it should have run
-    (``runnable``); where the profile cannot run on this engine, FAIL for each control
-    the profile declares (none is shown in effect) and SKIP for the others."""
+    (``runnable``); else FAIL for each control the profile declares (none is shown in
+    effect) and SKIP for the others."""
     rows = []
     for c in checks(attachments, stress):
         verdict: Verdict = "ERROR" if runnable else "FAIL" if c.declares(profile) else "SKIP"

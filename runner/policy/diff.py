@@ -1,9 +1,7 @@
 """Two profiles side by side: the rows whose observations differ, and which side gives more.
 
-A row is more permissive on the side where it fails while the other passes; when both
-sides judge it alike, a larger number (a limit, a size) is the more permissive. Anything
-else that differs is shown without a side. ``B`` weaker than ``A`` in any row is what a CI
-gate on a policy change looks for.
+A row is looser where it fails and the other side passes; judged alike, the larger
+number (a limit, a size) is looser; else no side is named.
 """
 
 from __future__ import annotations

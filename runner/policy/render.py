@@ -17,12 +17,9 @@ WIDE = 160
 
 
 def table(title: str, rows: Sequence[Finding], width: int | None = None) -> None:
-    """The rows as a table on standard output, fitted to ``width`` columns (by default the
-    terminal's: ``COLUMNS``, else the terminal, else 80).
-
-    From :data:`WIDE` columns on, every view has a column; below it, each row is its
-    verdict, its id, and in one wrapped column its guarantee and what was seen, with the
-    reason and the evidence for a row that did not pass (every view is in ``--json``).
+    """The rows as a table on standard output, fitted to ``width`` columns (default: the
+    terminal's). From :data:`WIDE` on every view has a column; below, the guarantee, what
+    was seen, and for a row that did not pass its reason and evidence share one column.
     """
     from rich.console import Console
     from rich.markup import escape

@@ -1,11 +1,9 @@
 """Run the probe under a profile, exactly as a run under it would be started, and judge it.
 
-The probe (images/policy-probe) is an ordinary Run/1 component: it goes through
-``runner.api.execute`` in the Docker backend's sandbox of (probe image, profile), the code
-path every
-``exec`` takes (user, mounts, tmpfs, limits, seccomp, runtime, the given attachments), so
-what it observes is what a component under that profile gets. The sandbox is asked to
-record the running container's inspect (``record_engine``) for the engine column.
+The probe (images/policy-probe) is an ordinary Run/1 component run through
+``runner.api.execute``, the code path of every ``exec``, so what it observes is what a
+component under that profile gets; the sandbox records the container's inspect for the
+engine view.
 """
 
 from __future__ import annotations
@@ -78,7 +76,7 @@ class _Probed:
     why: str
     """Why there are no observations: the run's error, or its output."""
     failure: str
-    """``why`` with the probe's stderr (the tail) or that it was empty."""
+    """``why`` with the tail of the probe's stderr."""
     facts: SandboxFacts
     exit_code: int | None
     oom_killed: bool
@@ -92,8 +90,7 @@ async def _probe(
     image: str,
     seconds: float,
 ) -> _Probed:
-    """Run the probe once with input ``given``; raises RuntimeMissing when the engine
-    lacks the profile's runtime."""
+    """Run the probe once with input ``given``; raises RuntimeMissing."""
     sandbox, graces = open_sandbox(
         SandboxSpec("docker", image=image, profile=profile, record_engine=True)
     )
@@ -126,13 +123,10 @@ async def verify(
     stress: bool = False,
     image: str = PROBE_IMAGE,
 ) -> Verification:
-    """Probe ``profile`` once and judge every row; with ``stress``, each stress test runs
-    after it in a sandbox of its own, since one may end its whole sandbox (under gVisor a
-    fork bomb at the pids limit does): its row is judged on how that sandbox ended.
-
-    A runtime the engine lacks (runsc) gives rows naming the command that registers it
-    (FAIL for the controls the profile declares, SKIP for the others); an engine that
-    does not answer or a missing probe image raise (nothing ran).
+    """Probe ``profile`` and judge every row; with ``stress``, each stress test runs in a
+    sandbox of its own, since one may end its whole sandbox (its row is then judged on
+    how). A runtime the engine lacks gives rows saying so; an engine that does not answer
+    or a missing probe image raise.
     """
     started = time.perf_counter()
     request = {"attachments": {a.name: a.access for a in attachments}}
@@ -169,9 +163,8 @@ async def verify(
 
 
 def _stress_observation(test: str, run: _Probed) -> Mapping[str, Any]:
-    """The stress row's observation: the probe's own; how its sandbox ended, when that
-    happened during the test (the probe's progress line on stderr shows it had begun);
-    otherwise an error carrying why the probe did not report."""
+    """The stress row's observation: the probe's own; else how its sandbox ended, if the
+    test had begun (its progress line on stderr); else why the probe did not report."""
     key = f"stress.{test}"
     if run.observations is not None and key in run.observations:
         observation: Mapping[str, Any] = run.observations[key]
