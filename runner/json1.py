@@ -1,34 +1,18 @@
 """FLOW JSON/1, strict: decode, encode, canonical bytes (RFC 8785) and equality.
 
 Every Run/1 frame, input, result and channel value must be a FLOW JSON/1 document
-(PROTOCOL.md §2): RFC 8259 text in UTF-8 without a BOM, no duplicate member names, Unicode
-scalar values only, finite binary64 numbers whose integral values stay within ±(2^53−1),
-and eight size bounds. Python's ``json`` and ``orjson`` each accept documents outside that
-domain (duplicates, ``NaN``, ``1e16``, unbounded depth ...), so this module is the one gate
-every seam uses; it never repairs a value, it rejects it with a :class:`JSON1Error` that
-names the rule and a byte offset or a JSON pointer.
+(PROTOCOL.md §2). ``json`` and ``orjson`` each accept documents outside it (duplicate
+names, ``NaN``, ``1e16``, unbounded depth), so this module is the one gate every seam
+uses: it never repairs a value, it raises :class:`JSON1Error` naming the rule and a byte
+offset or a JSON pointer.
 
-Two decoders give the same verdict and the same value for every input:
+Two decoders give the same verdict and value for every input: the *pure* one (standard
+library only: component images carry it) and, when ``orjson`` is importable, a *fast* one
+that hands every rejection and every doubt to the pure one, so every error message comes
+from one place. Encoding never uses orjson: 3.13.0's ``dumps`` corrupts its heap on valid
+nested arrays from 12 levels deep, and the trees encoded here are chosen by components.
 
-* the *pure* path (standard library only; it is what component images carry): the C
-  scanner of :mod:`json` with hooks that flag bad numbers, constants and duplicate names,
-  then a breadth-first survey of the tree for the remaining bounds;
-* the *fast* path (when ``orjson`` is importable): ``orjson`` parses and already refuses
-  invalid UTF-8, BOMs, lone surrogates, non-finite numbers and trailing data, and the
-  same survey checks the bounds. What orjson cannot report, duplicate names and number
-  tokens over 128 bytes, is settled at C speed: no more ``:`` bytes than members and no
-  float in the tree rules out both; otherwise a document equal to the stdlib's compact
-  re-encoding of its value holds neither, and failing that number runs are found by one
-  ``bytes.translate``. Whenever the fast path rejects or cannot be sure, the pure path
-  decides, so every error message comes from one place.
-
-Encoding never uses orjson: orjson 3.13.0's ``dumps`` corrupts its heap (double free,
-SIGSEGV, the process dies) on ordinary valid trees of nested arrays with items after the
-nested one, from 12 levels deep on (floats), and the trees encoded here (frames, relayed
-results, channel items, CLI output) are chosen by components. The stdlib's C encoder
-writes the same compact text.
-
-A negative zero decodes and encodes as the integer ``0`` (``-0`` and ``0`` are equal).
+A negative zero decodes and encodes as the integer ``0``.
 """
 
 from __future__ import annotations
@@ -79,22 +63,17 @@ _LONE_SURROGATE: Final = re.compile("[\ud800-\udfff]")
 # UTF-8 lead bytes of U+E000 and above: the only code points whose order by code point
 # (the stdlib's key sort) differs from their order by UTF-16 code units (RFC 8785's).
 _UTF16_ORDER_DIFFERS: Final = re.compile(rb"[\xee-\xf4]")
-# A tree of at most this many values can break no depth or count bound (a chain of 128
-# values is as deep as JSON/1 allows), so one plain walk checks it. Past a few dozen
-# values the level-by-level survey is faster; a larger tree wastes at most this walk.
+# A tree of at most this many values breaks no depth or count bound, so one plain walk
+# checks it; past a few dozen values the level-by-level survey is faster.
 _SMALL_TREE: Final = 32
 
 
 def _text_encoder(
     *, sort_keys: bool, escape: Callable[[str], str] = json.encoder.encode_basestring
 ) -> Callable[[object], str]:
-    """Compact text by the stdlib's C encoder (never orjson's: see above), called directly.
-
-    ``JSONEncoder.encode`` builds this very encoder anew on every call (with the same
-    arguments: no circularity markers, the C string escaper), which costs more than
-    encoding a small frame; making it once gives the same text. Without markers the C
-    encoder would recurse on a cycle, but every tree reaches it only after a survey,
-    which refuses cycles and depth beyond 128. ``escape`` writes one string's JSON text.
+    """Compact text by the stdlib's C encoder, made once: ``JSONEncoder.encode`` makes it
+    anew per call, which costs more than encoding a small frame. It keeps no cycle markers:
+    every tree reaches it after a survey, which refuses cycles. ``escape`` writes a string.
     """
     encoder = json.JSONEncoder(
         ensure_ascii=False, separators=(",", ":"), check_circular=False, sort_keys=sort_keys
@@ -115,12 +94,8 @@ _LONG_TEXT: Final = 16_384
 
 
 def _escape_long(text: str) -> str:
-    """A string's JSON text as the stdlib's escaper writes it, faster for long text.
-
-    That escaper reads a string character by character, about 2 ms a MiB; most long
-    text has no character it rewrites, which one ``in`` per character (a memchr) shows,
-    and then the text is the string between quotes.
-    """
+    """A string's JSON text as the stdlib's escaper writes it; long text with nothing to
+    escape (one memchr per escaped character shows it) skips its per-character loop."""
     if len(text) >= _LONG_TEXT and not any(char in text for char in _ESCAPED):
         return '"' + text + '"'
     return json.encoder.encode_basestring(text)
@@ -140,11 +115,9 @@ _LITERALS: Final = {None: "null", True: "true", False: "false"}
 
 
 class JSON1Error(ValueError):
-    """A document or value outside FLOW JSON/1.
-
-    ``reason`` names the broken rule; ``offset`` is the byte offset in the document
-    (syntax, encoding and size problems) and ``pointer`` the RFC 6901 JSON pointer of the
-    offending value (duplicates, numbers, bounds). At most one of them is set.
+    """A document or value outside FLOW JSON/1: ``reason`` names the broken rule; at most
+    one of ``offset`` (the byte offset of a syntax, encoding or size problem) and
+    ``pointer`` (the RFC 6901 pointer of the offending value) is set.
     """
 
     def __init__(self, reason: str, offset: int | None = None, pointer: str | None = None):
@@ -183,13 +156,9 @@ def loads(data: bytes | bytearray | memoryview) -> JSONValue:
 
 @contextmanager
 def _collector_paused() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector, if it runs, for one large decode.
-
-    A decoded tree cannot hold a cycle, yet every container a decoder makes counts toward
-    the collector's next pass, and each pass walks everything made so far: a hostile 16 MiB
-    document of millions of tiny arrays took 14 s to refuse with it and 1.2 s without, and
-    the passes hold the interpreter lock, stalling the host's event loop even from a
-    worker thread. A refused tree is freed by reference counting before it resumes.
+    """Pause the cyclic collector, if it runs, for one large decode: a decoded tree holds no
+    cycle, yet every container made triggers passes over all made so far, each holding the
+    interpreter lock (a hostile document would stall the host's loop, even from a thread).
     """
     if not gc.isenabled():
         yield
@@ -303,24 +272,15 @@ def _loads_fast(raw: bytes | bytearray) -> JSONValue:
 
 def _tokens_kept(raw: bytes | bytearray, value: Any, survey: _Survey) -> bool:
     """True when the document has no duplicate member name and no number token over 128
-    bytes: the two things orjson does not report.
+    bytes, the two things orjson does not report.
 
-    Duplicates: every member of the document has its ``:``, and the other ``:`` bytes are
-    inside strings, so a document with no more ``:`` bytes than the members orjson kept
-    has no member orjson dropped. Number tokens: orjson decodes a token without a
-    fraction or exponent as an ``int`` (one within ±(2^53−1) has at most 17 bytes) and
-    any longer integer as a ``float``, so only a tree with a float can have come from a
-    long token. So a tree of strings and integers is settled by one ``bytes.count`` when
-    its strings hold no ``:``, and, if it is small, when the document has exactly as many
-    as the tree's strings and names plus its members: without a ``\\u003a`` escape the
-    document's strings hold at least the tree's colons, and a dropped member would add its
-    own. A channel item of 1 MiB of text costs a count, not a re-encoding.
-
-    Otherwise, most documents are compact with minimal escapes, and then the value's
-    compact encoding *is* the document: it can hold neither. Failing that, number tokens
-    are runs of number bytes, found after one translation, and the encoding's ``:`` bytes
-    are the members orjson kept plus the same colons inside strings, unless one was
-    written as a ``\\u003a`` escape (then the pure path decides).
+    Every member has its ``:`` and other ``:`` bytes are inside strings, so no more colons
+    than kept members (or, for a small tree and no ``\\u003a`` escape, exactly the members
+    plus the colons of its strings) means no member was dropped. orjson decodes an
+    integer token over 17 bytes as a ``float``, so a tree without floats had no long token.
+    Otherwise a document equal to the value's compact encoding holds neither; failing
+    that, long tokens are runs after one ``bytes.translate``, and the encoding's colons
+    are compared with the document's (a ``\\u003a`` escape leaves it to the pure path).
     """
     colons = raw.count(b":")
     if not survey.floats and (
@@ -460,9 +420,7 @@ class _Survey(NamedTuple):
     negative_zero: bool  # any -0.0 in the tree
     floats: bool  # any float in the tree
     long_text: bool  # a string of _LONG_TEXT characters or more
-    texts: list[str] | None = None
-    """For a tree of at most _SMALL_TREE values (one plain walk took it): its strings and
-    member names, whose ``:`` characters settle duplicates (see _tokens_kept)."""
+    texts: list[str] | None = None  # a small tree's strings and names (see _tokens_kept)
 
 
 class _TooLarge(Exception):
@@ -470,14 +428,10 @@ class _TooLarge(Exception):
 
 
 def _survey(root: object, *, foreign: bool) -> _Survey | None:
-    """Check every JSON/1 rule on a tree; None when one is broken.
-
-    Small trees (the frames of ordinary calls) take one plain walk, :func:`_walk`. Larger
-    ones go level by level: whole levels pass through C-level ``map``/``chain``, so Python
-    code runs once per value only, but each level costs a few C calls, which is more than
-    a walk over a few values. ``foreign`` trees (to be encoded) also get their member
+    """Check every JSON/1 rule on a tree; None when one is broken (:func:`_violation`
+    says which). Small trees take :func:`_walk`; larger ones go level by level through
+    C-level ``map``/``chain``. ``foreign`` trees (to be encoded) also get their member
     names' types checked; decoded trees have ``str`` names by construction.
-    :func:`_violation` says which rule broke.
     """
     try:
         return _walk(root)
@@ -530,12 +484,8 @@ def _survey(root: object, *, foreign: bool) -> _Survey | None:
 
 
 def _walk(root: object) -> _Survey | None:
-    """The survey of a tree of at most :data:`_SMALL_TREE` values; raises
-    :class:`_TooLarge` for a larger one (a cycle included).
-
-    A tree this small can be neither too deep nor too large, so only the values
-    themselves are checked, member names and their type included.
-    """
+    """The survey of a tree of at most :data:`_SMALL_TREE` values, which can be neither too
+    deep nor too large; raises :class:`_TooLarge` for a larger one (a cycle included)."""
     low, high = -MAX_SAFE_INTEGER, MAX_SAFE_INTEGER
     room = _SMALL_TREE - 1  # the root is one value
     members = 0
@@ -614,10 +564,8 @@ _Fault: TypeAlias = tuple[str, list[object]]  # reason, and the member name if i
 def _violation(root: object) -> JSON1Error | None:
     """The first broken rule in document order, with its JSON pointer (None if none).
 
-    One depth-first walk over at most ``MAX_NODES + 1`` values, holding only the path to
-    the current value (a key and an iterator a level, at most 128 levels): time linear in
-    the tree and memory bounded, however wide and deep a hostile document is. The pointer
-    is built once, for the faulting value.
+    One depth-first walk holding only the path to the current value: time linear and
+    memory bounded, however wide and deep a hostile document is.
     """
     path: list[object] = []  # the keys from the root to `value`
     levels: list[Iterator[tuple[object, Any]]] = []  # the rest of each container on it

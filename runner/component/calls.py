@@ -1,30 +1,19 @@
 """The component's own requests: ids, the 64-request window, the lifetime budget, tombstones.
 
-Run/1 lets a component keep at most 64 of its requests awaiting a response and send
-at most 65,536 in its lifetime (PROTOCOL.md §1). The table queues calls beyond the
-window in order and refuses, locally and without writing anything, a call that
-would exceed the budget (queued calls hold a reservation until sent or dropped).
+Run/1 lets a component keep at most 64 requests awaiting a response and send at most
+65,536 in its lifetime (PROTOCOL.md §1): calls beyond the window queue in order, and a
+call past the budget is refused locally, writing nothing (queued calls hold a
+reservation). Run/1 owes every wire request its one response, so a caller who stops
+waiting drops a queued call, but a call on the wire gets one ``request/cancel`` and stays
+as a *tombstone* until answered; the root response waits for the last (:meth:`quiesce`).
 
-Cancellation is split in two because Run/1 still owes every wire request its one
-response: when a caller stops waiting, a queued call is simply dropped, while a call
-on the wire gets one ``request/cancel`` and stays in the table as a *tombstone* until
-its response arrives. :meth:`CallTable.quiesce` waits for the last tombstone; the
-root response is never written before that.
-
-Channels add a *reserve* (PROTOCOL.md §1, §13): every endpoint the Run holds may
-need one settlement request (``channel/close`` or ``channel/release``) at any time,
-even with the window full and the budget nearly spent. So, once channels are in use,
-
-- ordinary calls may fill at most ``window - 1`` wire slots; settlements go first and
-  may take the last one;
-- every granted endpoint *holds* one lifetime id, and a call that allocates endpoints
-  holds theirs from admission (returned if it fails); ordinary calls never spend held
-  ids, a settlement spends one. Each endpoint is settled at most once, so the holds
-  always cover the settlements still to come.
-
-A settlement is never withdrawn: Run/1 keeps it alive when its waiter goes (§7.5), so
-:meth:`CallTable.cancel_all` passes over settlements and ``channels.py`` awaits them
-through a shield.
+Channels add a *reserve* (§1, §13): every endpoint may need one settlement
+(``channel/close``/``channel/release``) at any time, even with the window full and the
+budget nearly spent. So, once channels are in use, ordinary calls fill at most
+``window - 1`` slots and settlements go first; every granted endpoint holds one lifetime
+id (an allocating call holds them from admission, returned if it fails), which only a
+settlement spends. Settlements are never withdrawn (§7.5): :meth:`cancel_all` passes over
+them.
 """
 
 from __future__ import annotations
@@ -46,15 +35,12 @@ from runner.json1 import JSONValue
 from runner.protocol.envelope import ErrorResponse, Success
 
 Parser = Callable[[JSONValue], object]
-"""Turns a call's ``result`` into what the caller receives (a value or an exception).
-
-It runs when the response arrives, whether or not anyone still waits, so it is also
-where state that a late reply must update (a channel's sequence, late grants) changes.
-"""
+"""Turns a call's ``result`` into the caller's value or exception; it runs when the
+response arrives, waited for or not, so state a late reply updates changes there."""
 
 ReplyHook = Callable[[object], None]
-"""Told once that a call is over: its reply (parsed result or ``OperationError``), or
-``None`` when no reply will come (refused locally, dropped unsent, or the channel died)."""
+"""Told once that a call is over: its parsed reply or ``OperationError``, or ``None``
+when none will come."""
 
 
 @dataclass(eq=False, slots=True)
@@ -106,10 +92,8 @@ class CallTable:
         return self._quiet.is_set()
 
     def hold(self, count: int) -> None:
-        """Hold settlement ids for ``count`` endpoints the host granted with ``flow/run``.
-
-        Unchecked: the grants arrive before any call, and 256 of them fit any real budget.
-        """
+        """Hold settlement ids for the ``count`` endpoints ``flow/run`` granted (unchecked:
+        they come before any call, and 256 fit any real budget)."""
         self._held += count
         self._channels = True
 
@@ -125,10 +109,9 @@ class CallTable:
     ) -> object:
         """Send one request (queued while the window is full) and return its parsed reply.
 
-        ``settlement`` marks a ``channel/close``/``channel/release``; ``hold`` is the number
-        of endpoints a successful reply will grant (their settlement ids are held from now).
-        A call past the lifetime budget, or one ``admission`` refuses, raises and is told
-        to ``on_reply`` as ``None``.
+        ``settlement`` marks a ``channel/close``/``channel/release``; ``hold`` counts the
+        endpoints a success grants (their settlement ids are held from now). A call past
+        the budget, or refused by ``admission``, raises and tells ``on_reply`` ``None``.
         """
         try:
             request = PreparedRequest(method, params)
@@ -186,11 +169,8 @@ class CallTable:
         self._pump()
 
     def cancel_all(self, code: OperationErrorCode) -> bool:
-        """Withdraw every outstanding ordinary call, failing waits still live with ``code``.
-
-        Settlements stay: they are cleanup, not owned work. Returns whether any wait was
-        still live, i.e. whether work was abandoned.
-        """
+        """Withdraw every outstanding ordinary call (settlements stay: they are cleanup),
+        failing live waits with ``code``; return whether any was live (work abandoned)."""
         live = False
         for call in [*self._ordinary, *self._wire.values()]:
             if call.settlement:

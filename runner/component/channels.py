@@ -1,30 +1,20 @@
 """Channels (PROTOCOL.md §7): the endpoints a Run holds, the sources it made, their cleanup.
 
-An endpoint object wraps one grant the host minted, either in ``flow/run`` params or
-in a ``channel/create``/``channel/subscribe`` result. Authority stays with the host:
-the SDK only keeps what it needs to talk correctly and to finish the Run honestly.
+An endpoint object wraps one grant the host minted (in ``flow/run`` params or a
+``channel/create``/``channel/subscribe`` result); authority stays with the host. State
+changes happen in *parsers*, which run when the host's reply arrives whether or not the
+caller still waits: a read cancelled locally may still commit an item, a cancelled create
+may still grant endpoints, and history must follow the wire. There every history check
+(contiguous sequences, an end matching what was delivered, a release agreeing with both)
+is a fatal ``PROTOCOL_ERROR`` the moment the host breaks it.
 
-Why most state changes happen in *parsers*: a parser runs when the host's reply
-arrives, whether or not the caller still waits (see ``calls.Parser``). A read that
-was cancelled locally may still commit an item, a cancelled create may still grant
-endpoints; the receiver's history and the Run's endpoint table must follow the wire,
-not the caller. The same place makes every history check (contiguous sequences, an
-end that matches what was delivered, a release that agrees with both) a fatal
-``PROTOCOL_ERROR`` at the moment the host breaks it.
-
-Settlements (``channel/close``, ``channel/release``) run as tasks this table tracks,
-so a caller who stops waiting leaves the request alive (§7.5); the runtime waits for
-them before the root response. Other choices where the spec is silent:
-
-- a receiver that already saw its end is not released: ``aclose`` answers ``ended``
-  locally (the host needs nothing more for it, §7.6);
-- a sender's ``async with`` seals only on a clean exit; after an exception the writer
-  is left to the host, which aborts it if the Run fails rather than presenting a
-  truncated sequence as complete;
-- a send after ``close`` is refused locally with ``DISCONNECTED``, like the
-  reference SDK;
-- failures of the SDK's own cleanup (releasing unused pairs, late grants) change
-  nothing: that cleanup is optional (§7.6 "may be released") and the host cleans up.
+Settlements (``channel/close``, ``channel/release``) run as tracked tasks, so a caller who
+stops waiting leaves the request alive (§7.5); the runtime awaits them before the root
+response. Where the spec is silent: a receiver that saw its end is not released (§7.6);
+a sender's ``async with`` seals only on a clean exit (after an exception the host aborts
+the writer rather than present a truncated sequence as complete); a send after ``close``
+is refused locally with ``DISCONNECTED``, like the reference SDK; failures of optional
+cleanup (releasing unused pairs, late grants) change nothing.
 """
 
 from __future__ import annotations
@@ -64,9 +54,8 @@ E = TypeVar("E", bound="ChannelEndpoint")
 class ChannelEndpoint:
     """One communication right of this Run: a writer or a reader of one source.
 
-    :attr:`reference` is what a ``channels`` map of ``run_child_flow`` or
-    ``call_capability`` carries; the endpoint object itself may be mapped too. Only an
-    unused endpoint can move to a callee, and the host decides whether it did.
+    It (or its :attr:`reference`) may be mapped into a call's ``channels``; only an unused
+    endpoint can move to a callee, and the host decides whether it did.
     """
 
     __slots__ = ("_channels", "_grant", "_offered", "_used")
@@ -79,12 +68,12 @@ class ChannelEndpoint:
 
     @property
     def reference(self) -> str:
-        """The opaque endpoint reference the host minted for this Run."""
+        """The opaque reference the host minted for this Run."""
         return self._grant.endpoint
 
     @property
     def contract(self) -> ChannelContractIdentity | None:
-        """The Channel Contract/1 the source was named with, or ``None`` for an unnamed one."""
+        """The Channel Contract/1 the source was named with, if any."""
         return self._grant.contract
 
     @property
@@ -111,11 +100,9 @@ class ChannelSender(ChannelEndpoint):
         self._closing: asyncio.Task[object] | None = None
 
     async def send(self, value: JSONValue) -> None:
-        """Return once the host accepted ``value`` (validated and queued, not processed).
-
-        A full direct queue holds the reply back: that is the channel's back-pressure.
-        Cancelling the wait only withdraws a value the host has not accepted yet.
-        """
+        """Return once the host accepted ``value`` (validated and queued, not processed); a
+        full direct queue holds the reply back (back-pressure). Cancelling withdraws a value
+        the host has not accepted yet."""
         if self._closing is not None:
             raise OperationError("DISCONNECTED", "this writer is closed")
         self._used = True
@@ -124,11 +111,9 @@ class ChannelSender(ChannelEndpoint):
         await self._channels.invoke("channel/send", params, parse_null, on_reply=self._answered)
 
     async def close(self) -> None:
-        """Seal the source: readers see a clean end after the values already accepted.
-
-        Refused locally with ``INVALID_INPUT`` while a send still awaits its reply, as the
-        host would refuse it. Sent once; later calls join that one request.
-        """
+        """Seal the source: readers see a clean end after the values accepted. Refused with
+        ``INVALID_INPUT`` while a send awaits its reply, as the host would; later calls
+        join the one request."""
         if self._closing is None:
             if self._unanswered:
                 raise OperationError("INVALID_INPUT", "a send of this writer is still unanswered")
@@ -152,14 +137,11 @@ class ChannelSender(ChannelEndpoint):
 
 
 class ChannelReceiver(ChannelEndpoint):
-    """A reader: ``async for value in receiver`` yields the values in sequence order.
-
-    One read at a time and no prefetch: each step is one ``channel/next``. A failure
-    the host reports for a read (``LAGGED``, ``DISCONNECTED``, ...) is raised as
-    :class:`OperationError` and again on every later read. Once read from (a broadcast
-    subscription: once made), a receiver must reach its end, fail, be disposed of with
-    :meth:`aclose` (``async with`` does it) or be offered to a callee before the
-    handler returns, or the Run fails with ``EXECUTION_FAILED``.
+    """A reader: ``async for value in receiver`` yields the values in sequence order, one
+    ``channel/next`` a step, no prefetch. A failure the host reports for a read is raised
+    as :class:`OperationError`, then on every later read. Once read from (a subscription:
+    once made) it must end, fail, be disposed of (:meth:`aclose`, ``async with``) or be
+    offered to a callee before the handler returns, or the Run is ``EXECUTION_FAILED``.
     """
 
     __slots__ = (
@@ -187,7 +169,7 @@ class ChannelReceiver(ChannelEndpoint):
 
     @property
     def start_sequence(self) -> int:
-        """The sequence of this reader's first value (1 for direct delivery)."""
+        """This reader's first sequence (1 for direct delivery)."""
         return self._start
 
     @property
@@ -199,11 +181,8 @@ class ChannelReceiver(ChannelEndpoint):
         return self
 
     async def __anext__(self) -> JSONValue:
-        """The next value; ``StopAsyncIteration`` at the end or after disposal.
-
-        Cancelling a pending read disposes of the receiver: the read gets a
-        ``request/cancel`` and the receiver a ``channel/release`` (§7.5).
-        """
+        """The next value; ``StopAsyncIteration`` at the end or after disposal. Cancelling a
+        pending read disposes of the receiver (``request/cancel``, ``channel/release``)."""
         if self._cause is not None:
             raise self._cause
         if self._ended or self._release is not None:
@@ -225,12 +204,9 @@ class ChannelReceiver(ChannelEndpoint):
         return cast(Item, record).value
 
     async def aclose(self) -> ReleaseStatus:
-        """Dispose of the receiver with one ``channel/release``; return the host's status.
-
-        Waits for the release reply and for a read still pending; repeated calls join
-        the same release. After the end was delivered nothing is sent and the status
-        is ``ended`` at the last sequence.
-        """
+        """Dispose of the receiver with one ``channel/release`` (repeated calls join it) and
+        return the host's status once any pending read is over; after the end was
+        delivered nothing is sent and the status is ``ended``."""
         if self._ended and self._release is None:
             return ReleaseStatus("ended", last_sequence=self._last)
         return await asyncio.shield(self._dispose())
@@ -242,11 +218,7 @@ class ChannelReceiver(ChannelEndpoint):
         await self.aclose()
 
     def _abandoned(self) -> bool:
-        """Activated, kept (not offered to a callee) and neither ended, failed nor disposed of.
-
-        An offered receiver may belong to the callee now; the SDK never infers that it
-        moved, so it neither counts it as abandoned nor releases it implicitly.
-        """
+        """Activated, not offered (it may be the callee's now) and not finished."""
         finished = self._ended or self._cause is not None or self._release is not None
         return self._activated and not (self._offered or finished)
 
@@ -276,10 +248,8 @@ class ChannelReceiver(ChannelEndpoint):
         return record
 
     def _read_over(self, reply: object) -> None:
-        """A read is answered (or will never be): the host's failure becomes sticky.
-
-        ``CANCELLED`` for a read this receiver cancelled by its own disposal is not one.
-        """
+        """A read is over: a host failure becomes sticky, but not the ``CANCELLED`` of a
+        read cancelled by this receiver's own disposal."""
         self._read_idle.set()
         disposal = self._release is not None
         if isinstance(reply, OperationError) and not (disposal and reply.code == "CANCELLED"):
@@ -292,12 +262,8 @@ class ChannelReceiver(ChannelEndpoint):
         return status
 
     def _check_release_end(self) -> None:
-        """An ``ended`` release cannot precede a delivered item, nor differ from a seen end.
-
-        Checked whenever either side moves, because the release reply and a pending
-        read's reply may arrive in either order. (``last ≥ start - 1``, so this also
-        keeps the release end at or after ``start_sequence - 1``.)
-        """
+        """An ``ended`` release cannot precede a delivered item nor differ from a seen end;
+        checked as either moves (the two replies may come in either order)."""
         end = self._release_end
         if end is not None and (end < self._last or (self._ended and end != self._last)):
             raise protocol_error(f"a release ended at {end}, but item {self._last} was delivered")
@@ -326,10 +292,8 @@ class BroadcastSource:
     reference: str
 
     async def subscribe(self) -> ChannelReceiver:
-        """A new reader starting at the next accepted value; late subscribers get no history.
-
-        It is owned work from the start: read it to its end or :meth:`~ChannelReceiver.aclose`
-        it before the handler returns.
+        """A new reader from the next accepted value on (no history); owned work at once:
+        read it to its end or :meth:`~ChannelReceiver.aclose` it before the handler returns.
         """
         return await self._channels.subscribe(self)
 
@@ -366,10 +330,8 @@ class Channels:
         return endpoint
 
     async def create(self, delivery: Delivery, params: JSONObject) -> ChannelPair | BroadcastSource:
-        """``channel/create``: a direct pair allocates two endpoints, a broadcast one and a source.
-
-        Late grants are cleaned up: a pair's reader is released, a source's writer closed.
-        """
+        """``channel/create``; late grants are cleaned up (a pair's reader released, a
+        source's writer closed)."""
         if delivery == "direct":
             return await self._allocate(
                 "channel/create", params, self._adopt_pair, lambda pair: pair.receive.aclose(), 2
@@ -393,10 +355,8 @@ class Channels:
         )
 
     def offer(self, references: Collection[str]) -> None:
-        """References mapped into a call may move to the callee: never release them implicitly.
-
-        A broadcast source reference is not an endpoint and cannot be mapped (§7.3).
-        """
+        """References mapped into a call may move: never release them implicitly. A source
+        reference is no endpoint and cannot be mapped (§7.3)."""
         for reference in references:
             if reference in self._sources:
                 raise ValueError(f"{reference!r} is a broadcast source, not an endpoint")
@@ -497,11 +457,8 @@ class Channels:
 
 
 class _Allocation(Generic[T]):
-    """One create or subscribe whose caller may leave before the reply.
-
-    Late grants are still this Run's: they are adopted when the reply comes and, if
-    the caller has left, disposed of at once (§7.5).
-    """
+    """One create or subscribe whose caller may leave before the reply: late grants are
+    adopted when it comes and, the caller gone, disposed of at once (§7.5)."""
 
     def __init__(self, adopt: Callable[[JSONValue], T], discard: Callable[[T], object]) -> None:
         self._adopt = adopt

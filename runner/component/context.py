@@ -1,12 +1,10 @@
 """The handler's view of its Run: the host's invocation values, calls and channels.
 
-A :class:`RunContext` is built by the runtime from validated ``flow/run`` params and
-is the only way handler code reaches the host. Call arguments are checked here, in
-the caller, before anything is admitted: a malformed id, name, intent, channel map or
-channel option, or an input outside JSON/1, raises ``ValueError``
-(``runner.json1.JSON1Error`` is one) and writes nothing. That is a programming error,
-so it is deliberately not an ``OperationError`` a handler might mistake for the
-host's answer.
+A :class:`RunContext` is the only way handler code reaches the host. Call arguments are
+checked in the caller before anything is admitted: a malformed id, name, intent, channel
+map or option, or an input outside JSON/1, raises ``ValueError`` (``JSON1Error`` is one)
+and writes nothing. It is a programming error, so deliberately not an ``OperationError``
+a handler might mistake for the host's answer.
 """
 
 from __future__ import annotations
@@ -69,10 +67,8 @@ class RunContext:
 
     @property
     def channels(self) -> JSONObject:
-        """Port name → the endpoint grant object exactly as the host sent it (read-only).
-
-        :meth:`sender` and :meth:`receiver` give the endpoints to use.
-        """
+        """Port name → the grant object as the host sent it (read-only); :meth:`sender` and
+        :meth:`receiver` give the endpoints to use."""
         return self._root.channels
 
     @property
@@ -86,11 +82,8 @@ class RunContext:
         return self._root.deadline_unix_ms
 
     def sender(self, port: str) -> ChannelSender:
-        """The writer the host granted for ``port``; ``ValueError`` if it is a reader.
-
-        ``KeyError`` if the port has no grant (an unconnected optional port is absent).
-        Every call for one port returns the same object.
-        """
+        """The writer the host granted for ``port`` (the same object every time);
+        ``ValueError`` if it is a reader, ``KeyError`` if the port has no grant."""
         return self._channels.port(port, ChannelSender)
 
     def receiver(self, port: str) -> ChannelReceiver:
@@ -141,10 +134,8 @@ class RunContext:
         intent: str | None = None,
         channels: ChannelMap | None = None,
     ) -> RunResult:
-        """Run a child Flow through an admitted child slot and return its complete result.
-
-        ``channels`` offers unused endpoints of this Run to the child's ports.
-        """
+        """Run a child Flow through an admitted child slot and return its complete result;
+        ``channels`` offers unused endpoints of this Run to the child's ports."""
         params = _call_params(operation_id, slot, input)
         if intent is not None:
             if not isinstance(intent, str) or not 1 <= len(intent) <= MAX_INTENT_SCALARS:

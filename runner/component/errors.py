@@ -1,14 +1,10 @@
 """The exceptions a component author meets, and the one that ends the channel.
 
-Run SDK/1 gives authors two error types and asks them to branch on fields, never on
-messages: :class:`OperationError` for every operational failure (one of the 13 wire
-codes, or one of the 2 local-only classifications of a lost channel) and
-:class:`CapabilityError` for an application error a capability contract declares.
-
-:class:`ChannelFault` is internal: it is how any part of the SDK reports that the
-channel itself is finished (a host protocol violation or a lost pipe). It is never
-raised into handler code; the runtime turns it into a nonzero exit with no root
-response (PROTOCOL.md §1, §9.2).
+Run SDK/1 gives authors two error types, to branch on by field, never by message:
+:class:`OperationError` (one of the 13 wire codes or 2 local classifications of a lost
+channel) and :class:`CapabilityError` (an application error a contract declares).
+:class:`ChannelFault` is internal: never raised into handler code, it ends the process
+nonzero with no root response (PROTOCOL.md §1, §9.2).
 """
 
 from __future__ import annotations
@@ -20,10 +16,8 @@ OperationErrorCode = WireCode | LocalCode
 
 
 class OperationError(Exception):
-    """A Run/1 operation failed; branch on :attr:`code`, not on :attr:`message`.
-
-    Raised by ``run_child_flow`` / ``call_capability`` for ``-32000`` replies and for
-    local refusals, and raised *by* a handler to fail its Run with that wire code.
+    """A Run/1 operation failed; branch on :attr:`code`, not on :attr:`message`. Raised for
+    ``-32000`` replies and local refusals, and *by* a handler to fail its Run with a code.
     """
 
     def __init__(
@@ -51,10 +45,8 @@ class CapabilityError(Exception):
 
 
 class ChannelFault(Exception):
-    """The channel is finished: ``PROTOCOL_ERROR`` (the host broke Run/1) or ``CHANNEL_LOST``.
-
-    ``reply`` is the best-effort error frame object to send first, when the spec asks
-    for one (``-32700`` or ``-32600``); ``None`` means close silently.
+    """The channel is finished: ``PROTOCOL_ERROR`` (the host broke Run/1) or ``CHANNEL_LOST``;
+    ``reply`` is the best-effort error frame to send first (``-32700``/``-32600``), if any.
     """
 
     def __init__(

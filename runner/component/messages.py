@@ -1,22 +1,14 @@
 """Run/1 messages from the component's side: parse what arrives, build what leaves.
 
-Everything here is pure: JSON/1 values in, typed records or frame bytes out. What
-arrives is checked by the protocol core, as the host checks what it receives: frames
-and envelopes (:mod:`runner.protocol.frames`, :mod:`runner.protocol.envelope`),
-``flow/run`` params (:mod:`runner.protocol.params`) and the results of our calls
-(:mod:`runner.protocol.results`); here the checked values become records, and what a
-*receiver of ``flow/run``* and *originator of calls* does with a failure is decided:
+Pure: JSON/1 values in, records or frame bytes out. What arrives is checked by the
+protocol core, as the host checks what it receives; here checked values become records
+and failures are decided as a *receiver of ``flow/run``* and *originator of calls*: a
+malformed result, a standard JSON-RPC error or an unknown ``-32000`` code in reply to our
+call is fatal without a reply (the peers disagree on Run/1); invalid ``flow/run`` params
+earn a ``-32602`` and end the Run. History checks live in ``channels.py``.
 
-- a malformed result, a standard JSON-RPC error, or an unknown ``-32000`` code in
-  reply to one of our calls is fatal without a reply (the peers disagree on Run/1);
-- invalid ``flow/run`` params are *not* fatal: they earn a ``-32602`` and end the Run.
-
-What depends on a receiver's history (contiguous sequences, a consistent end) is checked
-in ``channels.py``.
-
-Outbound calls are encoded once, at admission (:class:`PreparedRequest`): that both
-snapshots the caller's values and proves the whole frame is JSON/1 before anything is
-queued, so a bad argument fails in the caller and never reaches the wire.
+Outbound calls are encoded at admission (:class:`PreparedRequest`): that snapshots the
+caller's values and proves the frame JSON/1, so a bad argument fails in the caller.
 """
 
 from __future__ import annotations
@@ -151,11 +143,8 @@ def _grant(value: JSONValue) -> Grant:
 
 
 def operation_error(response: ErrorResponse) -> OperationError:
-    """The ``-32000`` reply to one of our calls; a standard JSON-RPC error is fatal (§1, §9).
-
-    The envelope step has checked the error object (its message, and for ``-32000`` a
-    wire code in ``data``).
-    """
+    """The ``-32000`` reply to one of our calls (checked by the envelope step); a standard
+    JSON-RPC error is fatal (§1, §9)."""
     if response.code != OPERATIONAL:
         raise protocol_error(f"the host answered a call with JSON-RPC error {response.code}")
     data = cast(JSONObject, response.error["data"])
@@ -211,10 +200,8 @@ def parse_subscription(result: JSONValue) -> Grant:
 
 
 def parse_next(result: JSONValue) -> Item | End:
-    """A ``channel/next`` result: exactly an ``item`` or an ``end`` (§7.2).
-
-    Whether the sequence fits the receiver's history is the receiver's check.
-    """
+    """A ``channel/next`` result: an ``item`` or an ``end`` (§7.2); whether the sequence
+    fits the history is the receiver's check."""
     fields = _channel_result(CHANNEL_NEXT, result)
     if "item" in fields:
         item = cast(JSONObject, fields["item"])
@@ -250,12 +237,9 @@ def _check(reason: str | None, what: str) -> None:
 
 
 class PreparedRequest:
-    """One admitted call, encoded at admission; :meth:`frame` adds the wire id at send time.
-
-    The frame is encoded once with a placeholder id that comes before ``params`` in the
-    object, then split around it. The real id (``component:N``, N ≤ 65,536) is at most
-    4 bytes longer than the placeholder, which the size check allows for.
-    """
+    """One admitted call, encoded once around a placeholder id (before ``params``, at most 4
+    bytes shorter than a real one, which the size check allows for); :meth:`frame` puts
+    the wire id in at send time."""
 
     __slots__ = ("_head", "_tail")
 

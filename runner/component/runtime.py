@@ -1,28 +1,22 @@
 """``handle``: serve exactly one root Run over stdin/stdout, then let the process exit.
 
-The runtime is the receiver of ``flow/run`` and the originator of every call. It runs
-on an event loop it owns; all protocol state lives on that loop's thread, so frame
-handling is plain synchronous code and writes are serialized by construction.
+The runtime receives ``flow/run`` and originates every call, on an event loop it owns:
+all protocol state lives on that thread, so frame handling is synchronous and writes are
+serialized by construction. The root's life (PROTOCOL.md §10, §11, §13):
 
-The root's life (PROTOCOL.md §10, §11, §13):
-
-1. Frames are handled as they arrive, before and after ``flow/run``: host requests
-   other than ``flow/run`` get ``-32601``, stray notifications are ignored, a malformed
-   envelope or a broken reply to one of our calls ends the channel.
-2. Invalid ``flow/run`` params earn ``-32602`` and end the process with status 0,
-   without running the handler.
-3. The handler runs as a task. ``request/cancel`` for the root cancels that task and
-   withdraws every call; the root then ends ``CANCELLED``.
+1. Host requests other than ``flow/run`` get ``-32601``, stray notifications are
+   ignored, a malformed envelope or a broken reply to our call ends the channel.
+2. Invalid ``flow/run`` params earn ``-32602`` and exit 0 without running the handler.
+3. ``request/cancel`` for the root cancels the handler task and withdraws every call;
+   the root ends ``CANCELLED``.
 4. When the handler settles, admission closes and remaining calls are withdrawn (live
-   ones, or a receiver read from but left unfinished, mean abandoned work:
-   ``EXECUTION_FAILED``). Wholly unused direct pairs are released; no writer is ever
-   sealed implicitly (the host does that). The decided response is written only after
-   every settlement has finished and every wire request has been answered; a root
-   cancellation recorded before that write still wins. Settlements (``channel/close``,
-   ``channel/release``) stay admitted after the handler and under cancellation: they
-   are cleanup, not new work.
-5. After the root response the process exits 0 at once. A fatal channel condition
-   (``PROTOCOL_ERROR`` / ``CHANNEL_LOST``) exits :data:`EXIT_FATAL` with no response.
+   ones, or a receiver read from but unfinished, are abandoned work:
+   ``EXECUTION_FAILED``); wholly unused direct pairs are released, no writer is sealed
+   implicitly. The response is written once every settlement (still admitted: cleanup,
+   not new work) finished and every wire request was answered; a cancellation recorded
+   before that write still wins.
+5. After the root response the process exits 0; a fatal channel condition exits
+   :data:`EXIT_FATAL` with no response.
 """
 
 from __future__ import annotations
@@ -252,12 +246,9 @@ class _Runtime:
         self._publish(response)
 
     async def _drain(self, channels: Channels) -> None:
-        """Wait until no settlement runs and no request is outstanding, both at once.
-
-        A settlement task may admit its request only after the calls went quiet, and a
-        late reply may start one; so loop until both are idle in the same step, which
-        is then followed by the (synchronous) publication.
-        """
+        """Wait until no settlement runs and no request is outstanding in the same step (a
+        settlement may admit its request after the calls went quiet, a late reply start
+        one); the synchronous publication follows."""
         while not (channels.idle and self._calls.idle):
             await channels.settle()
             await self._calls.quiesce()

@@ -1,24 +1,16 @@
 """Frames over the process's stdin and stdout: LF framing, a reader, a looping writer.
 
-How stdin is read: the same component runs under a plain pipe, a socket pair, Docker's
-attach stream (pipes fed by the engine), gVisor, and a regular file. A pipe or a socket
-(every host's case) is watched by the event loop itself (:class:`LoopReader`): each read
-is one ``os.read`` when the loop sees bytes, its frames handled before the loop reads
-again, so a flooding host cannot grow memory. Anything else (a file, a terminal) is read
-by a thread with blocking ``os.read`` (:class:`FrameReader`), which works for every
-descriptor kind; it only reads and splits lines, hands the frames of each read to the
-loop and waits for the loop to finish with them before handing over more than a few
-batches. The thread costs a hand-off per read (a wake-up of the loop and a switch of
-the interpreter lock), which would be a large part of a call's round trip.
+A pipe or socket stdin (every host's case) is read by the event loop itself
+(:class:`LoopReader`): one ``os.read`` when it is readable, its frames handled before the
+next, so a flooding host cannot grow memory. Anything else (a file, a terminal: gVisor
+and attach streams vary) is read by a thread (:class:`FrameReader`) that hands each
+read's frames to the loop, a few batches ahead at most; a thread hand-off per read would
+be a large part of a call's round trip, hence not for pipes.
 
-Why blocking writes from the loop thread: a write is one frame, looped until every
-byte is out (gVisor returns short writes above 64 KiB), and writes can then never
-interleave. A conforming host keeps reading stdout, and the reader thread keeps
-draining stdin meanwhile, so the two pipes cannot deadlock each other.
-
-:func:`take_stdio` moves the protocol descriptors out of the way of user code, so
-that ``print()``, raw fd-1 writes and subprocesses all land on stderr and no child
-process can steal protocol bytes from stdin.
+Writes block on the loop thread, one frame looped until every byte is out (gVisor writes
+short above 64 KiB), so frames never interleave; a conforming host keeps reading stdout
+while stdin is drained, so the pipes cannot deadlock. :func:`take_stdio` moves the
+protocol descriptors out of user code's way.
 """
 
 from __future__ import annotations
@@ -46,7 +38,7 @@ Delivery = list[bytes] | ChannelFault
 def start_reader(
     fd: int, loop: asyncio.AbstractEventLoop, deliver: Callable[[Delivery], None]
 ) -> None:
-    """Read frames from ``fd`` into ``deliver`` on ``loop``: in the loop for a pipe or a
+    """Read frames from ``fd`` into ``deliver`` on ``loop``: in the loop for a pipe or
     socket, else from a thread."""
     mode = os.fstat(fd).st_mode
     reader = LoopReader if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) else FrameReader
@@ -65,8 +57,8 @@ class _Reader:
         self._frames = FrameDecoder()
 
     def _take(self, read: Callable[[int, int], bytes]) -> tuple[Delivery | None, bool]:
-        """One ``read``: the frames it completed (``None`` for none) or how the input
-        ended, and whether it ended. ``BlockingIOError`` passes through."""
+        """One ``read``: the frames it completed (or ``None``) or how the input ended, and
+        whether it ended; ``BlockingIOError`` passes through."""
         try:
             chunk = read(self._fd, _READ_SIZE)
         except BlockingIOError:
@@ -83,10 +75,8 @@ class _Reader:
 
 
 class LoopReader(_Reader):
-    """Frames from a pipe or socket ``fd``, read when the event loop sees it readable.
-
-    The descriptor is left as it is (blocking or not): after the loop reports it readable
-    a read returns at once, and a spurious report of a non-blocking one reads nothing.
+    """Frames from a pipe or socket ``fd``, read when the loop sees it readable (blocking or
+    not: a read then returns at once; a spurious report on a non-blocking one reads nothing).
     """
 
     def start(self) -> None:
@@ -162,9 +152,8 @@ def write_frame(fd: int, payload: bytes) -> None:
 def take_stdio() -> tuple[int, int]:
     """Claim stdin/stdout for the protocol; return the private ``(input_fd, output_fd)``.
 
-    Afterwards fd 0 reads ``/dev/null`` and fd 1 is a copy of stderr, so ``print()``,
-    raw writes to fd 1 and inheriting subprocesses all write diagnostics, not frames.
-    Text already buffered in the old ``sys.stdout`` is flushed to stderr too.
+    Afterwards fd 0 reads ``/dev/null`` and fd 1 is a copy of stderr, so ``print()``, raw
+    fd-1 writes and subprocesses write diagnostics, not frames.
     """
     input_fd, output_fd = os.dup(0), os.dup(1)  # dup'd descriptors are not inheritable
     null = os.open(os.devnull, os.O_RDONLY)

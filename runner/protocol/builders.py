@@ -1,8 +1,5 @@
-"""Frame builders: the frame objects the host sends, checked as the peer would check them.
-
-A frame we build that breaks Run/1 is our bug, so it raises
-:class:`~runner.protocol.codes.LocalProtocolError` instead of reaching the wire.
-"""
+"""Frame builders: the frame objects the host sends, checked as the peer would check them
+(a frame we build that breaks Run/1 is our bug: :class:`LocalProtocolError`)."""
 
 from __future__ import annotations
 
@@ -35,13 +32,8 @@ def result_response(id: str, result: JSONValue) -> JSONObject:
 
 
 def error_response(id: str | None, code: int, message: str, data: JSONValue = None) -> JSONObject:
-    """An error response frame object; ``data=None`` leaves ``data`` out.
-
-    The §1.2 rules apply (raising :class:`LocalProtocolError`): ``-32700`` needs
-    ``id=None``, ``-32600`` a request id or ``None``, ``-32601``/``-32602``/``-32603``
-    and ``-32000`` a request id, and ``-32000`` a ``{code, details?}`` ``data`` (see
-    :func:`operational_error`).
-    """
+    """An error response frame object (``data=None`` leaves ``data`` out), held to the
+    §1.2 id and data rules by :class:`LocalProtocolError`."""
     error: JSONObject = {"code": code, "message": message}
     if data is not None:
         error["data"] = data
@@ -54,10 +46,7 @@ def error_response(id: str | None, code: int, message: str, data: JSONValue = No
 def operational_error(
     id: str, wire_code: WireCode, message: str, details: JSONValue = None
 ) -> JSONObject:
-    """A ``-32000`` error response frame object reporting ``wire_code`` for request ``id``.
-
-    ``details=None`` leaves ``data.details`` out.
-    """
+    """A ``-32000`` error response reporting ``wire_code`` (``details=None``: none)."""
     data: JSONObject = {"code": wire_code}
     if details is not None:
         data["details"] = details

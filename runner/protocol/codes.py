@@ -1,17 +1,12 @@
 """The Run/1 error registry and the three exception types of the protocol core.
 
-Run/1 reports every failed Run or operation as one of 13 wire codes carried in a
-``-32000`` error (``data.code``), or, for failures that end the channel itself, as one
-of two local-only classifications that are never sent (PROTOCOL.md §9). The registry
-is written out here rather than read from ``shared/spec/run-1-errors.json`` so that the
-installed package needs no spec checkout; a test keeps the two identical.
-
-The exception types follow h11: a *remote* mistake (the peer broke the protocol) is a
-:class:`ProtocolViolation` and classifies the channel as ``PROTOCOL_ERROR``; a *local*
-mistake (this process misused the API, e.g. tried to send a malformed frame) is a
-:class:`LocalProtocolError` and is a bug to fix, never something to report to the
-peer. :class:`OperationError` is neither: it is the ordinary, expected report of a
-failed Run or operation.
+Run/1 reports a failed Run or operation as one of 13 wire codes in a ``-32000`` error's
+``data.code``, or, when the channel itself ends, as one of two local-only codes never
+sent (PROTOCOL.md §9). The registry is written out so the installed package needs no
+spec checkout; a test keeps it equal to ``run-1-errors.json``. As in h11, a *remote*
+mistake is a :class:`ProtocolViolation` (``PROTOCOL_ERROR``), a *local* one (misusing
+the API) a :class:`LocalProtocolError`, a bug never reported to the peer;
+:class:`OperationError` is the ordinary report of a failed Run or operation.
 """
 
 from __future__ import annotations
@@ -73,11 +68,8 @@ _CUT: Final = " [...]"
 
 
 def bounded_message(text: str) -> str:
-    """``text`` as an error message: 1-1,024 scalars, a cut marked with ``[...]``.
-
-    Messages built here can quote the peer (a reason naming its ids, its own error
-    message): a remote frame must never make the host build an error it cannot hold.
-    """
+    """``text`` as an error message: 1-1,024 scalars, a cut marked ``[...]`` (a message
+    quoting the peer must never make the host build an error it cannot hold)."""
     if len(text) <= MAX_ERROR_MESSAGE_SCALARS:
         return text or "unspecified"
     return text[: MAX_ERROR_MESSAGE_SCALARS - len(_CUT)] + _CUT
@@ -94,12 +86,8 @@ class LocalProtocolError(Exception):
 
 class ProtocolViolation(Exception):
     """The peer broke Run/1; the channel must close and is classified ``PROTOCOL_ERROR``.
-
-    ``reply`` is the best-effort error frame object to write (and flush) before closing,
-    or ``None`` when the protocol says to close with no further frame (oversize,
-    incomplete frame, invalid UTF-8, correlation errors). Never wait on it being
-    delivered.
-    """
+    ``reply`` is the best-effort error frame to write before closing (never waited on), or
+    ``None`` where the protocol closes with no further frame."""
 
     code: Final = PROTOCOL_ERROR
 
@@ -110,11 +98,9 @@ class ProtocolViolation(Exception):
 
 
 class OperationError(Exception):
-    """A failed Run or operation: a wire code (or a local one) with its message.
-
-    ``details`` is the optional ``data.details`` value; ``None`` means it is absent (as
-    in Run SDK/1, an explicit ``"details": null`` is not told apart from no details).
-    """
+    """A failed Run or operation: a wire code (or a local one) with its message;
+    ``details`` is ``data.details``, ``None`` when absent (as in Run SDK/1, an explicit
+    ``null`` is not told apart)."""
 
     def __init__(self, code: FlowCode, message: str, details: JSONValue = None) -> None:
         if code not in _FLOW_CODES:
@@ -132,11 +118,8 @@ class OperationError(Exception):
         return self.code not in _WIRE_CODE_SET
 
     def to_error_object(self) -> dict[str, JSONValue]:
-        """The JSON-RPC ``error`` member reporting this failure on the wire.
-
-        Raises :class:`LocalProtocolError` for a local-only code: those classify a lost
-        channel and are never sent; map them to a wire code first (PROTOCOL.md §5).
-        """
+        """The JSON-RPC ``error`` member reporting this failure; :class:`LocalProtocolError`
+        for a local-only code, which is never sent (map it to a wire code first, §5)."""
         if self.is_local:
             raise LocalProtocolError(f"{self.code} is local-only and is never sent")
         data: dict[str, JSONValue] = {"code": self.code}

@@ -1,9 +1,8 @@
 """Acceptance of a Run and the classification of every other ending (PROTOCOL.md §11).
 
-A root response alone is not success: the Run is accepted only when the response is valid
-and correlated, no component request is pending, stdout ended exactly on a frame boundary
-with nothing after the response, and the process exited 0 by itself. Every other ending is
-classified deterministically, and the reasons are kept for the run report.
+A Run is accepted only when its root response is valid and correlated, no component
+request is pending, stdout ended exactly on a frame boundary after it, and the process
+exited 0 by itself. Every other ending is classified deterministically, with its reasons.
 """
 
 from __future__ import annotations
@@ -54,8 +53,7 @@ def judge(session: HostSession, ending: Ending) -> Verdict:
             return Verdict(response.result, None, ("accepted",))
         error = response.error
         if error.code == "CANCELLED" and session.condition == "DEADLINE_EXCEEDED":
-            # The component stopped because the host cancelled it at the deadline: the
-            # recorded condition, not the component's view of it, decides (§9.3).
+            # The host's recorded condition, not the component's view of it, decides (§9.3).
             reason = "accepted: the component stopped cooperatively at the deadline"
             message = "the deadline passed; the component stopped when cancelled"
             error = OperationError("DEADLINE_EXCEEDED", message, error.details)
@@ -104,15 +102,12 @@ def _classify(
         details["oom"] = True
     condition: Condition | None = session.condition
     if response is None and condition is not None and ending.host_kill is not None:
-        # §11, premature termination, rule 1: a host-enforced kill after a recorded
-        # cancellation or deadline ends the Run with that condition, whatever the kill
-        # waited for (the cancel grace; the exit, once stdout ended or a violation came).
-        # The session records a condition only while the run is still open, so any kill
-        # comes after it.
+        # §11 premature termination, rule 1: a kill after a recorded condition ends the
+        # Run with it, whatever the kill waited for (a condition is recorded only while
+        # the run is open, so any kill comes after it).
         return OperationError(condition, _condition_message(condition), details)
     if session.violation is not None:
-        # The reasons keep the whole violation; the message, which quotes the component
-        # (its error message, its ids), is cut to the bound.
+        # The reasons keep the whole violation; the message quoting the component is cut.
         return OperationError("PROTOCOL_ERROR", bounded_message(session.violation), details)
     if response is not None and session.pending:
         return OperationError(

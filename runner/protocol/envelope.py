@@ -1,17 +1,12 @@
 """The envelope step: classify one decoded frame as a request, notification or response.
 
-Its failures are fatal for the channel (PROTOCOL.md §1.1-§1.3) and raise
-:class:`~runner.protocol.codes.ProtocolViolation` carrying a best-effort ``-32600``
-reply. Reading of the envelope grammar (§1.2 vs §1.3, documented because the schema
-alone would say otherwise): the *envelope* is generic JSON-RPC 2.0, so a request-form
-message (``method`` and ``id``) may omit ``params``. A well-formed request for an unknown
-method or the wrong direction is answered ``-32601`` whether or not it has ``params``;
-for the nine Run/1 request methods a missing ``params`` is a params failure
-(``-32602``), since §1.3 checks params after the method and ``params`` is not among the
-envelope checks it lists. ``params`` that is present but neither object nor array is an
-envelope failure (§1). A ``request/cancel`` notification with malformed params is fatal
-(§10), so :func:`classify` checks its params as part of the envelope; other
-notifications are classified with their params unchecked (the receiver ignores them).
+Its failures are fatal for the channel (PROTOCOL.md §1.1-§1.3): a
+:class:`~runner.protocol.codes.ProtocolViolation` with a best-effort ``-32600`` reply.
+The envelope is generic JSON-RPC 2.0, so a request may omit ``params``: an unknown method
+is ``-32601`` either way, and for the nine Run/1 request methods a missing ``params`` is
+a params failure (``-32602``, §1.3 checks params after the method); ``params`` neither
+object nor array is an envelope failure (§1). A malformed ``request/cancel`` is fatal
+(§10), so its params are checked here; other notifications' params are not looked at.
 """
 
 from __future__ import annotations
@@ -49,11 +44,8 @@ class Request:
 
 @dataclass(frozen=True, slots=True)
 class Notification:
-    """A message with ``method`` and no ``id``; only ``request/cancel`` has a meaning.
-
-    For ``request/cancel`` the params are already checked: ``params["requestId"]`` is a
-    wire id.
-    """
+    """A message with ``method`` and no ``id``; only ``request/cancel`` has a meaning, and
+    its params are already checked."""
 
     method: str
     params: JSONObject | JSONArray | None
@@ -84,11 +76,8 @@ class ErrorResponse:
         return cast(str, self.error["message"])
 
     def operation_error(self) -> OperationError | None:
-        """The reported failure for a ``-32000`` error; ``None`` for a standard code.
-
-        A standard JSON-RPC error in reply to a well-formed Run/1 request is fatal
-        ``PROTOCOL_ERROR`` (§1), never an ordinary failure: the caller decides that.
-        """
+        """The reported failure for a ``-32000`` error; ``None`` for a standard code, which
+        in reply to a well-formed Run/1 request is the caller's ``PROTOCOL_ERROR`` (§1)."""
         if self.code != OPERATIONAL:
             return None
         data = cast(JSONObject, self.error["data"])
@@ -110,8 +99,7 @@ _CORRELATED_STANDARD_CODES: Final = (METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_
 
 
 def _invalid_envelope(reply_id: str | None, reason: str) -> ProtocolViolation:
-    # Built here, not by builders.error_response (which checks with check_error below):
-    # reply_id is None or a checked request id and the message is 1-1,024 scalars.
+    # Not by builders.error_response: the id and message are valid by construction.
     message = f"Invalid Request: {reason}"[:MAX_ERROR_MESSAGE_SCALARS]
     error: JSONObject = {"code": INVALID_REQUEST, "message": message}
     reply: JSONObject = {"jsonrpc": JSONRPC_VERSION, "id": reply_id, "error": error}
@@ -121,18 +109,11 @@ def _invalid_envelope(reply_id: str | None, reason: str) -> ProtocolViolation:
 def classify(obj: JSONValue) -> Message:
     """Classify one decoded frame as a request, notification, success or error response.
 
-    Raises :class:`ProtocolViolation` (fatal, ``PROTOCOL_ERROR``) for anything that is
-    not a valid Run/1 envelope: a non-object or batch, a wrong or missing ``jsonrpc``,
-    extra members, an invalid id, ``params`` that is not an object or array, a response
-    with both or neither of ``result``/``error``, an error object outside the §1.2
-    variants, or a malformed ``request/cancel``. Its ``reply`` is a ``-32600`` error
-    naming the request's id when the message is request-shaped (``method``, no
-    ``result``/``error``) with a valid id, else ``id: null``. The caller, which knows
-    which ids were already used, should send ``id: null`` instead when that id is not
-    fresh: a second response to a used id would be a correlation error of its own.
-
-    Direction, method knowledge, params of request methods and response correlation are
-    protocol state and are left to the caller (§1.3 steps 5-7).
+    Raises :class:`ProtocolViolation` for anything that is not a valid Run/1 envelope. Its
+    ``reply`` is a ``-32600`` naming the id of a request-shaped message with a valid id,
+    else ``id: null``; the caller sends ``id: null`` when that id was used already (a
+    second response would be a correlation error). Direction, methods, request params and
+    correlation are protocol state, left to the caller (§1.3 steps 5-7).
     """
     if not isinstance(obj, dict):
         if isinstance(obj, list):

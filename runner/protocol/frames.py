@@ -1,17 +1,11 @@
 """Run/1 LF framing: bytes in, frame payloads out, with no I/O.
 
-A frame is one JSON/1 object, UTF-8, followed by exactly one LF; the payload before the
-LF holds at most 16,777,216 bytes (PROTOCOL.md §1). Reading a component's stdout must
-fail *as soon as* the bound is exceeded, not after buffering without limit, so
-:class:`FrameDecoder` never holds more than the bound: it keeps only the bytes of the
-current partial frame and scans every input byte exactly once (an LF can only appear
-in new data, so buffered bytes are never searched again).
-
-The failures map to the §1.3 receive pipeline: an oversize frame and an incomplete
-frame at EOF are framing violations (close, no reply); invalid UTF-8 in a complete frame
-also closes with no reply; a JSON/1 failure closes after a best-effort ``-32700`` reply,
-and so does an empty frame (a bare LF: a payload that is no JSON text, refused by the
-framer). All are :class:`~runner.protocol.codes.ProtocolViolation`.
+A frame is one JSON/1 object and one LF; the payload holds at most 16,777,216 bytes
+(PROTOCOL.md §1). :class:`FrameDecoder` fails *as soon as* the bound is exceeded, never
+holds more than it, and scans every byte once. Failures follow §1.3 and are all
+:class:`~runner.protocol.codes.ProtocolViolation`: an oversize frame, an incomplete one at
+EOF and invalid UTF-8 close with no reply; a JSON/1 failure or an empty frame closes after
+a best-effort ``-32700``.
 """
 
 from __future__ import annotations
@@ -36,11 +30,8 @@ _LF: Final = 0x0A
 
 
 class FrameDecoder:
-    """Splits a byte stream into frame payloads; one decoder per stream.
-
-    After it raises, or after :meth:`eof`, the decoder is finished and any further
-    call raises :class:`LocalProtocolError`.
-    """
+    """Splits a byte stream into frame payloads; one decoder per stream. After it raises or
+    after :meth:`eof`, any further call raises :class:`LocalProtocolError`."""
 
     __slots__ = ("_buffer", "_finished")
 
@@ -56,11 +47,9 @@ class FrameDecoder:
     def feed(self, data: bytes) -> list[bytes]:
         """Take the next bytes of the stream; return the payloads of completed frames.
 
-        Raises :class:`ProtocolViolation` on an empty frame (with the best-effort
-        ``-32700`` reply) or once more than :data:`MAX_PAYLOAD_BYTES` bytes of one frame
-        have arrived without an LF (no reply).
-        Payloads completed earlier in the same ``data`` are dropped with it: the channel
-        is lost anyway.
+        Raises :class:`ProtocolViolation` on an empty frame (with a ``-32700`` reply) or
+        once a frame exceeds :data:`MAX_PAYLOAD_BYTES` without an LF (no reply); payloads
+        completed earlier in the same ``data`` are dropped with the channel.
         """
         if self._finished:
             raise LocalProtocolError("the frame decoder has already finished")
@@ -110,24 +99,17 @@ def _oversize() -> ProtocolViolation:
 
 
 def _empty() -> ProtocolViolation:
-    """A bare LF: its payload is no JSON text, so it closes after the ``-32700`` that any
-    such frame gets (§1; HOST-CASES FR-03 asks the same of a component)."""
+    """A bare LF: no JSON text, so it closes after a ``-32700`` (§1, HOST-CASES FR-03)."""
     reply = error_response(None, PARSE_ERROR, "Parse error: an empty frame (a bare LF)")
     return ProtocolViolation("empty frame (a bare LF)", reply)
 
 
 def decode_payload(payload: bytes) -> JSONValue:
-    """Decode one frame payload as JSON/1 (§1.3 steps 2-3).
+    """Decode one frame payload as JSON/1 (§1.3 steps 2-3); the value may be a non-object.
 
-    Invalid UTF-8 raises :class:`ProtocolViolation` with no reply; any other JSON/1
-    failure (syntax, BOM, duplicate member, lone surrogate, out-of-domain number,
-    exceeded bound) raises it with a best-effort ``-32700`` reply (``id: null``).
-    The value may still be a non-object; :func:`~runner.protocol.envelope.classify`
-    rejects that.
-
-    JSON/1 refuses invalid UTF-8 too, so the payload is decoded once: only a refused one
-    is checked for UTF-8 on its own, since step 2 comes first (a BOM followed by invalid
-    UTF-8 is a UTF-8 failure, not a JSON/1 one).
+    Invalid UTF-8 raises :class:`ProtocolViolation` with no reply, any other JSON/1
+    failure with a ``-32700`` reply (``id: null``). Only a refused payload is checked for
+    UTF-8 on its own, since step 2 comes first.
     """
     try:
         return json1.loads(payload)
@@ -144,11 +126,8 @@ def decode_payload(payload: bytes) -> JSONValue:
 
 
 def encode_frame(message: JSONValue) -> bytes:
-    """The bytes of one frame: compact JSON/1 and the LF.
-
-    Raises :class:`LocalProtocolError` if ``message`` is not JSON/1 or its payload
-    would exceed :data:`MAX_PAYLOAD_BYTES`: we never put an invalid frame on the wire.
-    """
+    """The bytes of one frame: compact JSON/1 and the LF; :class:`LocalProtocolError` if
+    ``message`` is not JSON/1 or too large (we never put an invalid frame on the wire)."""
     try:
         payload = json1.dumps(message)
     except json1.JSON1Error as exc:
@@ -161,12 +140,8 @@ def encode_frame(message: JSONValue) -> bytes:
 
 
 def encode_result_frame(request_id: str, result: bytes) -> bytes:
-    """The frame of a success response to ``request_id`` whose result ``json1.dumps``
-    already encoded: the bytes :func:`encode_frame` writes for that response object.
-
-    Raises :class:`LocalProtocolError` for an id that is not a wire id or a payload over
-    :data:`MAX_PAYLOAD_BYTES`, as building and encoding the object would.
-    """
+    """:func:`encode_frame`'s bytes for a success response whose result ``json1.dumps``
+    already encoded; raises as building and encoding the object would."""
     if not is_wire_id(request_id):
         raise LocalProtocolError(f"{request_id!r} is not a valid request id")
     # A wire id is ASCII letters, digits and ``._:/-``: nothing JSON escapes.

@@ -1,10 +1,8 @@
 """The names of Run/1 and their grammar: methods, request ids, LocalNames, and the bounds.
 
-The lowest module of the protocol (it imports nothing of runner), so that everything that must
-agree on a name reads it here: the message checks, the sandbox's attachment names, the
-host configuration's flow and slot names, the FLOW.md vocabulary. Regexes are anchored
-with ``\\A``/``\\Z``: ECMA-262 ``$`` (the schema's dialect) never matches before a final
-newline, Python's ``$`` does, so ``"abc\\n"`` would pass as a LocalName.
+The lowest protocol module (it imports nothing of runner), read by all that must agree on
+a name. Regexes are anchored with ``\\A``/``\\Z``: Python's ``$`` matches before a final
+newline, ECMA-262's (the schema's) does not.
 """
 
 from __future__ import annotations

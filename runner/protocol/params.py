@@ -1,10 +1,9 @@
 """The params step: each Run/1 method's params, checked after the envelope (§1.3).
 
-Its failures are ordinary ``-32602`` replies and the channel stays open (a malformed
-``request/cancel`` is the exception: :mod:`.envelope` makes it fatal). Beyond the
-schema: ``flow/run`` channel grants must name distinct endpoint references (a seed rule,
-§4). As in the schema's Draft 2020-12 ``integer``, and because JSON/1 numbers are values
-(``1.0`` is ``1``), an integral float passes an integer check; a bool never does.
+Failures are ``-32602`` replies and the channel stays open (a malformed ``request/cancel``
+is fatal: :mod:`.envelope`). Beyond the schema, ``flow/run`` grants must name distinct
+endpoints (§4). As the schema's ``integer`` and JSON/1's values have it, an integral
+float passes an integer check; a bool never does.
 """
 
 from __future__ import annotations
@@ -36,8 +35,7 @@ from runner.protocol.names import (
 )
 from runner.protocol.shapes import JSONObject, exactly, is_integer_in, members, nested, show
 
-# Patterns of a channel contract's identity and path, matched through ``re``'s own cache:
-# compiled the first time a channel names a contract, not by every run's imports.
+# Matched through ``re``'s cache: compiled when a channel first names a contract.
 _CONTRACT_PATH: Final = r"\A\./[^\\]+\Z"
 _CONTRACT_ID: Final = (
     r"\Ahttps://(?!(?:(?:25[0-5]|2[0-4][0-9]|[01]?[0-9]?[0-9])\.){3}"
@@ -286,11 +284,10 @@ _PARAMS_CHECKS: Final[dict[str, _ParamsCheck]] = {
 def validate_params(method: str, params: JSONValue) -> str | None:
     """Check the params of a Run/1 method: ``None`` if valid, else the reason.
 
-    ``method`` is one of the nine request methods or ``request/cancel``; any other name
-    raises :class:`LocalProtocolError` (an unknown method is ``-32601``, decided before
-    params). ``params`` is ``None`` when the member is absent, which is invalid for
-    every Run/1 method. A reason is the text of a ``-32602`` reply (or, for a cancel,
-    of the fatal violation); it never embeds more than a short prefix of peer data.
+    ``method`` is a request method or ``request/cancel``, else :class:`LocalProtocolError`
+    (an unknown method is ``-32601``, decided first). ``params`` is ``None`` when absent
+    (always invalid). A reason, the text of a ``-32602`` (or a cancel's fatal violation),
+    embeds at most a short prefix of peer data.
     """
     check = _PARAMS_CHECKS.get(method)
     if check is None:

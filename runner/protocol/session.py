@@ -1,11 +1,9 @@
 """HostSession: the host side of one Run/1 channel incarnation, with no I/O at all.
 
-Feed it the component's stdout bytes and EOF; it hands back events (a component request to
-dispatch, a component cancel, the root response, a fatal violation) and queues the frames
-the host must write to the component's stdin (take them with :meth:`data_to_send`). The
-driver (``runner.host.driver``) owns the sockets, the clock and the broker; everything that
-PROTOCOL.md decides from the bytes alone is decided here, so it can be tested and fuzzed
-in-process. The receive pipeline follows PROTOCOL.md §1.3 step by step.
+Fed the component's stdout bytes and EOF, it returns events (a request to dispatch, a
+cancel, the root response, a fatal violation) and queues the frames for its stdin.
+Everything PROTOCOL.md decides from the bytes alone is decided here (the receive pipeline
+is §1.3's), so it is tested and fuzzed in-process; the driver owns I/O, clock and broker.
 """
 
 from __future__ import annotations
@@ -49,40 +47,34 @@ Condition = Literal["CANCELLED", "DEADLINE_EXCEEDED"]
 
 
 class SessionState(Enum):
-    """Where one channel incarnation stands: everything that decides what is legal.
+    """Where one channel incarnation stands: all that decides what is legal (the condition,
+    root response, pending ids and counters beside it never decide a move).
 
-    ``condition``, ``root_response``, the pending ids and the byte counters are data kept
-    beside the state; they never decide a move on their own.
+    ``NOT_STARTED``: the component may ask for nothing. ``RUNNING``: ``flow/run`` is sent,
+    every component method is admitted. ``CANCELLING``: a condition is recorded and the
+    root cancelled, only channel settlement is admitted (§10). ``RESPONDED``: the valid
+    root response arrived, any further byte is a violation. ``ENDED``: stdout ended on a
+    frame boundary (§11 needs it). ``CLOSED``: a violation closed the channel.
     """
 
     NOT_STARTED = "NOT_STARTED"
-    """``flow/run`` is not sent yet: the component may ask for nothing."""
     RUNNING = "RUNNING"
-    """``flow/run`` is sent: every component method is admitted."""
     CANCELLING = "CANCELLING"
-    """A condition is recorded and ``request/cancel`` sent for the root: only channel
-    settlement is admitted (PROTOCOL.md §10)."""
     RESPONDED = "RESPONDED"
-    """The valid, correlated root response arrived: any further byte is a violation."""
     ENDED = "ENDED"
-    """Stdout ended cleanly on a frame boundary (§11 needs it for acceptance)."""
     CLOSED = "CLOSED"
-    """A fatal protocol violation closed the channel: nothing more is read or written."""
 
 
 class Step(Enum):
-    """What moves a session from one :class:`SessionState` to another."""
+    """What moves a session: the host sends ``flow/run`` (``START``) or cancels the root
+    (``CANCEL``); the component's valid root response (``RESPONSE``), stdout ending on a
+    frame boundary (``EOF``), or a violation, a truncated last frame included."""
 
     START = "start"
-    """The host sends ``flow/run``."""
     CANCEL = "cancel"
-    """The host records a condition and cancels the root."""
     RESPONSE = "response"
-    """The component's valid root response."""
     EOF = "eof"
-    """The component's stdout ended on a frame boundary."""
     VIOLATION = "violation"
-    """The component broke the protocol (a truncated last frame included)."""
 
 
 _S = SessionState
@@ -102,9 +94,9 @@ _MOVES: Final[dict[tuple[SessionState, Step], SessionState]] = {
     (_S.ENDED, Step.VIOLATION): _S.CLOSED,
     (_S.CLOSED, Step.EOF): _S.CLOSED,
 }
-"""Every legal move; any other (state, step) pair raises :class:`LocalProtocolError`.
-A cancel after a clean end of stdout stays ``ENDED``: the condition is still recorded
-when no root response came (it decides the verdict if the host then kills, §11)."""
+"""Every legal move; any other raises :class:`LocalProtocolError`. A cancel after a clean
+end of stdout stays ``ENDED`` but records the condition: it decides the verdict if the
+host then kills (§11)."""
 
 _ADMITS: Final[dict[SessionState, frozenset[str]]] = {
     _S.NOT_STARTED: frozenset(),
@@ -119,12 +111,8 @@ _ADMITS: Final[dict[SessionState, frozenset[str]]] = {
 
 def flow_run_overflow(params: dict[str, JSONValue]) -> int | None:
     """The payload size of the ``flow/run`` frame for ``params`` if it exceeds the frame
-    bound, else None.
-
-    An input within JSON/1's 16 MiB can still make the frame that carries it too large
-    (PROTOCOL.md §1): a caller checks before it launches anything, since
-    :meth:`HostSession.start` refuses to write that frame.
-    """
+    bound (an input within 16 MiB can), else None: checked before launching anything, as
+    :meth:`HostSession.start` refuses to write that frame."""
     size = len(json1.dumps(builders.request(ROOT_ID, "flow/run", params)))
     return size if size > MAX_PAYLOAD_BYTES else None
 
@@ -136,11 +124,8 @@ class CallRequested:
     request_id: str
     method: str
     params: dict[str, JSONValue]
-    size: int = 0
-    """The byte length of the request's frame payload (the decoded params take about
-    as much again): what the host holds for the call while it is pending."""
-    note: object = None
-    """Whatever the decoder attached to the frame (:attr:`Decoded.note`), handed on."""
+    size: int = 0  # the frame payload's length: about what the pending call holds
+    note: object = None  # :attr:`Decoded.note`, handed on
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,17 +165,15 @@ class Decoded:
 
     value: JSONValue
     violation: ProtocolViolation | None = None
-    size: int = 0
-    """The payload's byte length."""
+    size: int = 0  # the payload's length
     note: object = None
-    """Anything the decoding side worked out from the value while it had it (a driver
-    decoding in a worker thread also does there what would be slow on its loop); a
-    request's :class:`CallRequested` carries it on. The session never reads it."""
+    """What the decoding side (a worker thread) worked out from the value; a request's
+    :class:`CallRequested` carries it on, the session never reads it."""
 
 
 def decode(payload: bytes) -> Decoded:
-    """Decode one frame payload. Pure and touching no session, so a driver may run it in a
-    worker thread: a hostile 16 MiB frame can take seconds to refuse."""
+    """Decode one frame payload; it touches no session, so a driver may run it in a worker
+    thread (a hostile 16 MiB frame can take seconds to refuse)."""
     try:
         return Decoded(decode_payload(payload), None, len(payload))
     except ProtocolViolation as exc:
@@ -200,10 +183,10 @@ def decode(payload: bytes) -> Decoded:
 class HostSession:
     """One Run/1 channel incarnation seen from the host. Not thread-safe; no I/O.
 
-    Its :attr:`state` moves only through :data:`_MOVES`; what the component may ask for
-    in each state is :data:`_ADMITS`. A misuse by the host (a second ``start``, an answer
-    to a request never admitted) raises :class:`LocalProtocolError`; a mistake by the
-    component becomes a :class:`Violation` event.
+    :attr:`state` moves only by :data:`_MOVES`; :data:`_ADMITS` is what the component may
+    ask for in each. A host misuse (a second ``start``, an answer to a request never
+    admitted) raises :class:`LocalProtocolError`; a component mistake is a
+    :class:`Violation` event.
     """
 
     def __init__(self, params: dict[str, JSONValue]) -> None:
@@ -213,15 +196,11 @@ class HostSession:
         self.params = params
         self._decoder = FrameDecoder()
         self._outbox: list[bytes] = []
-        self.outbox_bytes = 0
-        """The size of the frames queued and not yet taken: answers the host owes."""
+        self.outbox_bytes = 0  # queued and not yet taken
         self._state = SessionState.NOT_STARTED
         self._admits = _ADMITS[self._state]
-        self.closed = False
-        """True once a fatal violation closed the channel (``state`` is ``CLOSED``): a
-        plain field, read on every frame."""
-        self._seen: dict[str, bool] = {}
-        """Every request id the component used, and whether it was admitted."""
+        self.closed = False  # state is CLOSED: a plain field, read on every frame
+        self._seen: dict[str, bool] = {}  # every request id used: was it admitted?
         self._pending: set[str] = set()
         self.lifetime_requests = 0
         self.root_response: RootResult | RootError | None = None
@@ -234,7 +213,6 @@ class HostSession:
 
     @property
     def state(self) -> SessionState:
-        """Where the session stands (see :class:`SessionState`)."""
         return self._state
 
     @property
@@ -251,8 +229,7 @@ class HostSession:
         return b"".join(self.frames_to_send())
 
     def frames_to_send(self) -> list[bytes]:
-        """Pop every frame queued for the component's stdin, in order, unjoined (a join
-        of large answers would hold them twice): a large answer comes in pieces."""
+        """:meth:`data_to_send` unjoined (a join would hold large answers twice)."""
         frames = self._outbox
         self._outbox = []
         self.bytes_sent += self.outbox_bytes
@@ -267,12 +244,9 @@ class HostSession:
         self._queue(builders.request(ROOT_ID, "flow/run", self.params))
 
     def cancel_root(self, condition: Condition) -> bool:
-        """Record root cancellation or the deadline; the first recorded condition wins.
-
-        Returns True when this call recorded the condition (and queued ``request/cancel``
-        for the root); False when a condition was already recorded, a root response already
-        committed, or the channel is closed: those race with the host's cancel. Raises
-        :class:`LocalProtocolError` before :meth:`start` (there is no root to cancel).
+        """Record root cancellation or the deadline and queue ``request/cancel``: True, or
+        False when a condition or root response came first or the channel is closed (they
+        race with the host's cancel). :class:`LocalProtocolError` before :meth:`start`.
         """
         if self._state is SessionState.NOT_STARTED:
             raise LocalProtocolError("cancel_root before start: flow/run was never sent")
@@ -288,25 +262,18 @@ class HostSession:
     def respond(self, request_id: str, result: JSONValue) -> None:
         """Answer a dispatched component request with a success result.
 
-        Every ``respond*`` answers a pending request. One already settled (answered, cancelled
-        by the component, or cleared by a violation) is a race the host cannot avoid and is
-        ignored; one the session never admitted is a host bug and raises
+        An id already settled (answered, cancelled, cleared by a violation) is a race the
+        host cannot avoid and is ignored by every ``respond*``; one never admitted raises
         :class:`LocalProtocolError`.
         """
         if self._settle(request_id):
             self._queue(builders.result_response(request_id, result))
 
     def respond_encoded(self, request_id: str, result: bytes) -> None:
-        """:meth:`respond` with the result already encoded by :func:`json1.dumps` (the
-        ledger keeps that encoding): the frame is spliced around it, byte for byte the
-        frame :meth:`respond` writes, without encoding the result a second time.
-
-        Raises :class:`LocalProtocolError`, the request still owed, if that frame would
-        exceed the frame bound (a result near 16 MiB under a long request id).
-
-        A large result is queued as it is, between the frame's head and tail, not copied
-        into a frame of its own: the answers to 64 replays of one kept result hold it
-        once.
+        """:meth:`respond` with the result already encoded by :func:`json1.dumps`: the same
+        bytes, spliced around it. A large result is queued uncopied between the frame's head
+        and tail (64 replays of one kept result hold it once). Raises
+        :class:`LocalProtocolError`, the request still owed, past the frame bound.
         """
         if request_id not in self._pending:
             self._settle(request_id)  # raises for an id never admitted
@@ -344,8 +311,7 @@ class HostSession:
 
     def receive_bytes(self, data: bytes) -> tuple[list[bytes], list[Event]]:
         """Framing alone (§1.3 step 1): the payloads ``data`` completes and the events of a
-        framing violation. Hand each payload's :func:`decode` to :meth:`receive_decoded`, in
-        order; :meth:`receive_data` does both at once."""
+        violation; hand each payload's :func:`decode` to :meth:`receive_decoded`, in order."""
         self.bytes_received += len(data)
         if self.closed or not data:
             return [], []
@@ -414,15 +380,14 @@ class HostSession:
             self.outbox_bytes += len(frame)
 
     def _queue_frame(self, frame: bytes) -> None:
-        """Queue ``frame``, or one piece of one (the pieces of a frame are queued one
-        right after another)."""
+        """Queue ``frame`` or one piece of one (a frame's pieces are queued in a row)."""
         if not self.closed:
             self._outbox.append(frame)
             self.outbox_bytes += len(frame)
 
     def _settle(self, request_id: str) -> bool:
-        """Take ``request_id`` off the pending set: True if it was owed an answer (the
-        channel is open then: a violation clears the set)."""
+        """Take ``request_id`` off the pending set: True if it was owed (so the channel is
+        open: a violation clears the set)."""
         pending = self._pending
         if request_id in pending:
             pending.discard(request_id)
