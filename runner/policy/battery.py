@@ -154,25 +154,15 @@ def _ok(condition: bool, reason: str) -> Judgement:
     return ("PASS", "") if condition else ("FAIL", reason)
 
 
-def _security_opt(engine: Mapping[str, Any], prefix: str) -> str:
-    found = [o for o in engine.get("SecurityOpt") or [] if o.startswith(prefix)]
-    return ", ".join(o if len(o) < 40 else o[:37] + "..." for o in found) or "(engine default)"
-
-
-def _declared_ids(profile: SandboxProfile) -> tuple[int | None, int | None]:
-    user, _, group = profile.user.partition(":")
-    return (
-        int(user) if user.isdigit() else None,
-        int(group) if group.isdigit() else None,
-    )
-
-
 # --- judges ------------------------------------------------------------------------------
 
 
 def _id(which: int, name: str, as_root: str) -> Callable[[Any, Context], Judgement]:
+    """The judge of the uid (``which`` 0) or the gid (1) the profile's ``UID:GID`` names."""
+
     def judge(value: int, ctx: Context) -> Judgement:
-        want = _declared_ids(ctx.profile)[which]
+        declared = ctx.profile.user.partition(":")[2 * which]
+        want = int(declared) if declared.isdigit() else None
         if value == 0:
             return "FAIL", as_root
         return _ok(want is None or value == want, f"{name} {value}, the profile says {want}")
@@ -262,15 +252,14 @@ def _tmpfs(key: str) -> Callable[[Any, Context], Judgement]:
         if value is None:
             return "FAIL", "not mounted"
         want = getattr(ctx.profile, key)
-        problems = [flag for flag in ("nosuid", "nodev") if not value[flag]]
+        problems = [f"missing {flag}" for flag in ("nosuid", "nodev") if not value[flag]]
         if value["size"] != want:
             problems.append(f"size {value['size']} bytes, the profile says {want}")
         if want > CEILINGS[key]:
             problems.append(f"{key} {want} exceeds the ceiling {CEILINGS[key]}")
         if value["write"] != "written":
             problems.append(f"not writable ({value['write']})")
-        return _ok(not problems, "; ".join(f"missing {p}" if p in ("nosuid", "nodev") else p
-                                          for p in problems))  # fmt: skip
+        return _ok(not problems, "; ".join(problems))
 
     return judge
 
@@ -368,15 +357,15 @@ def _stress_cpu(value: float | dict[str, Any], ctx: Context) -> Judgement:
 
 
 def _secopt(prefix: str) -> Callable[[Mapping[str, Any]], object]:
-    return lambda engine: _security_opt(engine, prefix)
+    def view(engine: Mapping[str, Any]) -> object:
+        found = [o for o in engine.get("SecurityOpt") or [] if o.startswith(prefix)]
+        return ", ".join(o if len(o) < 40 else o[:37] + "..." for o in found) or "(engine default)"
+
+    return view
 
 
 def _engine(key: str) -> Callable[[Mapping[str, Any]], object]:
     return lambda engine: engine.get(key)
-
-
-def _ulimit(engine: Mapping[str, Any]) -> object:
-    return [f"{u['Name']}={u['Hard']}" for u in engine.get("Ulimits") or []]
 
 
 def _nano(engine: Mapping[str, Any]) -> object:
@@ -393,14 +382,6 @@ def _caps(profile: SandboxProfile) -> object:
 
 def _capset(engine: Mapping[str, Any]) -> object:
     return f"drop {_text(engine.get('CapDrop'))}; add {_text(engine.get('CapAdd'))}"
-
-
-def _seccomp_declared(profile: SandboxProfile) -> object:
-    return profile.seccomp or "engine default"
-
-
-def _mknod_declared(profile: SandboxProfile) -> object:
-    return f"cap_add {'has' if 'MKNOD' in profile.cap_add else 'lacks'} MKNOD"
 
 
 def _none(_: object) -> object:
@@ -424,7 +405,7 @@ def checks(attachments: tuple[Attachment, ...] = (), stress: bool = False) -> li
     rows += [
         Check("nnp", "no new privileges", lambda p: p.no_new_privileges,
               _secopt("no-new-privileges"), _nnp, gvisor_blind=True),
-        Check("seccomp", "a seccomp filter is in force", _seccomp_declared,
+        Check("seccomp", "a seccomp filter is in force", lambda p: p.seccomp or "engine default",
               _secopt("seccomp"), _seccomp, gvisor_blind=True),
     ]  # fmt: skip
     rows += [
@@ -457,7 +438,8 @@ def checks(attachments: tuple[Attachment, ...] = (), stress: bool = False) -> li
               gvisor_blind=True),
         Check("dev.nodes", "only the allowed /dev nodes", _none,
               lambda e: len(e.get("Devices") or []), _devices, gvisor_blind=True),
-        Check("dev.mknod", "mknod is refused", _mknod_declared, _capset,
+        Check("dev.mknod", "mknod is refused",
+              lambda p: f"cap_add {'has' if 'MKNOD' in p.cap_add else 'lacks'} MKNOD", _capset,
               _mknod, gvisor_blind=True),
         Check("net.interfaces", "no network: only lo", lambda p: p.network,
               _engine("NetworkMode"), _interfaces),
@@ -473,7 +455,8 @@ def checks(attachments: tuple[Attachment, ...] = (), stress: bool = False) -> li
               _limit("pids"), gvisor_blind=True),
         Check("limits.cpu", "CPU quota", lambda p: p.cpus, _nano, _limit("cpus"),
               gvisor_blind=True),
-        Check("limits.nofile", "open files limit", lambda p: p.nofile, _ulimit,
+        Check("limits.nofile", "open files limit", lambda p: p.nofile,
+              lambda e: [f"{u['Name']}={u['Hard']}" for u in e.get("Ulimits") or []],
               _limit("nofile")),
     ]  # fmt: skip
     if stress:
