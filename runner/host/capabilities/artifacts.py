@@ -170,8 +170,8 @@ class ArtifactsProvider(BlockingProvider):
     def _entries(
         self, descend: Callable[[str], bool]
     ) -> Generator[tuple[str, os.DirEntry[str]], None, None]:
-        """Every entry below the root as ``(path, entry)``, entering the directories
-        (never links) whose ``path + "/"`` ``descend`` accepts."""
+        """Every ``(path, entry)`` below the root, entering directories (not links) that
+        ``descend`` accepts as ``path + "/"``."""
         pending = [("", os.open(".", DIRECTORY, dir_fd=self._root))]
         try:
             while pending:
@@ -205,11 +205,9 @@ class ArtifactsProvider(BlockingProvider):
                     if not create:
                         raise CapabilityError("not-found", {"path": path}) from None
                     self.usage.check(0, 1)
-                    try:
+                    with suppress(FileExistsError):  # another process may have made it
                         os.mkdir(name, dir_fd=directory)
                         self.usage.add(0, 1)
-                    except FileExistsError:  # another process may have made it
-                        pass
                     child = os.open(name, CHILD_DIRECTORY, dir_fd=directory)
                 except OSError as exc:
                     if exc.errno not in _REFUSED:

@@ -129,8 +129,7 @@ class CapabilityBinding:
 
     @staticmethod
     def _check_shape(method: str, outcome: dict[str, JSONValue]) -> int:
-        """Check that the value, error name and data are JSON/1 and a LocalName; return
-        the outcome's encoded size."""
+        """Check the value, error name and data (JSON/1, a LocalName); return the size."""
         if "error" in outcome:
             error = outcome["error"]
             assert isinstance(error, dict)

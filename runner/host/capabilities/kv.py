@@ -124,8 +124,7 @@ class KeyValueProvider(BlockingProvider):
         self.usage.add(int(size), keys)
 
     def _private_path(self) -> Path:
-        """The database's real path, in a directory only the host can change, or
-        :class:`ProviderConfigError`."""
+        """The database's real path, in a directory only the host can change."""
         name = self.path.name
         if name in ("", ".", ".."):
             raise self._unusable(ValueError("it names a directory, not a file"))

@@ -37,8 +37,7 @@ class HostDirectory:
     path: str
     """Its real path (links resolved) as the walk found it."""
     exposed: str | None
-    """Why someone else could change a name on the way or in it (the directory, its owner
-    and mode), or ``None``."""
+    """Why someone else could change a name on the way or in it, or ``None``."""
 
 
 def open_directory(path: str) -> HostDirectory:

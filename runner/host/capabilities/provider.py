@@ -186,8 +186,7 @@ class OptionReader:
 
 @dataclass(frozen=True, slots=True)
 class Budget:
-    """At most ``limit`` of ``unit``, set by the provider's ``option``; ``fix`` is what a
-    refused caller can do besides raising it."""
+    """At most ``limit`` of ``unit`` (``option``); ``fix``: what else a refused caller can do."""
 
     provider: str
     option: str
@@ -215,8 +214,7 @@ class Budget:
 
 
 class Usage:
-    """A store's entries and bytes against their budgets: what it held when the provider
-    started, then the provider's own changes."""
+    """A store's entries and bytes against their budgets, counted from what it held at start."""
 
     def __init__(self, entries: Budget, size: Budget) -> None:
         self.entries, self.size = entries, size

@@ -145,8 +145,7 @@ class ChannelParty:
         return self._mint(receiver)
 
     async def _create_with_schema(self, params: Mapping[str, JSONValue]) -> bytes:
-        """A ``channel/create`` whose item schema is compiled in a worker thread (up to
-        256 KiB, and the first one loads the Schema/1 machinery)."""
+        """A ``channel/create`` whose item schema (up to 256 KiB) compiles in a worker thread."""
         kind = await offload(_schema_type, params["schema"])
         self._check_open()
         return json1.dumps(self.create(params, kind))
@@ -257,8 +256,7 @@ class ChannelParty:
         return pending
 
     async def _accepted(self, source: Source, pending: PendingSend) -> bytes:
-        """Wait until the reader made room for a queued send (``b"null"``); cancelled,
-        withdraw it."""
+        """Wait until the reader made room for a queued send; cancelled, withdraw it."""
         try:
             await pending.done.wait()
         finally:
@@ -295,8 +293,7 @@ class ChannelParty:
         return receiver
 
     def _read_now(self, receiver: Receiver) -> tuple[int, bytes] | int | None:
-        """The read's answer now: the item (sequence, encoding), or at the end the last
-        sequence delivered; None if it must wait."""
+        """The item (sequence, encoding), or at the end the last sequence; None: wait."""
         if receiver.failure is not None:
             raise again(receiver.failure)
         if receiver.queue:
@@ -464,8 +461,7 @@ class ChannelParty:
         return endpoint
 
     def _accept(self, source: Source, value: JSONValue, encoded: bytes, checked: Checked) -> None:
-        """Number the value and queue it for the readers (broadcast: those with room in
-        their queue and in the tree's budget)."""
+        """Number the value and queue it for the readers (broadcast: those with room)."""
         size = len(encoded)
         source.last += 1
         source.accepted_bytes += size
@@ -583,8 +579,7 @@ def _check(
 
 
 def _encode_and_check(value: JSONValue, schemas: Schemas) -> tuple[bytes, str | None, Checked]:
-    """What a large or costly send needs done in a worker thread (which only reads the
-    value and the compiled schemas)."""
+    """A large or costly send's work, for a worker thread (it only reads its arguments)."""
     return (json1.dumps(value), *_check(value, schemas))
 
 
@@ -652,8 +647,7 @@ def _check_prefix(where: str, constraint: ItemSchema, queue: Iterable[tuple[int,
 
 
 def _encoded(answer: tuple[int, bytes] | int) -> bytes:
-    """A ``channel/next`` result as ``json1.dumps`` writes it, with the item's encoding
-    made at its send."""
+    """A ``channel/next`` result as ``json1.dumps`` writes it, the item's encoding spliced in."""
     if isinstance(answer, int):
         return b'{"end":{"lastSequence":%d}}' % answer
     sequence, encoded = answer

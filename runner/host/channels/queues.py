@@ -38,8 +38,7 @@ class ChannelLimits:
     queue_bytes: Annotated[int, Field(ge=1)] = 64 << 20
     """Bytes of JSON a receiver may have waiting; one item is always admitted."""
     item_bytes: Annotated[int, Field(ge=1, le=16 << 20)] = 16 << 20
-    """The largest value one ``channel/send`` may carry (at most what a read's answer
-    frame can carry, ``party.MAX_ITEM_BYTES``)."""
+    """The largest value one ``channel/send`` may carry (at most ``party.MAX_ITEM_BYTES``)."""
     source_bytes: Annotated[int, Field(ge=1)] = 4 << 30
     """Bytes one source may accept in its lifetime."""
     pending_sends: Annotated[int, Field(ge=1, le=64)] = 64
@@ -105,8 +104,7 @@ class Source:
         self.readers: list[Receiver] = []
         self.pending: deque[PendingSend] = deque()
         self.turns: deque[anyio.Event] = deque()
-        """Sends being checked in worker threads, in arrival order: each places its value
-        once it is first; a send arriving meanwhile queues behind them."""
+        """Sends checked in worker threads, in arrival order: each places its value when first."""
         self.receiver_gone = False
         """Direct only: the receiver was disposed; sends and close are DISCONNECTED."""
 
@@ -150,8 +148,7 @@ class Receiver(Endpoint):
         super().__init__(source)
         self.start = start
         self.queue: deque[tuple[int, bytes]] = deque()
-        """(sequence, the value's encoding): a decoded value can take many times its JSON
-        text, so only the encoding keeps the queue's memory to ``queue_bytes``."""
+        """(sequence, encoding): a decoded value could take many times ``queue_bytes``."""
         self.queued_bytes = 0
         self.committed = False
         """An item was answered and no later read has freed its room yet."""
