@@ -216,14 +216,8 @@ class ContractBinding:
         """Raise ``UNAVAILABLE`` for an undeclared method, ``INVALID_INPUT`` for bad input,
         ``RESOURCE_EXHAUSTED`` past the work meter (neither valid nor invalid)."""
         schemas = self._method(method)
-        self._check(
-            schemas.input,
-            value,
-            "",
-            f"the input of {method!r}",
-            "INVALID_INPUT",
-            "RESOURCE_EXHAUSTED",
-        )
+        what = f"the input of {method!r}"
+        self._check(schemas.input, value, "", what, "INVALID_INPUT", "RESOURCE_EXHAUSTED")
 
     def check_outcome(self, method: str, outcome: JSONValue) -> None:
         """Raise ``INVALID_RESULT`` unless ``outcome`` (``{"value": v}`` or ``{"error":
