@@ -1,8 +1,4 @@
-"""The Python API: run one invocation in a sandbox and get its judged report.
-
-``execute`` ties a sandbox backend, the driver and a broker together; the CLI is a thin
-layer over it, and so are the tests and benchmarks that need a real run.
-"""
+"""The Python API: run one invocation in a sandbox and get its judged report."""
 
 from __future__ import annotations
 
@@ -41,21 +37,17 @@ class Invocation:
     settings: dict[str, JSONValue] = field(default_factory=dict)
     deadline_unix_ms: int = 0
     deadline_seconds: float | None = None
-    """When set, the deadline is this long after the component's launch (its container
-    started), and ``deadline_unix_ms`` is set then: the component gets the whole of it,
-    however long the engine took to create and start its container."""
+    """When set, ``deadline_unix_ms`` is set at launch to this long after it: the component
+    gets the whole of it, however long its container took to start."""
     launch: LaunchRequest = field(default_factory=LaunchRequest)
     channels: ChannelOffer | None = None
-    """The invocation's channel table and the rights its caller maps to it; a root run
-    gets a table of its own in a fresh hub."""
+    """The channel table and the rights its caller maps to it; ``None``: a fresh hub's."""
     package: Package | None = None
-    """The package to hold the run to when its sandbox runs no image that carries one
-    (``exec --process --package DIR``); otherwise the image's package, if any."""
+    """The package to hold the run to; ``None``: the image's, if it carries one."""
 
     @classmethod
     def within(cls, seconds: float, **kwargs: object) -> Invocation:
-        """An invocation whose deadline is ``seconds`` from its component's launch (until
-        then, from now)."""
+        """An invocation whose deadline is ``seconds`` from its component's launch."""
         deadline = int((time.time() + seconds) * 1000)
         return cls(deadline_unix_ms=deadline, deadline_seconds=seconds, **kwargs)  # type: ignore[arg-type]
 
@@ -75,12 +67,15 @@ class Execution:
 
     @property
     def lost(self) -> str | None:
-        """What went away under the run, ``container`` or ``engine`` (``report.lost.what``),
-        or ``None``."""
+        """What went away under the run, ``container`` or ``engine``, or ``None``."""
         return None if self.report.lost is None else self.report.lost.what
 
     def __repr__(self) -> str:
         return f"Execution({self.verdict!r}, {self.report!r})"
+
+
+REFUSED_BEFORE_LAUNCH = "refused by the package before launch; no container was created"
+"""The one reason of a run whose input its package refused: no container exists."""
 
 
 def new_run_id() -> str:
@@ -102,23 +97,18 @@ async def execute(
 ) -> Execution:
     """Launch the component, drive Run/1 to the end and judge it.
 
-    ``depth`` is 0 for a root run and grows by one for each level of child flows. If the
-    task running this is cancelled, the run is stopped (root cancel, grace, kill, cleanup)
-    before the cancellation goes on; ``control`` stops it without cancelling the task, as
-    :mod:`runner.flows` stops every level of a tree of child flows at once. The report's
-    ``timings.total`` is the run's wall time from the launch of its component to the
-    removal of its container, the teardown of its children's included.
+    ``depth`` is 0 for a root run, one more for each level of child flows. Cancelling the
+    task stops the run (root cancel, grace, kill, cleanup) before the cancellation goes
+    on; ``control`` stops it without cancelling the task. ``timings.total`` runs from the
+    launch to the container's removal, the children's teardown included.
 
-    The report's ``backend`` is the sandbox's name. When the sandbox's image carries a
-    FLOW package (or the invocation names one), the run is held to it: settings and
-    attachments are checked first (:class:`~runner.package.InvocationRefused`), then the
-    input (an ``INVALID_INPUT`` Run failure with no container created), and after the
-    run the outcome and ``result.schema.json`` (``INVALID_RESULT``). A broken package
-    raises :class:`~runner.package.PackageError` before anything runs.
-
-    A container, or the engine running it, that goes away once the container exists is
-    the run's failure (``CHANNEL_LOST``, the loss in ``report.lost``), not an exception:
-    the component's channel went with it, whatever it had said.
+    A run held to a package (the image's or the invocation's) has its settings and
+    attachments checked first (:class:`~runner.package.InvocationRefused`), then its
+    input (an ``INVALID_INPUT`` failure, no container created), after the run its
+    result (``INVALID_RESULT``). A broken package raises
+    :class:`~runner.package.PackageError` before anything runs. A container or engine
+    that goes away once the container exists is the run's ``CHANNEL_LOST`` failure, not
+    an exception.
     """
     request = invocation.launch
     if not request.run_id:
@@ -130,7 +120,6 @@ async def execute(
     offer = invocation.channels or ChannelOffer(ChannelHub().party(request.run_id))
     ports = None
     if package is not None:
-        # Imported by a run held to a package only, as the package itself is parsed.
         from runner.package.checks import (
             channel_contract_resolver,
             channel_ports,
@@ -175,8 +164,8 @@ async def execute(
 
 @dataclass
 class _RunRecord:
-    """What the report of one run says whatever its end: its names, its package, and
-    the facts its sandbox recorded (the one record of its exit code and OOM kill)."""
+    """What a run's report says whatever its end: its names, its package, and its
+    sandbox's facts (the one record of its exit code and OOM kill)."""
 
     run_id: str
     target: str
@@ -220,9 +209,7 @@ async def _launch_and_drive(
             retained_bytes=retained_bytes,
             channels=channels,
         )
-    # The driver's own total ends with its component's exit; the run's wall time also
-    # holds its children's teardown (the driver waits for their calls) and its own.
-    wall = time.monotonic() - launched
+    wall = time.monotonic() - launched  # the teardown included, the driver's total not
     facts = component.facts
     verdict = outcome.verdict
     if package is not None and verdict.result is not None:
@@ -238,11 +225,8 @@ async def _launch_and_drive(
 
 
 def _disk_failure(breach: DiskBreach, verdict: Verdict) -> Verdict:
-    """A run whose host directory grew past its disk bound fails, whatever it answered.
-
-    The backend stopped it on the breach, or found the breach in its last measurement
-    after the component ended; either way the bytes are on the host's disk.
-    """
+    """A run whose host directory grew past its disk bound fails, whatever it answered:
+    the bytes are on the host's disk."""
     details: dict[str, JSONValue] = {"disk": dict(breach.details())}
     error = OperationError("RESOURCE_EXHAUSTED", breach.message(), details)
     return Verdict(None, error, (*verdict.reasons, f"disk bound exceeded ({breach.reason})"))
@@ -284,11 +268,9 @@ def _check_frame(params: dict[str, JSONValue]) -> None:
 
 
 def _settle_channels(channels: ChannelParty, verdict: Verdict) -> Verdict:
-    """End the invocation's channels (PROTOCOL.md §7.6) and say whether it still succeeds.
-
-    A receiver it read from and left before end, failure or release is abandoned work:
-    the run fails. Only then are held writers sealed (success) or aborted (failure).
-    """
+    """End the invocation's channels (PROTOCOL.md §7.6): a receiver read from and left
+    unfinished is abandoned work and fails the run; then held writers are sealed
+    (success) or aborted (failure)."""
     if verdict.result is not None and (left := channels.unfinished()):
         error = OperationError(
             "EXECUTION_FAILED",
@@ -315,7 +297,7 @@ def _refused(
     error: OperationError, run_id: str, target: str, backend: str, package: Package
 ) -> Execution:
     """A Run that failed its package's checks before any container was created."""
-    reason = "refused by the package before launch; no container was created"
+    reason = REFUSED_BEFORE_LAUNCH
     report = RunReport(
         run_id=run_id,
         target=target,
@@ -329,8 +311,8 @@ def _refused(
 
 
 def _lost(lost: SandboxLost, run: _RunRecord) -> Execution:
-    """A Run whose container or engine went away under it (PROTOCOL.md §9.3: transport
-    loss is ``CHANNEL_LOST``); the details say which, so a caller can retry an engine's."""
+    """A Run whose container or engine went away (PROTOCOL.md §9.3, ``CHANNEL_LOST``); the
+    details say which, so a caller can retry an engine's."""
     seconds = round(lost.seconds, 3)
     details: dict[str, JSONValue] = {"lost": lost.what, "step": lost.step, "seconds": seconds}
     error = OperationError("CHANNEL_LOST", str(lost)[:1024], details)
@@ -357,9 +339,8 @@ def _lost(lost: SandboxLost, run: _RunRecord) -> Execution:
 def _report(
     outcome: RunOutcome, verdict: Verdict, run: _RunRecord, sandbox_timings: Mapping[str, float]
 ) -> RunReport:
-    """The report of a driven run, the sandbox's timings after the driver's. Its exit
-    code and OOM kill are the sandbox's facts, read after cleanup (which may be what
-    recorded them); the driver's ``Ending`` was taken from the same facts to judge it."""
+    """The report of a driven run; exit code and OOM kill are the sandbox's facts, read
+    after cleanup (which may be what recorded them)."""
     session, ending = outcome.session, outcome.ending
     error = verdict.error
     facts = run.facts or SandboxFacts()

@@ -1,33 +1,15 @@
 """Host configuration: named flows, their child slots and capability bindings, limits.
 
-A TOML file (``--config FILE``; ``flow-runner.toml`` in the working directory when present)
-validated by pydantic. Nothing is admitted that the file does not name: a flow may run
-only the children listed under its ``children`` table and call only the capabilities
-bound under its ``capabilities`` table. Errors name the file, the key and the problem.
+A TOML file (``--config FILE``; ``flow-runner.toml`` in the working directory when present;
+docs/configuration.md) validated by pydantic. A flow may run only the children under its
+``children`` table and call only the capabilities under its ``capabilities`` table.
+Errors name the file, the key and the problem.
 
-A file in the working directory is read without being asked for, so it may be anyone's
-(a cloned repository, a shared directory). Two rules keep it from changing what a command
-line means: a flow name is a LocalName, never an image reference, so ``exec IMAGE`` always
-runs that image; and a flow with a ``command`` but no ``image`` (a host process, no
-sandbox) is refused in such a file unless the user allows host commands
-(``--allow-host-commands``). A file named with ``--config`` is trusted as named.
-
-    [limits]
-    max_depth = 8              # nesting depth of child flows
-    max_children = 16          # concurrent children per root run
-    retained_result_bytes = 67108864   # kept per run for operation replay
-
-    [limits.channels]          # channel bounds (runner.host.channels.ChannelLimits)
-    queue_items = 64           # unread items per receiver before sends wait / readers lag
-
-    [flows.report]
-    image = "flow-runner/examples-research-report:latest"
-    deadline = "2m"            # a cap; a child never gets more than its parent has left
-    children = { research = "research" }          # slot -> flow name
-    capabilities.artifacts = { provider = "artifacts", options = { root = "out" } }
-
-    [flows.research]
-    image = "flow-runner/examples-research:latest"
+A file found in the working directory may be anyone's (a cloned repository), so it cannot
+change what a command line means: a flow name is never an image reference (``exec IMAGE``
+always runs that image), and a host-command flow (``command``, no ``image``: no sandbox)
+is refused in it unless ``--allow-host-commands``. A file named with ``--config`` is
+trusted as named.
 """
 
 from __future__ import annotations
@@ -102,13 +84,10 @@ class FlowConfig(_Strict):
     command: list[str] | None = None
     """Replaces the image's command; without an image, a host process (no sandbox at all)."""
     backend: str | None = Field(default=None, pattern=r"^[a-z][a-z0-9_-]{0,63}$")
-    """The sandbox backend (``flow_runner.sandboxes``): by default ``docker`` for a flow
-    with an image and ``process`` (a host process, no sandbox) for one with only a
-    command."""
+    """The sandbox backend; by default ``docker`` with an image, else ``process``."""
     profile: str = "default"
     package: str | None = None
-    """A host directory holding the FLOW package a ``process`` flow is held to (as an
-    image's package holds a ``docker`` flow); relative paths start at the config file."""
+    """The FLOW package directory a flow with no image is held to (relative: to the file)."""
     settings: dict[str, Any] = Field(default_factory=dict)
     attachments: dict[LocalName, str] = Field(default_factory=dict)
     """Attachment name -> ``HOSTPATH[:ro|rw]`` (relative paths: from the config file)."""
@@ -157,11 +136,8 @@ class FlowConfig(_Strict):
 
 
 class ChannelBounds(RootModel[ChannelLimits]):
-    """``[limits.channels]``: the hub's own :class:`ChannelLimits`, fields and ranges alike.
-
-    Exceeding one is RESOURCE_EXHAUSTED (or LAGGED for a slow reader). Nothing is copied:
-    a bound added to the hub is a key of the file.
-    """
+    """``[limits.channels]``: the hub's own :class:`ChannelLimits`, so that a bound added
+    to the hub is a key of the file."""
 
     root: ChannelLimits = Field(default_factory=ChannelLimits)
 
@@ -176,9 +152,8 @@ class Limits(_Strict):
     max_children: int = Field(default=16, ge=1, le=1024)
     """Children running at once under one root run (the whole tree)."""
     retained_result_bytes: int = Field(default=RETAINED_BYTES, ge=ENTRY_BYTES, le=1 << 40)
-    """Bytes one run keeps for replaying its operations (child runs, capability calls):
-    each costs 512 plus its encoded result or error; once they are spent a new
-    operationId is RESOURCE_EXHAUSTED (known ones still join and replay)."""
+    """Bytes one run keeps for replaying its operations; once spent, a new operationId is
+    RESOURCE_EXHAUSTED."""
     channels: ChannelBounds = Field(default_factory=ChannelBounds)
 
     @model_validator(mode="before")

@@ -1,14 +1,9 @@
 """``flow-runner doctor``: what this runner would drive, and proof that its paths map.
 
-It reports the engine, its runtimes and cgroup version, whether the runner runs in a
-container, the socket and the path map (``runner.sandbox.pathmap``), and which of the
-examples' images the engine lacks. Then it proves the map for each directory it is
-given: it writes a nonce file there, starts a tiny sibling container with that directory
-mounted from the *translated* source, and reads the nonce back through the sibling, so
-a map that names the wrong host path fails here instead of silently in a run.
-
-Every line is a :class:`Finding`; a failed one carries the fix, and any failure makes the
-command exit 1.
+It reports the engine, runtimes, cgroups, socket, path map and missing example images,
+then proves the map for each directory given: a nonce written there must be read back by
+a sibling container mounting the *translated* source, so a wrong map fails here, not
+silently in a run. Each line is a :class:`Finding`; a failed one carries the fix.
 """
 
 from __future__ import annotations
@@ -29,7 +24,7 @@ _FALLBACK_PROBE_IMAGE = "flow-runner/base:bookworm"
 
 @dataclass(frozen=True)
 class Finding:
-    """One line of the report: what was looked at, what was found, and the fix if bad."""
+    """One line: what was looked at, what was found, and the fix if bad."""
 
     name: str
     detail: str

@@ -1,8 +1,7 @@
 """Durations as people write them: ``30s``, ``2m``, ``1h``, ``500ms`` or plain seconds.
 
-One syntax for ``--deadline``, a configured flow's ``deadline``, a batch manifest's and a
-Kubernetes Job's; kept apart from :mod:`runner.config` so that reading a ``--deadline``
-does not import the configuration's pydantic models.
+One syntax for every deadline; apart from :mod:`runner.config` so that reading a
+``--deadline`` does not import pydantic.
 """
 
 from __future__ import annotations

@@ -5,8 +5,7 @@
 infrastructure failure (the engine failed or went away: retrying may succeed); 2 bad
 usage or configuration (nothing was run). ``batch``: 0 every run succeeded, 4 some run
 failed, 5 some run infra-failed, 130 interrupted, 2 bad usage. ``job`` adds 75, a failure
-of the wrapper itself. The CLI, batch, the Kubernetes wrapper and the warm runner all
-read them from here, so that a status means one thing whichever of them exits with it.
+of the wrapper itself. One table, so that a status means one thing whoever exits with it.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """Running configured flows: a root run and its tree of child flows.
 
-A :class:`FlowHost` holds what one run tree shares: the host configuration, the
-capability bindings (providers are built once and reused), and the budget of children
-running at once. Each flow — root or child — gets its own sandbox, profile, scratch and
-configured attachments; nothing is inherited from the parent but the remaining root
-deadline. A child's report nests in its parent's.
+A :class:`FlowHost` holds what one run tree shares: the configuration, the capability
+bindings (each provider built once) and the budget of children running at once. Each
+flow gets its own sandbox, profile, scratch and attachments; a child inherits only the
+remaining deadline, and its report nests in its parent's.
 """
 
 from __future__ import annotations
@@ -38,12 +37,10 @@ if TYPE_CHECKING:
 PATH_OPTIONS = frozenset({"root", "path"})
 """Provider options that name host paths; relative ones start at the config file."""
 CHILD_REPORTS = 256
-"""Child reports a run tree's report keeps, over all its levels; those of later children
-are only counted (``children_omitted``, in their parent's report): a component may start
-children by the thousand, one at a time, and every report is kept until the root ends."""
+"""Child reports a run tree keeps over all its levels; later ones are only counted
+(``children_omitted``): children may come by the thousand, kept until the root ends."""
 CHILD_STDERR = 1 << 16
-"""Characters of a child's stderr its parent's report keeps (the last ones); the child's
-own report, while it ran, kept up to the 1 MiB every run keeps."""
+"""Characters of a child's stderr (the last ones) its parent's report keeps."""
 BUILTIN_PROVIDERS = frozenset({"artifacts", "kv"})
 
 
@@ -107,11 +104,9 @@ class FlowHost:
         run_id: str | None = None,
         from_launch: float | None = None,
     ) -> Execution:
-        """Run flow ``name``; stopped through ``control`` (see :func:`_stopped_as_one`),
-        killed ``stop_grace`` seconds (its own cancel grace if ``None``; a child's is its
-        parent's) after the task running it is cancelled. A root run's deadline is
-        ``from_launch`` seconds from its component's launch; a child's is its own
-        ``deadline_unix_ms`` (within its parent's)."""
+        """Run flow ``name``, stopped through ``control`` (:func:`_stopped_as_one`) and
+        killed ``stop_grace`` seconds (``None``: its own cancel grace) after its task is
+        cancelled. A root's deadline is ``from_launch`` seconds from its launch."""
         flow = self.config.flow(name)
         children = _Children(reports)
         run_id = run_id or new_run_id()
@@ -138,10 +133,7 @@ class FlowHost:
                     on_stopped=lambda stopped: children.add(stopped.report),
                     giver=party, mapping=channels, reports=reports,
                 )  # fmt: skip
-            except (InvocationRefused, PackageError) as exc:
-                # The child's package refuses how the host configured it: nothing ran, and
-                # the parent cannot fix it, so it fails the call like a child that could
-                # not start.
+            except (InvocationRefused, PackageError) as exc:  # the parent cannot fix this
                 raise OperationError(
                     "EXECUTION_FAILED", f"child flow {child!r} was not started: {exc}"
                 ) from exc
@@ -201,11 +193,8 @@ class FlowHost:
         return execution
 
     def _check_package(self, name: str, flow: FlowConfig, package: Package | None) -> None:
-        """Refuse capability slots the flow's package does not declare in ``uses``.
-
-        Before any provider is built or container created: a component may call only
-        the slots its FLOW.md names, so a configured extra slot is a configuration error.
-        """
+        """Refuse, before anything starts, capability slots the package does not declare
+        in ``uses`` or bound to another contract: a configuration error."""
         if package is None or not flow.capabilities:
             return
         from runner.package.checks import check_capability_slots
@@ -248,8 +237,7 @@ class FlowHost:
         return await anyio.to_thread.run_sync(directory_package, self.config.resolve(flow.package))
 
     def _spec(self, flow: FlowConfig) -> SandboxSpec:
-        """The flow's sandbox: its backend (``docker`` for an image, ``process`` for a
-        bare command, unless the flow names one), its profile relative to the file."""
+        """The flow's sandbox, its profile and working directory relative to the file."""
         command = tuple(flow.command) if flow.command is not None else None
         base = self.config.base_dir
         if flow.sandbox_backend == "process":
@@ -267,8 +255,7 @@ class FlowHost:
             path, sep, mode = spec.rpartition(":")
             if not sep or mode not in ("ro", "rw"):
                 path, mode = spec, "ro"
-            # Not resolved here: the parser judges every symlink on the way (a parent's
-            # read-write attachment may hold one its component planted).
+            # Not resolved: the parser judges every symlink on the way.
             specs.append(f"{name}={self.config.base_dir / path}:{mode}")
         return parse_attachments(specs)
 
@@ -330,16 +317,12 @@ async def _stopped_as_one(
 ) -> Execution:
     """Run ``start`` (one flow's execution) so that its whole tree stops as one.
 
-    A cancelled task cancels every task under it at once, but a run's own stop (its
-    ``request/cancel``, grace and kill) begins only when the task group driving it has
-    ended, that is after its children's stops: down a tree of nested children the graces
-    and teardowns add up. So the execution goes on in a shielded task, and cancelling the
-    task that awaits this becomes ``control.cancel()``: the run sends its component
-    ``request/cancel`` and cancels its own calls, whose children stop the same way, every
-    level at once. ``grace`` seconds later (the canceller's grace: one grace for the tree)
-    the run is killed; a kill of ``control``, from here or from its owner (a second
-    signal), kills the controls in ``running`` too, so every level dies in parallel. The
-    cancellation goes on once the run has ended, its execution handed to ``on_stopped``.
+    A run's own stop (cancel, grace, kill) would begin only after its children's, so down
+    a tree the graces would add up. Instead the execution runs shielded, and cancelling
+    the task awaiting this becomes ``control.cancel()``, which every level receives at
+    once; ``grace`` seconds later the run is killed, and a kill of ``control`` kills the
+    controls in ``running`` (its children) too. The cancellation goes on once the run has
+    ended, its execution handed to ``on_stopped``.
     """
     ended = anyio.Event()
     finished: list[Execution | Exception] = []
@@ -399,8 +382,8 @@ class _Kept:
 
 
 class _Children:
-    """The reports of a run's children, bounded with the tree's others (``tree``), each
-    with the last :data:`CHILD_STDERR` characters of its stderr; the rest counted."""
+    """A run's children's reports within the tree's bound, each stderr cut to
+    :data:`CHILD_STDERR`; the rest counted."""
 
     def __init__(self, tree: _Kept) -> None:
         self.tree = tree

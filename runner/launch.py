@@ -1,17 +1,13 @@
 """The ``flow-runner`` console script: the command goes to a warm runner, else runs here.
 
-This module and what it imports first are the standard library's cheapest parts and
-:mod:`runner.warm`'s client: with no socket directory (no warm runner was ever started)
-the hand-off costs one ``lstat``; with one, a digest of the installation and a
-connection. Refused or not found, the command runs in this process:
-:func:`runner.cli.main`, imported only then. ``daemon serve`` is the warm runner itself
-(:mod:`runner.warm.server`), reached here before any command-line parsing.
+It imports only the standard library's cheapest parts and :mod:`runner.warm`'s client
+before the hand-off; refused or not found, the command runs here (:func:`runner.cli.main`,
+imported only then). ``daemon serve`` is the warm runner itself, reached before any
+command-line parsing.
 
-A command run here starts with Python's cyclic garbage collector paused: its imports
-make objects that live as long as the process, and passes over them would only cost a
-cold ``exec`` time. The command turns the collector on, with what was made so far frozen
-out of its passes, just before its event loop starts
-(:func:`runner.cli.app.collect_from_here`), so a run is collected as ever.
+A command run here starts with the cyclic collector paused, since its imports live as
+long as the process; :func:`runner.cli.app.collect_from_here` turns it on before the
+event loop starts.
 """
 
 from __future__ import annotations
@@ -31,11 +27,8 @@ if TYPE_CHECKING:
 def main() -> NoReturn:
     """Hand the command to a warm runner, else run it here.
 
-    A Ctrl-C that comes before a command has its own handlers (during its imports)
-    ends it with status 130 (the status of a Ctrl-C'd run) and no traceback. Nothing is
-    left: before the event loop no container exists, and in the loop before the run's
-    handlers, the loop cancels the run (its cleanup removes what it made) before the
-    interrupt reaches here.
+    A Ctrl-C before the command has its own handlers ends it with status 130 and no
+    traceback; nothing is left, since the loop cancels (and cleans up) a started run first.
     """
     try:
         if sys.argv[1:3] == ["daemon", "serve"]:

@@ -1,12 +1,9 @@
 """Files written for the user (``--report``, ``--junit``, ``--jsonl``, ``--snapshot``,
 ``batch merge -o``): judged before anything runs, then written whole or not at all.
 
-A command checks each output path with :func:`check_output` before it starts a run, so a
-path it cannot write is refused (exit 2, the path and the fix named) before any container
-exists, not after the run as a traceback that loses its result. :func:`write_output`
-writes a temporary file beside the target and renames it over the target, so a reader
-(or a CI reporter) never sees half a file, and a failed write leaves the old file as it
-was. Standard library only: any layer may write its outputs through it.
+:func:`check_output` refuses a path that cannot be written before any container exists,
+not after the run, losing its result. :func:`write_output` renames a temporary file over
+the target, so a reader never sees half a file. Standard library only: any layer may use it.
 """
 
 from __future__ import annotations
@@ -18,13 +15,11 @@ from pathlib import Path
 
 
 class OutputPathError(ValueError):
-    """An output path that cannot be written; the message names the option, the path and
-    the fix."""
+    """An output path that cannot be written; the message names the option, path and fix."""
 
 
 def check_output(path: Path, option: str) -> None:
-    """Refuse ``path`` (given as ``option``) unless a file can be written there now: its
-    directory exists and is writable and it is not itself a directory."""
+    """Refuse ``path`` (given as ``option``) unless a file can be written there now."""
     where = f"{option} {path}"
     parent = path.parent
     if path.is_dir():
@@ -62,9 +57,8 @@ def path_hint(option: str) -> str:
 
 
 def write_output(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` whole: a temporary file in the same directory, renamed
-    over ``path`` (an existing file keeps its mode). A path that exists and is no regular
-    file (``/dev/stdout``, a FIFO) is written in place: a rename would replace it."""
+    """Write ``data`` to ``path`` whole (an existing file keeps its mode). A path that is
+    no regular file (``/dev/stdout``, a FIFO) is written in place: a rename would replace it."""
     try:
         info = path.stat()
     except FileNotFoundError:

@@ -1,14 +1,10 @@
 """RunReport: what happened in one run, for people (`--report FILE`) and for machines.
 
-The report keeps the classification reasons next to the verdict, so a failed run says why
-(trailing bytes, exit 7, killed after the deadline, out of memory, a container removed
-under it, an engine that went away) without re-running it.
-
-It is an output only (nothing reads a report back into one), so it is plain frozen
-dataclasses written with the standard library's ``json``: members in field order, the
-computed ``unsandboxed`` last, text as UTF-8 (not ``\\u`` escapes). A float under 1e-4
-is spelled ``0.00001`` / ``1.5e-6`` (the spelling of Rust's serde_json, pydantic's, which
-the report's files keep), not as Python's ``repr`` spells it (``1e-05``, ``1.5e-06``).
+The reasons stand next to the verdict, so a failed run says why without re-running it.
+An output only, so plain frozen dataclasses written with the standard library's ``json``:
+members in field order, ``unsandboxed`` last, text as UTF-8. A float under 1e-4 is spelled
+``0.00001`` / ``1.5e-6`` (serde_json's spelling, which existing report files keep), not
+``repr``'s ``1e-05`` / ``1.5e-06``.
 """
 
 from __future__ import annotations
@@ -36,13 +32,12 @@ class SandboxLoss:
     """The run's container, or the engine running it, went away during the run."""
 
     what: Literal["container", "engine"]
-    """``container``: removed by someone else, a failure of the run (CLI exit 4);
-    ``engine``: the engine failed or stopped answering, an infrastructure failure (CLI
-    exit 5: retrying may succeed)."""
+    """``container``: removed by someone else, the run's failure (exit 4); ``engine``: it
+    failed or stopped answering, an infrastructure failure (exit 5: a retry may succeed)."""
     step: str
     """The launch step that noticed it: attach, start, run or cleanup."""
     seconds: float
-    """How far into the run (from just before its container was created) it was noticed."""
+    """When it was noticed, from just before the container was created."""
     container_id: str
     container_left: bool
     """True if cleanup could not remove the container: the next ``flow-runner gc`` does."""
@@ -79,8 +74,7 @@ class RunReport:
     lost: SandboxLoss | None = None
     timings: dict[str, float] = field(default_factory=dict)
     pooled: bool = False
-    """The component ran in a container the warm runner's pool had started ahead
-    (``runner.warm.pool``); the report is otherwise a fresh container's, timings aside."""
+    """The component ran in a container the warm runner's pool had started ahead."""
     bytes_from_component: int = 0
     bytes_to_component: int = 0
     component_requests: int = 0
@@ -94,8 +88,7 @@ class RunReport:
 
     @property
     def unsandboxed(self) -> bool:
-        """The component ran as a host process, with no sandbox at all (``--process``, or a
-        configured flow with a ``command`` and no ``image``): said plainly, since its
+        """The component ran as a host process with no sandbox: said plainly, since its
         result looks like any other."""
         return self.backend == "process"
 

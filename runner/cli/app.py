@@ -1,23 +1,10 @@
-"""The ``flow-runner`` command line (typer): the app, its sub-apps and the exit statuses.
+"""The ``flow-runner`` command line (typer): the app and its sub-apps.
 
 The commands live in the modules beside this one, each registering on the app it imports.
-A command's module is imported only when that command is run or listed (``--help``): the
-root group, :class:`LazyCommands`, knows which module registers which command, so ``exec``
-never imports batch, policy or k8s. Heavy modules (docker-py, anyio, pydantic) are
-imported inside the commands, so that ``--help`` and ``--version`` are instant and
-``exec`` pays only for what it uses.
-
-Exit status of ``exec``: 0 outcome ``done``; 3 a declared custom outcome; 124
-``DEADLINE_EXCEEDED``; 130 ``CANCELLED`` by the user (a Ctrl-C before the run started
-included); 4 any other Run failure (a container removed by someone else included); 5
-infrastructure failure: the engine failed or went away during the run, retrying may
-succeed; 2 refused before any container existed (bad usage, an output path that cannot
-be written, a configuration, profile or package error, an input, settings or attachments
-the package refuses, a missing image or engine): ``exec`` then prints the same
-``{"error": ...}`` line as a failed run, its code naming the check (:class:`UsageError`).
-Of ``batch``: 0 every run succeeded (``done`` or a declared outcome), 4 some run failed, 5
-some run infra-failed, 130 interrupted, 2 bad usage (nothing ran); its last line says
-which and why.
+A command's module is imported only when that command is run or listed (``--help``), and
+heavy modules (docker-py, anyio, pydantic) inside the commands, so that ``--help`` and
+``--version`` are instant and ``exec`` pays only for what it uses. Exit statuses:
+:mod:`runner.exits`.
 """
 
 from __future__ import annotations
@@ -54,17 +41,13 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "batch": ("batch", "k8s"),
     "daemon": ("daemon",),
 }
-"""Each command, in the order ``--help`` lists it -> the modules of ``runner.cli`` that
-register it and its sub-commands (``k8s`` adds ``batch import``)."""
+"""Each command, in ``--help``'s order -> the modules of ``runner.cli`` that register it
+and its sub-commands (``k8s`` adds ``batch import``)."""
 
 
 class LazyCommands(typer.core.TyperGroup):
-    """The root group: builds a command from its modules the first time it is asked for.
-
-    Typer builds every registered command when the app is called; here nothing is
-    registered yet then, and :meth:`get_command` imports the command's modules and builds
-    just that command (or sub-app) with typer's own builders, as typer would have.
-    """
+    """The root group: imports a command's modules and builds it (with typer's own
+    builders) the first time it is asked for, instead of every command at start."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(COMMANDS)
@@ -144,10 +127,8 @@ def _build(name: str) -> click.Command:
 
 class UsageError(Exception):
     """A refusal before anything ran: exit status 2, the message on stderr, and from
-    ``exec`` the same ``{"error": {"code", "message"[, "details"]}}`` line on stdout that
-    a failed run prints (:func:`runner.cli.running.refuse`). ``code`` says which check
-    refused (see :data:`runner.cli.running.REFUSAL_CODES`); ``INVALID_USAGE`` is the
-    command line's own."""
+    ``exec`` the ``{"error": ...}`` line a failed run prints. ``code`` names the check
+    that refused (:data:`runner.cli.running.REFUSAL_CODES`)."""
 
     def __init__(
         self, message: str, code: str = "INVALID_USAGE", details: JSONValue = None
@@ -179,12 +160,8 @@ def _fail_usage(message: str) -> NoReturn:
 
 
 def main() -> NoReturn:
-    """Console-script entry point.
-
-    Ends with ``os._exit`` once the output is flushed: by then every container is removed
-    and every child process reaped, and skipping the interpreter's teardown of docker-py,
-    pydantic and anyio saves about 80 ms per run.
-    """
+    """Console-script entry point. Ends with ``os._exit`` once the output is flushed: every
+    container is removed and child reaped by then, and the interpreter's teardown is slow."""
     try:
         app()
         code: object = 0
@@ -200,11 +177,9 @@ def main() -> NoReturn:
 
 
 def collect_from_here() -> None:
-    """Turn on the cyclic garbage collector that the console script paused for start-up
-    (runner/launch.py), with everything made so far (the imports: module objects for the
-    life of the process) frozen out of its passes. Called by every command just before
-    its event loop starts; a no-op when the collector is on already (the CLI run another
-    way, or a second call)."""
+    """Turn on the cyclic collector the console script paused for start-up, with what
+    exists so far (the imports, alive for the whole process) frozen out of its passes.
+    Called just before each event loop starts; a no-op when the collector is on."""
     if not gc.isenabled():
         gc.freeze()
         gc.enable()

@@ -118,6 +118,12 @@ class ExecRequest:
         """The target and its arguments (none given: empty)."""
         return self.target or []
 
+    @property
+    def configured_elsewhere(self) -> bool:
+        """Whether settings, attachments or a profile were given, which a flow's
+        configuration gives instead."""
+        return bool(self.attach) or self.settings_text != "{}" or self.profile != "default"
+
     def starter(self) -> Starter:
         """Validate everything, then return the coroutine factory that runs it."""
         if not self.words:
@@ -172,7 +178,7 @@ class ExecRequest:
             raise UsageError(
                 f"--flow {self.flow}: {host_config.base_dir} defines no such flow (known: {known})"
             )
-        if self.attach or self.settings_text != "{}" or self.profile != "default":
+        if self.configured_elsewhere:
             raise UsageError(
                 f"--flow {self.flow}: its settings and attachments come from the "
                 "configuration; drop --settings, --attach and --profile"
@@ -188,12 +194,8 @@ class ExecRequest:
         return self._flow_starter(config, value, seconds, name=self.flow, check=False)
 
     def _host_config(self) -> HostConfig | None:
-        """The configuration, where the target may be one of its flows.
-
-        Flow names are names (the configuration refuses any other), so an image reference
-        (anything with `/` or `:`) is never a flow: the file found here is then not even
-        read. A name the configuration does not define is an image too.
-        """
+        """The configuration, where the target may be one of its flows: an image reference
+        (with `/` or `:`) is never a flow name, so no file is read for it."""
         from runner.protocol.names import is_local_name
 
         if self.process or (self.config is None and not is_local_name(self.words[0])):
@@ -212,8 +214,8 @@ class ExecRequest:
         from runner.config import ConfigError
         from runner.flows import FlowHost
 
-        extra = self.attach or self.settings_text != "{}" or self.profile != "default"
-        if check and (len(self.words) > 1 or extra or self.user is not None):
+        extra = len(self.words) > 1 or self.configured_elsewhere or self.user is not None
+        if check and extra:
             raise UsageError(
                 f"{self.words[0]!r} is a configured flow: its command, settings, "
                 "attachments and profile come from the configuration (its user from that "
@@ -333,9 +335,8 @@ def exec_(request: ExecRequest) -> None:
 
 
 def _write_report(path: Path, execution: Execution) -> None:
-    """Write ``--report`` once the result line is out. A path checked before the run can
-    still fail now (a full disk, its directory removed meanwhile): that is said on stderr,
-    and the exit status stays the run's."""
+    """Write ``--report`` once the result line is out; a failure now (a full disk) is said
+    on stderr, and the exit status stays the run's."""
     from runner.outputs import write_output
 
     try:
@@ -350,7 +351,7 @@ def _write_report(path: Path, execution: Execution) -> None:
 
 def refused_input(execution: Execution) -> bool:
     """Whether the run's package refused its input before launch."""
-    from runner.cli.running import REFUSED_BEFORE_LAUNCH
+    from runner.api import REFUSED_BEFORE_LAUNCH
 
     error = execution.verdict.error
     reasons = execution.verdict.reasons
@@ -376,8 +377,7 @@ def _input_missing(label: str, package: Package | None, execution: Execution) ->
 
 
 def describe_input(schema: dict[str, JSONValue]) -> str:
-    """``: it takes an object with members ...`` for an input schema, as far as its top
-    level says (its type, its members and which are required)."""
+    """``: it takes an object with members ...``, from the schema's top level."""
     from runner import json1
 
     kind = schema.get("type")
@@ -413,8 +413,7 @@ def _placeholder(member: JSONValue) -> JSONValue:
 
 
 def _attachments(specs: list[str] | None) -> tuple[Attachment, ...]:
-    """The ``--attach`` options parsed; their parser is imported only when there are any
-    (with what a launch with host paths needs, see ``runner.sandbox.docker.sandbox``)."""
+    """The ``--attach`` options parsed; the parser is imported only when there are any."""
     if not specs:
         return ()
     from runner.sandbox.attachments import parse_attachments

@@ -30,6 +30,7 @@ def _run(start: Starter, quiet: bool) -> Execution:
     kills."""
     import anyio
 
+    from runner.api import REFUSED_BEFORE_LAUNCH
     from runner.host.driver import RunControl
     from runner.package.errors import InvocationRefused, PackageError
     from runner.sandbox.errors import SandboxError
@@ -57,16 +58,12 @@ def _run(start: Starter, quiet: bool) -> Execution:
             echo.close()
     if isinstance(outcome, Exception):  # refused before anything ran
         raise refusal(outcome)
-    if outcome.verdict.reasons[:1] == (REFUSED_BEFORE_LAUNCH,):
+    if outcome.verdict.reasons[:1] == (REFUSED_BEFORE_LAUNCH,):  # reported as a refusal
         error = outcome.verdict.error
         assert error is not None
         raise UsageError(error.message, error.code, error.details)
     return outcome
 
-
-REFUSED_BEFORE_LAUNCH = "refused by the package before launch; no container was created"
-"""The reason :func:`runner.api.execute` gives a run whose input its package refused: no
-container exists, so ``exec`` reports it as every other refusal."""
 
 REFUSAL_CODES: tuple[tuple[str, str], ...] = (
     ("ImageMissing", "IMAGE_MISSING"),
