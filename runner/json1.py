@@ -139,11 +139,8 @@ class JSON1Error(ValueError):
 
 
 def loads(data: bytes | bytearray | memoryview) -> JSONValue:
-    """Decode one JSON/1 document; raise :class:`JSON1Error` for anything else.
-
-    Integers decode as ``int``, other numbers as ``float``; ``-0``, ``-0.0`` and other
-    negative zeros become the integer ``0``.
-    """
+    """Decode one JSON/1 document; raise :class:`JSON1Error` for anything else. Integers
+    decode as ``int``, other numbers as ``float``, every negative zero as the integer ``0``."""
     if not isinstance(data, bytes | bytearray | memoryview):
         raise TypeError(f"JSON/1 documents are bytes, not {type(data).__name__}")
     raw = data.tobytes() if isinstance(data, memoryview) else data
@@ -171,12 +168,9 @@ def _collector_paused() -> Iterator[None]:
 
 
 def dumps(value: object) -> bytes:
-    """Encode a JSON/1 value as compact UTF-8 (no ASCII escaping); raise :class:`JSON1Error`.
-
-    Accepted are exactly ``None``, ``bool``, ``int``, ``float``, ``str``, ``list`` and
-    ``dict`` with ``str`` keys (no subclasses, tuples, sets or bytes). ``-0.0`` encodes as
-    ``0``. The bytes are not canonical: use :func:`canonical` for digests.
-    """
+    """Encode a JSON/1 value as compact UTF-8 (no ASCII escaping, ``-0.0`` as ``0``, not
+    canonical: see :func:`canonical`); raise :class:`JSON1Error` for anything but ``None``,
+    ``bool``, ``int``, ``float``, ``str``, ``list`` and ``str``-keyed ``dict`` (no subclasses)."""
     survey = _survey(value, foreign=True)
     if survey is None:
         raise _violation(value) or JSON1Error("value outside JSON/1")
@@ -188,11 +182,8 @@ def dumps(value: object) -> bytes:
 
 
 def canonical(value: object) -> bytes:
-    """The RFC 8785 (JCS) bytes of a JSON/1 value; raise :class:`JSON1Error` if it is none.
-
-    Members are sorted by UTF-16 code units and numbers use ECMAScript's
-    ``Number::toString``; the value is validated first and never repaired.
-    """
+    """The RFC 8785 (JCS) bytes of a JSON/1 value (members sorted by UTF-16 code units,
+    numbers by ECMAScript's ``Number::toString``); raise :class:`JSON1Error` if it is none."""
     survey = _survey(value, foreign=True)
     if survey is None:
         raise _violation(value) or JSON1Error("value outside JSON/1")
@@ -217,10 +208,8 @@ def canonical(value: object) -> bytes:
 
 def equal(a: object, b: object) -> bool:
     """JSON/1 structural equality: numbers by value (``1 == 1.0``, ``-0 == 0``), member order
-    ignored, item order kept, ``True`` distinct from ``1``.
-
-    Raises :class:`JSON1Error` on a type outside JSON/1 or nesting deeper than 128.
-    """
+    ignored, ``True`` distinct from ``1``; :class:`JSON1Error` for a type outside JSON/1 or
+    nesting deeper than 128."""
     pending: list[tuple[Any, Any, int]] = [(a, b, 1)]
     while pending:
         x, y, depth = pending.pop()
@@ -562,11 +551,8 @@ _Fault: TypeAlias = tuple[str, list[object]]  # reason, and the member name if i
 
 
 def _violation(root: object) -> JSON1Error | None:
-    """The first broken rule in document order, with its JSON pointer (None if none).
-
-    One depth-first walk holding only the path to the current value: time linear and
-    memory bounded, however wide and deep a hostile document is.
-    """
+    """The first broken rule in document order, with its JSON pointer (None if none): one
+    depth-first walk holding only the current path, linear and bounded on hostile input."""
     path: list[object] = []  # the keys from the root to `value`
     levels: list[Iterator[tuple[object, Any]]] = []  # the rest of each container on it
     value, nodes = root, 0

@@ -110,8 +110,8 @@ class CallTable:
         """Send one request (queued while the window is full) and return its parsed reply.
 
         ``settlement`` marks a ``channel/close``/``channel/release``; ``hold`` counts the
-        endpoints a success grants (their settlement ids are held from now). A call past
-        the budget, or refused by ``admission``, raises and tells ``on_reply`` ``None``.
+        endpoints a success grants, whose settlement ids are held from now. A call past the
+        budget or refused by ``admission`` raises and tells ``on_reply`` ``None``.
         """
         try:
             request = PreparedRequest(method, params)

@@ -52,11 +52,9 @@ E = TypeVar("E", bound="ChannelEndpoint")
 
 
 class ChannelEndpoint:
-    """One communication right of this Run: a writer or a reader of one source.
-
-    It (or its :attr:`reference`) may be mapped into a call's ``channels``; only an unused
-    endpoint can move to a callee, and the host decides whether it did.
-    """
+    """One communication right of this Run: a writer or a reader of one source. It (or its
+    :attr:`reference`) may be mapped into a call's ``channels``; only an unused endpoint can
+    move to a callee, and the host decides whether it did."""
 
     __slots__ = ("_channels", "_grant", "_offered", "_used")
 
@@ -279,13 +277,9 @@ class ChannelPair:
 
 @dataclass(frozen=True, slots=True, eq=False, repr=False)
 class BroadcastSource:
-    """A broadcast source this Run created: its one writer and the right to subscribe.
-
-    ``send`` is the source's one writer; it may be offered to a callee like any endpoint.
-    ``reference``, the opaque source reference the host minted, names the source, not an
-    endpoint: it cannot be mapped into a call, and moving the writer to a callee does not
-    move the right to subscribe (§7.3).
-    """
+    """A broadcast source this Run created: its one writer ``send`` (which may be offered to a
+    callee) and the right to subscribe. ``reference``, the opaque source reference, names no
+    endpoint: it cannot be mapped into a call, nor does moving the writer move it (§7.3)."""
 
     _channels: Channels
     send: ChannelSender

@@ -115,14 +115,11 @@ class RunContext:
         schema: JSONObject | bool | None = None,
         contract: str | None = None,
     ) -> ChannelPair | BroadcastSource:
-        """Create a source owned by this Run (``channel/create``).
-
-        ``direct`` gives a writer and its one reader; ``broadcast`` a writer and a
-        source to :meth:`~BroadcastSource.subscribe` to. Items are any JSON/1 unless
-        ``schema`` (a Schema/1 item schema) or ``contract`` (a package-local ``./``
-        Channel Contract/1 descriptor) constrains them; the two exclude each other.
-        A pair nobody touches is released when the handler returns.
-        """
+        """Create a source owned by this Run (``channel/create``): ``direct`` gives a writer and
+        its one reader, ``broadcast`` a writer and a source to :meth:`~BroadcastSource.subscribe`
+        to. Items are any JSON/1 unless ``schema`` (a Schema/1 item schema) or ``contract`` (a
+        ``./`` Channel Contract/1 descriptor), which exclude each other, constrain them. A pair
+        nobody touches is released when the handler returns."""
         return await self._channels.create(delivery, _create_params(delivery, schema, contract))
 
     async def run_child_flow(
@@ -154,11 +151,9 @@ class RunContext:
         input: JSONValue,
         channels: ChannelMap | None = None,
     ) -> JSONValue:
-        """Call ``method`` through the capability slot ``slot``; return its ``value``.
-
-        A declared application error raises :class:`CapabilityError`. ``channels``
-        offers unused endpoints of this Run to the method's ports.
-        """
+        """Call ``method`` through the capability slot ``slot`` and return its ``value`` (a declared
+        application error raises :class:`CapabilityError`); ``channels`` offers unused endpoints
+        of this Run to the method's ports."""
         params = _call_params(operation_id, slot, input)
         if not is_local_name(method):
             raise ValueError(f"method {method!r} is not a LocalName")

@@ -39,10 +39,8 @@ class Attachment:
 
 @dataclass(frozen=True, slots=True)
 class ChannelContractIdentity:
-    """The exact Channel Contract/1 a source was named with at creation (PROTOCOL.md §15.2).
-
-    Readers and writers match on all three members; there are no version ranges.
-    """
+    """The exact Channel Contract/1 a source was named with at creation (PROTOCOL.md §15.2):
+    readers and writers match on all three members, with no version ranges."""
 
     id: str
     version: str
@@ -51,13 +49,10 @@ class ChannelContractIdentity:
 
 @dataclass(frozen=True, slots=True)
 class ReleaseStatus:
-    """What the host reported when a receiver was disposed of (``channel/release``).
-
-    ``released``: disposed before the source ended or failed (deliberately incomplete
-    delivery, not a failure); ``ended``: the source had ended cleanly after
-    ``last_sequence``; ``failed``: the receiver's sticky failure ``code`` (e.g.
-    ``LAGGED``) with optional ``details``.
-    """
+    """What the host reported when a receiver was disposed of (``channel/release``):
+    ``released`` before its source ended or failed (incomplete delivery, not a failure),
+    ``ended`` after ``last_sequence``, or ``failed`` with the receiver's sticky failure
+    ``code`` and optional ``details``."""
 
     status: ReleaseOutcome
     last_sequence: int | None = None

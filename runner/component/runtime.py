@@ -85,11 +85,9 @@ class Limits:
 
 
 def handle(handler: Handler) -> None:
-    """Serve one root Run with ``handler``; raise ``SystemExit`` after a fatal condition.
-
-    Synchronous: it creates and owns the event loop, so it refuses to run inside one.
-    From the first call on, ``print()`` and ``sys.stdout`` write to stderr.
-    """
+    """Serve one root Run with ``handler``; raise ``SystemExit`` after a fatal condition. It
+    owns its event loop, so it refuses to run inside one; from the first call on,
+    ``print()`` and ``sys.stdout`` write to stderr."""
     status = run(handler, Limits())
     if status:
         raise SystemExit(status)

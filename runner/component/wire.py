@@ -150,11 +150,9 @@ def write_frame(fd: int, payload: bytes) -> None:
 
 
 def take_stdio() -> tuple[int, int]:
-    """Claim stdin/stdout for the protocol; return the private ``(input_fd, output_fd)``.
-
-    Afterwards fd 0 reads ``/dev/null`` and fd 1 is a copy of stderr, so ``print()``, raw
-    fd-1 writes and subprocesses write diagnostics, not frames.
-    """
+    """Claim stdin/stdout for the protocol; return the private ``(input_fd, output_fd)``. Fd 0
+    then reads ``/dev/null`` and fd 1 is a copy of stderr, so ``print()``, raw fd-1 writes
+    and subprocesses write diagnostics, not frames."""
     input_fd, output_fd = os.dup(0), os.dup(1)  # dup'd descriptors are not inheritable
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)

@@ -109,11 +109,10 @@ def _invalid_envelope(reply_id: str | None, reason: str) -> ProtocolViolation:
 def classify(obj: JSONValue) -> Message:
     """Classify one decoded frame as a request, notification, success or error response.
 
-    Raises :class:`ProtocolViolation` for anything that is not a valid Run/1 envelope. Its
-    ``reply`` is a ``-32600`` naming the id of a request-shaped message with a valid id,
-    else ``id: null``; the caller sends ``id: null`` when that id was used already (a
-    second response would be a correlation error). Direction, methods, request params and
-    correlation are protocol state, left to the caller (§1.3 steps 5-7).
+    Raises :class:`ProtocolViolation` for anything not a valid Run/1 envelope, its ``reply``
+    a ``-32600`` naming the id of a request-shaped message with a valid id, else ``id:
+    null`` (the caller nulls an id already used: a second response is a correlation error).
+    Direction, methods, request params and correlation are left to the caller (§1.3 5-7).
     """
     if not isinstance(obj, dict):
         if isinstance(obj, list):

@@ -45,12 +45,9 @@ class FrameDecoder:
         return not self._buffer
 
     def feed(self, data: bytes) -> list[bytes]:
-        """Take the next bytes of the stream; return the payloads of completed frames.
-
-        Raises :class:`ProtocolViolation` on an empty frame (with a ``-32700`` reply) or
-        once a frame exceeds :data:`MAX_PAYLOAD_BYTES` without an LF (no reply); payloads
-        completed earlier in the same ``data`` are dropped with the channel.
-        """
+        """Take the next bytes of the stream; return the payloads of completed frames. Raises
+        :class:`ProtocolViolation` on an empty frame (``-32700`` reply) or a frame past
+        :data:`MAX_PAYLOAD_BYTES` without an LF (no reply), dropping this ``data``'s payloads."""
         if self._finished:
             raise LocalProtocolError("the frame decoder has already finished")
         buffer = self._buffer
@@ -105,12 +102,9 @@ def _empty() -> ProtocolViolation:
 
 
 def decode_payload(payload: bytes) -> JSONValue:
-    """Decode one frame payload as JSON/1 (§1.3 steps 2-3); the value may be a non-object.
-
-    Invalid UTF-8 raises :class:`ProtocolViolation` with no reply, any other JSON/1
-    failure with a ``-32700`` reply (``id: null``). Only a refused payload is checked for
-    UTF-8 on its own, since step 2 comes first.
-    """
+    """Decode one frame payload as JSON/1 (§1.3 steps 2-3; the value may be a non-object).
+    Invalid UTF-8 (checked on its own only once refused: step 2 comes first) raises
+    :class:`ProtocolViolation` with no reply, any other failure with a ``-32700`` reply."""
     try:
         return json1.loads(payload)
     except json1.JSON1Error as exc:

@@ -282,13 +282,10 @@ _PARAMS_CHECKS: Final[dict[str, _ParamsCheck]] = {
 
 
 def validate_params(method: str, params: JSONValue) -> str | None:
-    """Check the params of a Run/1 method: ``None`` if valid, else the reason.
-
-    ``method`` is a request method or ``request/cancel``, else :class:`LocalProtocolError`
-    (an unknown method is ``-32601``, decided first). ``params`` is ``None`` when absent
-    (always invalid). A reason, the text of a ``-32602`` (or a cancel's fatal violation),
-    embeds at most a short prefix of peer data.
-    """
+    """Check the params of a Run/1 method: ``None`` if valid, else the reason: the text of a
+    ``-32602`` (or a cancel's fatal violation), with at most a short prefix of peer data.
+    ``method`` must be a request method or ``request/cancel`` (:class:`LocalProtocolError`);
+    ``params`` is ``None`` when absent, always invalid."""
     check = _PARAMS_CHECKS.get(method)
     if check is None:
         raise LocalProtocolError(f"{method!r} is not a Run/1 method with params")

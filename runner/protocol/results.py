@@ -45,11 +45,8 @@ _run_result = exactly(_RUN_RESULT_MEMBERS, "outcome", is_local_name, "outcome mu
 
 
 def validate_run_result(result: JSONValue) -> str | None:
-    """A ``flow/run`` / ``flow/run-child`` result: exactly ``{outcome, output}``.
-
-    Whether ``outcome`` is ``done`` or a declared outcome is package knowledge, left to
-    the caller (``INVALID_RESULT``).
-    """
+    """A ``flow/run`` / ``flow/run-child`` result: exactly ``{outcome, output}`` (whether the
+    outcome is declared is package knowledge, the caller's ``INVALID_RESULT``)."""
     if not isinstance(result, dict):
         return "a Run result must be an object {outcome, output}"
     return _run_result(result)
@@ -159,11 +156,8 @@ _CHANNEL_RESULT_CHECKS: Final[dict[str, Callable[[JSONValue], str | None]]] = {
 
 
 def validate_channel_result(method: str, result: JSONValue) -> str | None:
-    """The result of one of the six ``channel/*`` methods (§7.2): ``None`` if valid.
-
-    ``channel/create`` accepts the direct pair or the broadcast shape; matching it to
-    the requested delivery is the caller's business.
-    """
+    """The result of one of the six ``channel/*`` methods (§7.2): ``None`` if valid. Matching
+    a ``channel/create`` result's shape to the requested delivery is the caller's business."""
     check = _CHANNEL_RESULT_CHECKS.get(method)
     if check is None:
         raise LocalProtocolError(f"{method!r} is not a channel method")

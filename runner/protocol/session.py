@@ -181,13 +181,10 @@ def decode(payload: bytes) -> Decoded:
 
 
 class HostSession:
-    """One Run/1 channel incarnation seen from the host. Not thread-safe; no I/O.
-
-    :attr:`state` moves only by :data:`_MOVES`; :data:`_ADMITS` is what the component may
-    ask for in each. A host misuse (a second ``start``, an answer to a request never
-    admitted) raises :class:`LocalProtocolError`; a component mistake is a
-    :class:`Violation` event.
-    """
+    """One Run/1 channel incarnation seen from the host; not thread-safe, no I/O. :attr:`state`
+    moves only by :data:`_MOVES`, the component may ask for :data:`_ADMITS`. A host misuse (a
+    second ``start``, answering a request never admitted) raises :class:`LocalProtocolError`;
+    a component mistake is a :class:`Violation` event."""
 
     def __init__(self, params: dict[str, JSONValue]) -> None:
         reason = validate_params("flow/run", params)
@@ -260,12 +257,9 @@ class HostSession:
         return True
 
     def respond(self, request_id: str, result: JSONValue) -> None:
-        """Answer a dispatched component request with a success result.
-
-        An id already settled (answered, cancelled, cleared by a violation) is a race the
-        host cannot avoid and is ignored by every ``respond*``; one never admitted raises
-        :class:`LocalProtocolError`.
-        """
+        """Answer a dispatched component request with a success result. An id already settled
+        (answered, cancelled, cleared by a violation: a race the host cannot avoid) is ignored by
+        every ``respond*``; one never admitted raises :class:`LocalProtocolError`."""
         if self._settle(request_id):
             self._queue(builders.result_response(request_id, result))
 
@@ -417,38 +411,27 @@ class HostSession:
                 f"{self.lifetime_requests}th from the component (limit {MAX_LIFETIME_REQUESTS})"
             )
         if request.method not in COMPONENT_TO_HOST_METHODS:
-            self._queue(
-                builders.error_response(
-                    rid,
-                    METHOD_NOT_FOUND,
-                    bounded_message(f"method {request.method!r} is not valid here"),
-                )
-            )
-            return []
+            message = bounded_message(f"method {request.method!r} is not valid here")
+            return self._refuse(builders.error_response(rid, METHOD_NOT_FOUND, message))
         reason = validate_params(request.method, request.params)
         if reason is not None:
-            self._queue(builders.error_response(rid, INVALID_PARAMS, bounded_message(reason)))
-            return []
+            message = bounded_message(reason)
+            return self._refuse(builders.error_response(rid, INVALID_PARAMS, message))
         assert isinstance(request.params, dict)  # validate_params admits only objects
         if request.method not in self._admits:
-            self._queue(
-                builders.operational_error(
-                    rid, "OWNER_CLOSED", "the root Run is no longer admitting owned work"
-                )
-            )
-            return []
+            message = "the root Run is no longer admitting owned work"
+            return self._refuse(builders.operational_error(rid, "OWNER_CLOSED", message))
         if len(self._pending) >= MAX_PENDING:
-            self._queue(
-                builders.operational_error(
-                    rid,
-                    "RESOURCE_EXHAUSTED",
-                    f"{MAX_PENDING} component requests are already pending",
-                )
-            )
-            return []
+            message = f"{MAX_PENDING} component requests are already pending"
+            return self._refuse(builders.operational_error(rid, "RESOURCE_EXHAUSTED", message))
         self._pending.add(rid)
         seen[rid] = True
         return [CallRequested(rid, request.method, request.params, frame.size, frame.note)]
+
+    def _refuse(self, reply: dict[str, JSONValue]) -> list[Event]:
+        """Answer a request the session does not dispatch."""
+        self._queue(reply)
+        return []
 
     def _receive_notification(self, note: Notification) -> list[Event]:
         if note.method != "request/cancel":
