@@ -1,9 +1,8 @@
 """``flow-runner daemon start|stop|status``: the warm runner (:mod:`runner.warm`), by hand.
 
 Opt-in: nothing starts a warm runner but ``daemon start``. It saves each later command
-the interpreter's start and the imports (~0.45 s), holds ~0.1 GB while it waits, and
-stops by itself once unused for ``--idle`` (15 minutes unless told). Its commands run in
-the process that typed them (the console script never hands ``daemon`` over).
+the interpreter's start and imports, and stops by itself once unused for ``--idle``. The
+``daemon`` commands run in the process that typed them, never handed over.
 
 With ``--pool N`` (1 unless told; 0: none) it also keeps, after a run, up to N containers
 of that run's launch configuration started and waiting for a later run of the same one
@@ -24,8 +23,7 @@ import typer
 from runner.cli.app import _fail_usage, daemon_app
 
 LAZY = ("anyio._backends._asyncio", "anyio._core._signals", "netrc")
-"""Modules the commands import only when they run (anyio's backend and signals, requests'
-netrc), beside the whole of ``runner``."""
+"""Modules the commands import only when they run, beside the whole of ``runner``."""
 SKIPPED = ("runner.component", "runner.warm")
 """Not preloaded: the SDK that component images carry, and the warm runner's own code."""
 STOP_SECONDS = 10.0
@@ -209,8 +207,7 @@ def _launch_prefix() -> list[str]:
 
 
 def _duration(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
+    """``45 s`` up to two minutes, ``12 min`` up to two hours, then ``3.5 h``."""
+    if seconds >= 7200:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
