@@ -1,13 +1,12 @@
 """Opening a provider's host directory so that nobody but the host can redirect it.
 
 A provider's ``root`` or ``path`` may lie in a directory a component can write (an ``rw``
-attachment), where a link swapped in on the way would turn the host's writes, as its user
-(often root), into writes where the component chooses. :func:`open_directory` walks the
-path one name at a time with ``O_NOFOLLOW`` and follows a link only where nobody but the
-host could have made it (a directory only root or the host's user can write, or a sticky
-one when the link is theirs); :attr:`HostDirectory.exposed` tells a provider that opens
-names by path (SQLite) whether anyone else could change one. Owners and mode bits are
-all it judges by: a component running as the host's user is the host.
+attachment), where a link swapped in would turn the host's writes, as its user (often
+root), into writes where the component chooses. :func:`open_directory` walks the path a
+name at a time with ``O_NOFOLLOW``, following a link only where nobody but the host could
+have made it, and tells (:attr:`HostDirectory.exposed`) whether anyone else could change
+a name, which a provider opening names by path (SQLite) must refuse. It judges by owners
+and mode bits: a component running as the host's user is the host.
 """
 
 from __future__ import annotations

@@ -3,14 +3,11 @@
 A component holds *endpoints* (opaque tokens) and asks the host to ``channel/send`` or
 ``channel/next`` through them (PROTOCOL.md §7). One :class:`ChannelHub` serves a run
 tree; each invocation has its own :class:`ChannelParty`, the table of tokens minted for
-it, so a token copied into data or another invocation grants nothing. Rights move only
-by :meth:`ChannelParty.transfer`, all or nothing, when the host admits a child or a
-capability call with a ``channels`` map (never twice: the ledger answers replays).
-
-:class:`ChannelLimits` bounds everything: a full direct queue holds back the next send's
-reply (back-pressure on one writer, never on the host), a broadcast reader that falls
-behind fails alone with ``LAGGED``. It all runs on the event loop a step at a time, so
-nothing needs a lock and a transfer, which never awaits, is atomic.
+it, so a token copied elsewhere grants nothing. Rights move only by
+:meth:`ChannelParty.transfer`, all or nothing. :class:`ChannelLimits` bounds everything:
+a full direct queue holds back the next send's reply (back-pressure on one writer, never
+on the host), a broadcast reader that falls behind fails alone with ``LAGGED``. All of it
+runs on the event loop a step at a time, so nothing needs a lock.
 """
 
 from runner.host.channels.endpoint import ChannelOffer, HostEndpoint

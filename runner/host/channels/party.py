@@ -79,14 +79,11 @@ class ChannelParty:
     def answer(
         self, method: str, params: dict[str, JSONValue], size: int = 0
     ) -> bytes | Coroutine[Any, Any, bytes]:
-        """A component's ``channel/*`` request (``params`` shape-checked, from its frame of
-        ``size`` bytes): the encoded result when it needs no wait, else the coroutine that
-        waits for it, to be awaited at once in the call's cancel scope; or OperationError.
-
-        So most sends and reads need no task: a read's item is spliced in from its encoding
-        made at the send, and only a large send (``size``) or one whose schemas need more
-        than a slice is encoded and checked in a worker thread, then placed in arrival order.
-        """
+        """A component's ``channel/*`` request (``params`` shape-checked, from a frame of
+        ``size`` bytes): the encoded result if it needs no wait, else the coroutine that
+        waits for it (await it at once, in the call's cancel scope); or OperationError.
+        So most requests need no task: only a large send, or one whose schemas need more
+        than a slice of work, is encoded and checked in a worker thread."""
         self._check_open()
         if method == "channel/send":
             return self._send(_ref(params, "endpoint"), params["value"], size)
@@ -152,8 +149,7 @@ class ChannelParty:
 
     def _source_type(self, params: Mapping[str, JSONValue]) -> SourceType:
         if "contract" in params:
-            path = params["contract"]
-            assert isinstance(path, str)
+            path = _ref(params, "contract")
             if self.resolve_contract is None:
                 raise invalid(f"contract {path!r}: this invocation has no package to resolve it in")
             return self.resolve_contract(path)
@@ -176,7 +172,7 @@ class ChannelParty:
     def _send(self, token: str, value: JSONValue, size: int) -> bytes | Coroutine[Any, Any, bytes]:
         """A ``channel/send``: ``b"null"`` if accepted at once, else the coroutine that
         finishes it (checks in a worker thread, the wait for room)."""
-        writer = self._writer(token)
+        writer = self._claim(token, "send")
         source = writer.source
         _writable(source)
         if not source.turns and size <= SMALL_REQUEST:
@@ -192,11 +188,11 @@ class ChannelParty:
         source.turns.append(turn)
         return self._send_in_turn(writer, value, turn)
 
-    def _writer(self, token: str) -> Endpoint:
-        """The writer ``token`` names, claimed."""
-        writer = self._endpoint(token, "send")
-        writer.used = True
-        return writer
+    def _claim(self, token: str, direction: Direction | None) -> Endpoint:
+        """The endpoint ``token`` names, marked used (a used right no longer moves)."""
+        endpoint = self._endpoint(token, direction)
+        endpoint.used = True
+        return endpoint
 
     async def _send_in_turn(self, writer: Endpoint, value: JSONValue, turn: anyio.Event) -> bytes:
         """Encode and check ``value`` in a worker thread, then place it once every send
@@ -281,9 +277,8 @@ class ChannelParty:
 
     def _begin_read(self, token: str) -> Receiver:
         """A ``channel/next`` on ``token``, checked; the room of the previous read freed."""
-        receiver = self._endpoint(token, "receive")
+        receiver = self._claim(token, "receive")
         assert isinstance(receiver, Receiver)
-        receiver.used = True
         if receiver.disposed:
             raise invalid("the receiver was released")
         if receiver.reading:
@@ -326,7 +321,7 @@ class ChannelParty:
         return _encoded(await self._read_later(receiver))
 
     def close(self, token: str) -> None:
-        source = self._writer(token).source
+        source = self._claim(token, "send").source
         if source.sealed:
             return
         _writable(source)
@@ -337,8 +332,7 @@ class ChannelParty:
     def release(self, token: str) -> dict[str, JSONValue]:
         if token in self.moved:
             return {"status": "released"}
-        endpoint = self._endpoint(token, None)
-        endpoint.used = True
+        endpoint = self._claim(token, None)
         if endpoint.status is None:
             endpoint.status = self._dispose(endpoint)
         return endpoint.status
@@ -352,9 +346,7 @@ class ChannelParty:
         """Move the mapped rights to ``into`` and return its grants, or move nothing: every
         check runs first, with no await. ``ports`` are the callee's declared ports; with
         ``None`` (an image without a package) any mapping is taken as it stands."""
-        staged: list[tuple[str, Endpoint, ItemSchema | None]] = []
-        for port, token in mapping.items():
-            staged.append((port, *self._stage(port, token, ports)))
+        staged = [(port, *self._stage(port, token, ports)) for port, token in mapping.items()]
         if len({id(endpoint) for _, endpoint, _ in staged}) != len(staged):
             raise invalid("one endpoint is mapped to two ports")
         for port, endpoint, constraint in staged:  # ports of one call bound to one source
