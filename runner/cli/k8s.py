@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -12,6 +13,7 @@ from runner.cli.inputs import (
     Deadline,
     DefaultDeadline,
     ResultStore,
+    command_of,
     parse_duration,
     read_input,
     read_settings,
@@ -53,69 +55,80 @@ RunnerImageOption = Annotated[
 ]
 
 
-@k8s_app.command("job")
-def k8s_job(
+@dataclass(frozen=True)
+class K8sJob:
+    """What ``k8s job`` renders."""
+
     target: Annotated[
         list[str], typer.Argument(help="IMAGE [COMMAND ARGS...] (the command: the image's CMD).")
-    ],
-    input_: Annotated[str, typer.Option("--input", "-i", help="JSON text, @FILE or -.")] = "null",
-    settings: Annotated[str, typer.Option("--settings", help="JSON object or @FILE.")] = "{}",
-    attach: K8sAttachOption = None,
-    deadline: Deadline = "5m",
-    profile: ProfileOption = "default",
-    results: ResultsOption = None,
-    package: PackageOption = None,
-    name: NameOption = None,
-    namespace: NamespaceOption = None,
+    ]
+    input_text: Annotated[str, typer.Option("--input", "-i", help="JSON text, @FILE or -.")] = (
+        "null"
+    )
+    settings_text: Annotated[str, typer.Option("--settings", help="JSON object or @FILE.")] = "{}"
+    attach: K8sAttachOption = None
+    deadline: Deadline = "5m"
+    profile: ProfileOption = "default"
+    results: ResultsOption = None
+    package: PackageOption = None
+    name: NameOption = None
+    namespace: NamespaceOption = None
     backoff_limit: Annotated[
         int, typer.Option("--backoff-limit", min=0, help="Retries of the wrapper's failures.")
-    ] = 2,
-    ttl: TtlOption = 86400,
-    runner_image: RunnerImageOption = None,
-    output: OutputOption = "yaml",
-) -> None:
+    ] = 2
+    ttl: TtlOption = 86400
+    runner_image: RunnerImageOption = None
+    output: OutputOption = "yaml"
+
+
+@k8s_app.command("job")
+@command_of(K8sJob)
+def k8s_job(request: K8sJob) -> None:
     """Print a Job (and its ConfigMap and NetworkPolicy) running IMAGE as `exec` would."""
     from runner.k8s import manifests
 
     try:
-        value = read_input(input_)
-        settings_value = read_settings(settings)
-        spec = _job_spec(
-            target, attach or [], deadline, profile, results, package, name, namespace,
-            backoff_limit, ttl, value, settings_value, runner_image,
-        )  # fmt: skip
+        value = read_input(request.input_text)
+        settings = read_settings(request.settings_text)
+        spec = _job_spec(request, request.target, value, settings, request.backoff_limit)
         rendered = manifests.render_job(spec)
     except (UsageError, manifests.RenderError) as exc:
         _fail_usage(str(exc))
-    _print_rendered(rendered, output)
+    _print_rendered(rendered, request.output)
 
 
-@k8s_app.command("batch")
-def k8s_batch(
-    manifest: Annotated[Path, typer.Argument(help="A `flow-runner batch` JSON Lines manifest.")],
-    image: Annotated[str, typer.Option("--image", help="The image every row runs.")],
+@dataclass(frozen=True)
+class K8sBatch:
+    """What ``k8s batch`` renders."""
+
+    manifest: Annotated[Path, typer.Argument(help="A `flow-runner batch` JSON Lines manifest.")]
+    image: Annotated[str, typer.Option("--image", help="The image every row runs.")]
     command: Annotated[
         str | None, typer.Option("--command", help="The component's command (shell words).")
-    ] = None,
-    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="Pods at once.")] = 4,
+    ] = None
+    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="Pods at once.")] = 4
     retries: Annotated[
         int, typer.Option("--retries", min=0, help="backoffLimitPerIndex: retries per row.")
-    ] = 1,
+    ] = 1
     max_failed: Annotated[
         int | None,
         typer.Option("--max-failed-indexes", min=0, help="Fail the Job past this many rows."),
-    ] = None,
-    attach: K8sAttachOption = None,
-    deadline: DefaultDeadline = "5m",
-    profile: ProfileOption = "default",
-    results: ResultsOption = None,
-    package: PackageOption = None,
-    name: NameOption = None,
-    namespace: NamespaceOption = None,
-    ttl: TtlOption = 86400,
-    runner_image: RunnerImageOption = None,
-    output: OutputOption = "yaml",
-) -> None:
+    ] = None
+    attach: K8sAttachOption = None
+    deadline: DefaultDeadline = "5m"
+    profile: ProfileOption = "default"
+    results: ResultsOption = None
+    package: PackageOption = None
+    name: NameOption = None
+    namespace: NamespaceOption = None
+    ttl: TtlOption = 86400
+    runner_image: RunnerImageOption = None
+    output: OutputOption = "yaml"
+
+
+@k8s_app.command("batch")
+@command_of(K8sBatch)
+def k8s_batch(request: K8sBatch) -> None:
     """Print an Indexed Job running each row of MANIFEST in its own pod, and the ConfigMap
     holding the rows; import the pods' logs with `flow-runner batch import`."""
     import shlex
@@ -123,53 +136,43 @@ def k8s_batch(
     from runner.k8s import manifests
 
     try:
-        words = shlex.split(command) if command else []
-        spec = _job_spec(
-            [image, *words], attach or [], deadline, profile, results, package, name,
-            namespace, 0, ttl, None, {}, runner_image,
-        )  # fmt: skip
-        rows = manifests.batch_rows(manifest, spec)
+        words = shlex.split(request.command) if request.command else []
+        spec = _job_spec(request, [request.image, *words], None, {}, 0)
+        rows = manifests.batch_rows(request.manifest, spec)
         rendered = manifests.render_batch(
-            spec, rows, jobs=jobs, retries=retries, max_failed=max_failed
+            spec, rows, jobs=request.jobs, retries=request.retries, max_failed=request.max_failed
         )
     except (UsageError, manifests.RenderError) as exc:
         _fail_usage(str(exc))
-    _print_rendered(rendered, output)
+    _print_rendered(rendered, request.output)
 
 
 def _job_spec(
+    pod: K8sJob | K8sBatch,
     target: list[str],
-    attach: list[str],
-    deadline: str,
-    profile_name: str,
-    results: str | None,
-    package: str | None,
-    name: str | None,
-    namespace: str | None,
-    backoff_limit: int,
-    ttl: int,
     value: JSONValue,
     settings: dict[str, JSONValue],
-    runner_image: str | None,
+    backoff_limit: int,
 ) -> Any:
+    """The Job's spec from the options both commands share and what each adds."""
     from runner.k8s import manifests
     from runner.sandbox.profiles import ProfileError, load_profile
 
     try:
-        profile = load_profile(profile_name)
+        profile = load_profile(pod.profile)
     except ProfileError as exc:
         raise UsageError(str(exc)) from exc
     image, command = target[0], tuple(target[1:])
-    runner_image = runner_image or manifests.RUNNER_IMAGE
+    runner_image = pod.runner_image or manifests.RUNNER_IMAGE
     command, label = _checked_command(image, command, runner_image)
-    package = package or label
-    mounts = tuple(manifests.parse_mount(spec, profile) for spec in attach)
+    mounts = tuple(manifests.parse_mount(spec, profile) for spec in pod.attach or [])
     result_mount = None
-    if results is not None:
-        result_mount = manifests.parse_mount(f"results={results}:rw", profile, "--results")
+    if pod.results is not None:
+        result_mount = manifests.parse_mount(f"results={pod.results}:rw", profile, "--results")
     return manifests.JobSpec(
-        image, command, profile, parse_duration(deadline), value, settings, mounts,
-        result_mount, package, name, namespace, backoff_limit, ttl, runner_image,
+        image, command, profile, parse_duration(pod.deadline), value, settings, mounts,
+        result_mount, pod.package or label, pod.name, pod.namespace, backoff_limit, pod.ttl,
+        runner_image,
     )  # fmt: skip
 
 
