@@ -149,11 +149,27 @@ async def execute(
     try:
         attachments, scratch = sandbox.planned_paths(request)
         _check_frame(_params(invocation, attachments, scratch, grants))
-        return await _launch_and_drive(
-            sandbox, invocation, request, run,
-            broker=broker, graces=graces, control=control, stderr_sink=stderr_sink,
-            depth=depth, retained_bytes=retained_bytes, channels=offer.party, grants=grants,
-        )  # fmt: skip
+        launched = time.monotonic()
+        async with sandbox.launch(request) as component:
+            if invocation.deadline_seconds is not None:
+                started = int((time.time() + invocation.deadline_seconds) * 1000)
+                invocation = replace(invocation, deadline_unix_ms=started)
+            run.facts = component.facts
+            paths = component.attachment_paths
+            outcome = await drive(
+                component,
+                _params(invocation, paths, component.scratch_path, grants),
+                broker or UnavailableBroker(),
+                run_id=request.run_id,
+                depth=depth,
+                graces=graces or StopGraces(),
+                control=control,
+                stderr_sink=stderr_sink,
+                retained_bytes=retained_bytes,
+                channels=offer.party,
+            )
+        wall = time.monotonic() - launched  # the teardown included, the driver's total not
+        return _judged(outcome, component.facts, run, offer.party, wall)
     except SandboxLost as lost:
         execution = _lost(lost, run)
         offer.party.conclude(execution.verdict.error)
@@ -174,48 +190,16 @@ class _RunRecord:
     facts: SandboxFacts | None = None
 
 
-async def _launch_and_drive(
-    sandbox: Sandbox,
-    invocation: Invocation,
-    request: LaunchRequest,
-    run: _RunRecord,
-    *,
-    broker: Broker | None,
-    graces: StopGraces | None,
-    control: RunControl,
-    stderr_sink: Callable[[bytes], None] | None,
-    depth: int,
-    retained_bytes: int,
-    channels: ChannelParty,
-    grants: dict[str, JSONValue],
+def _judged(
+    outcome: RunOutcome, facts: SandboxFacts, run: _RunRecord, channels: ChannelParty, wall: float
 ) -> Execution:
-    package = run.package
-    launched = time.monotonic()
-    async with sandbox.launch(request) as component:
-        if invocation.deadline_seconds is not None:
-            started = int((time.time() + invocation.deadline_seconds) * 1000)
-            invocation = replace(invocation, deadline_unix_ms=started)
-        run.facts = component.facts
-        paths = component.attachment_paths
-        outcome = await drive(
-            component,
-            _params(invocation, paths, component.scratch_path, grants),
-            broker or UnavailableBroker(),
-            run_id=request.run_id,
-            depth=depth,
-            graces=graces or StopGraces(),
-            control=control,
-            stderr_sink=stderr_sink,
-            retained_bytes=retained_bytes,
-            channels=channels,
-        )
-    wall = time.monotonic() - launched  # the teardown included, the driver's total not
-    facts = component.facts
+    """The driven run judged: its result held to its package, its disk bound and its
+    channels (settled here, before the caller's ``finally`` would cancel them)."""
     verdict = outcome.verdict
-    if package is not None and verdict.result is not None:
+    if run.package is not None and verdict.result is not None:
         from runner.package.checks import result_failure
 
-        failure = result_failure(package, verdict.result)
+        failure = result_failure(run.package, verdict.result)
         if failure is not None:
             verdict = Verdict(None, failure, (*verdict.reasons, "result refused by the package"))
     if facts.disk_breach is not None:
