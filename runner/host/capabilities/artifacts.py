@@ -80,8 +80,8 @@ class ArtifactsProvider(BlockingProvider):
             opened = open_directory(os.path.expanduser(root))
         except (OSError, PathRefused) as exc:
             reason = exc.strerror if isinstance(exc, OSError) else exc
-            fix = "point it at a writable directory"
-            raise reader.unusable("root", root, "a directory", reason, fix) from None
+            problem = f"cannot be used as a directory ({reason}); point it at a writable directory"
+            raise reader.error("root", f"= {root!r} {problem}") from None
         self.root = opened.path
         self._root = opened.descriptor
         self._writing = threading.Lock()

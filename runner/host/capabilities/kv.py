@@ -134,11 +134,12 @@ class KeyValueProvider(BlockingProvider):
             raise self._unusable(exc) from None
         try:
             if directory.exposed is not None:
-                raise ProviderConfigError(
-                    f"capability provider 'kv': option 'path' = {str(self.path)!r} is refused: "
-                    f"{directory.exposed}, so someone else could swap the database or its "
-                    "-wal file for a link and have the host write there; make the directory "
-                    "private (chmod go-w), or keep the database outside every rw attachment"
+                raise self._reader.error(
+                    "path",
+                    f"= {str(self.path)!r} is refused: {directory.exposed}, so someone else "
+                    "could swap the database or its -wal file for a link and have the host "
+                    "write there; make the directory private (chmod go-w), or keep the "
+                    "database outside every rw attachment",
                 )
             entry = entry_at(directory.descriptor, name)
             if entry is not None and stat.S_ISLNK(entry.st_mode):
@@ -216,7 +217,9 @@ class KeyValueProvider(BlockingProvider):
 
     def _unusable(self, exc: Exception) -> ProviderConfigError:
         fix = "point it at a writable file of its own"
-        return self._reader.unusable("path", str(self.path), "a SQLite database", exc, fix)
+        return self._reader.error(
+            "path", f"= {str(self.path)!r} cannot be used as a SQLite database ({exc}); {fix}"
+        )
 
 
 def _key(fields: Mapping[str, JSONValue]) -> str:

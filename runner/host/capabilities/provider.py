@@ -152,20 +152,17 @@ class OptionReader:
             return None
         if not isinstance(value, str) or not value or "\0" in value:
             shown = "missing" if value is None else f"{value!r}, not a nonempty string"
-            raise ProviderConfigError(
-                f"capability provider {self.provider!r}: option {name!r} is {shown}; "
-                f'set it, e.g. options = {{ {name} = "..." }}'
-            )
+            raise self.error(name, f'is {shown}; set it, e.g. options = {{ {name} = "..." }}')
         return value
 
     def integer(self, name: str, *, default: int, low: int, high: int) -> int:
         """An integer option from ``low`` to ``high``; ``default`` when absent."""
         value = _integer(self.options.get(name, default), low, high)
         if value is None:
-            raise ProviderConfigError(
-                f"capability provider {self.provider!r}: option {name!r} is "
-                f"{self.options[name]!r}, not an integer from {low:,} to {high:,}; "
-                f"set it, e.g. options = {{ {name} = {default} }}"
+            raise self.error(
+                name,
+                f"is {self.options[name]!r}, not an integer from {low:,} to {high:,}; "
+                f"set it, e.g. options = {{ {name} = {default} }}",
             )
         return value
 
@@ -174,13 +171,10 @@ class OptionReader:
         limit = self.integer(name, default=default, low=0, high=high)
         return Budget(self.provider, name, limit, unit, fix)
 
-    def unusable(
-        self, name: str, value: str, what: str, reason: object, fix: str
-    ) -> ProviderConfigError:
-        """The error for option ``name`` = ``value``, which cannot serve as ``what``."""
+    def error(self, name: str, problem: str) -> ProviderConfigError:
+        """The error for option ``name``: ``problem`` says what is wrong and the fix."""
         return ProviderConfigError(
-            f"capability provider {self.provider!r}: option {name!r} = {value!r} cannot be "
-            f"used as {what} ({reason}); {fix}"
+            f"capability provider {self.provider!r}: option {name!r} {problem}"
         )
 
 
