@@ -20,8 +20,9 @@ import pytest
 
 from hostkit import ScriptedBroker
 from memkit import MemoryComponent
-from runner.host import driver
-from runner.host.driver import DECODE_IN_THREAD, RunControl, drive
+from runner.host import pump
+from runner.host.driver import RunControl, drive
+from runner.host.pump import DECODE_IN_THREAD
 from runner.json1 import JSONValue
 from runner.protocol.session import decode
 from runner.sandbox.base import SandboxFacts
@@ -135,7 +136,7 @@ async def test_a_run_stopped_while_its_stdout_is_full_is_killed_and_ends(
         release.wait()  # a decode that outlasts the grace
         return decode(payload)
 
-    monkeypatch.setattr(driver, "decode", stuck)
+    monkeypatch.setattr(pump, "decode", stuck)
     ours, engine = socket.socketpair()
     engine.setblocking(False)
     loop = asyncio.get_running_loop()
@@ -196,7 +197,7 @@ async def test_large_decodes_of_all_the_runs_of_a_loop_take_turns(
             active -= 1
         return decode(payload)
 
-    monkeypatch.setattr(driver, "decode", held)
+    monkeypatch.setattr(pump, "decode", held)
     big = b"[" + b"0," * (DECODE_IN_THREAD // 2) + b"0]\n"
 
     async def one() -> None:
@@ -221,9 +222,9 @@ async def test_large_decodes_of_all_the_runs_of_a_loop_take_turns(
 
             assert await anyio.to_thread.run_sync(two_decoding)
             await anyio.wait_all_tasks_blocked()
-            assert driver._decode_limiter().statistics().tasks_waiting == 1
+            assert pump._decode_limiter().statistics().tasks_waiting == 1
             release.set()
-    assert peak == driver.BIG_DECODES == 2
+    assert peak == pump.BIG_DECODES == 2
 
 
 class _GatedStdin:

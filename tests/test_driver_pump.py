@@ -1,4 +1,4 @@
-"""The driver's pump (runner/host/driver.py): calls answered at once cost no task hand-off,
+"""The driver's pump (runner/host/pump.py): calls answered at once cost no task hand-off,
 a call that suspends hands the reading over at once, answers leave without a writer task
 while stdin has room and in order behind one when it has none (on tests/memkit.py's
 in-memory component, which notes in which tasks the driver reads stdout and writes stdin).
@@ -513,7 +513,7 @@ async def test_a_component_that_does_not_read_stdin_is_not_read_either() -> None
     """Every call answered with 1 MiB while the component reads none of it: the host
     stops taking requests once STDIN_BACKLOG bytes of answers wait (memory bounded, not
     one answer per request), and goes on once the component reads."""
-    from runner.host.driver import STDIN_BACKLOG
+    from runner.host.stdin_writer import STDIN_BACKLOG
 
     component = MemoryComponent(stdin_room=1)
     broker = _LargeBroker(1 << 20)
