@@ -95,13 +95,7 @@ def refusal(exc: Exception) -> UsageError:
 def refuse(exc: UsageError) -> NoReturn:
     """End ``exec`` refused: the error line on stdout (the shape a failed run's has), the
     message on stderr, exit status 2 (nothing ran)."""
-    from runner import json1
-
-    body: dict[str, JSONValue] = {"code": exc.code, "message": str(exc)}
-    if exc.details is not None:
-        body["details"] = exc.details
-    sys.stdout.buffer.write(json1.dumps({"error": body}) + b"\n")
-    sys.stdout.flush()
+    _print_line(_error_line(exc.code, str(exc), exc.details))
     label = "" if exc.code == "INVALID_USAGE" else f"{exc.code}: "
     typer.echo(f"flow-runner: {label}{exc}", err=True)
     raise typer.Exit(exits.EXIT_USAGE)
@@ -285,12 +279,23 @@ def _pipe_size(fd: int) -> int | None:
     return None
 
 
-def _print_verdict(execution: Execution) -> int:
+def _print_line(body: dict[str, JSONValue]) -> None:
     from runner import json1
 
-    body, status, note = _verdict(execution)
     sys.stdout.buffer.write(json1.dumps(body) + b"\n")
     sys.stdout.flush()
+
+
+def _error_line(code: str, message: str, details: JSONValue) -> dict[str, JSONValue]:
+    body: dict[str, JSONValue] = {"code": code, "message": message}
+    if details is not None:
+        body["details"] = details
+    return {"error": body}
+
+
+def _print_verdict(execution: Execution) -> int:
+    body, status, note = _verdict(execution)
+    _print_line(body)
     if note:
         typer.echo(note, err=True)
     return status
@@ -304,15 +309,13 @@ def _verdict(execution: Execution) -> tuple[dict[str, JSONValue], int, str | Non
         return dict(verdict.result), exits.EXIT_DONE if done else exits.EXIT_CUSTOM_OUTCOME, None
     error = verdict.error
     assert error is not None
-    body: dict[str, JSONValue] = {"code": error.code, "message": error.message}
-    if error.details is not None:
-        body["details"] = error.details
+    line = _error_line(error.code, error.message, error.details)
     reasons = "; ".join(verdict.reasons)
     if execution.lost == "engine":
         note = f"flow-runner: infrastructure failure: {error.message} ({reasons})"
-        return {"error": body}, exits.EXIT_INFRASTRUCTURE, note
+        return line, exits.EXIT_INFRASTRUCTURE, note
     note = f"flow-runner: run failed: {error.code}: {error.message} ({reasons})"
-    return {"error": body}, FAILURE_EXITS.get(error.code, exits.EXIT_FAILED), note
+    return line, FAILURE_EXITS.get(error.code, exits.EXIT_FAILED), note
 
 
 FAILURE_EXITS = {"DEADLINE_EXCEEDED": exits.EXIT_DEADLINE, "CANCELLED": exits.EXIT_CANCELLED}
