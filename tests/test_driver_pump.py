@@ -101,6 +101,15 @@ async def test_a_call_that_suspends_hands_the_reading_over_at_once() -> None:
 
 
 @pytest.mark.anyio
+async def test_timings_give_the_first_byte_of_stdout_before_the_response() -> None:
+    """``first_byte`` counts from the same start as ``response``: the call read first,
+    the root response only once its answer came back."""
+    (outcome, _), _ = await _exchange([_call(0, "now")], 1, _Broker())
+    timings = outcome.timings
+    assert 0 <= timings["first_byte"] <= timings["response"], timings
+
+
+@pytest.mark.anyio
 async def test_answers_leave_from_the_task_that_read_their_requests() -> None:
     """No writer task while stdin has room: the pump writes what it answered before it
     reads again, all of one read's answers in one write."""
