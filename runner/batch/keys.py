@@ -1,19 +1,8 @@
-"""The invocation key: what a result depends on, digested, so a changed input reruns.
-
-The key is the sha256 of the RFC 8785 canonical JSON of :meth:`Keys.document`: the image
-*id* (not the tag: a rebuilt image under the same tag is another key), the canonical input
-and settings, the deadline, each read-only attachment by path and a digest of its content,
-each read-write attachment by path only (it is an output), the profile's effective
-settings and a digest of its seccomp file's text, the command, and flow-runner's version.
-A flow row puts the host configuration and the image ids of every configured flow in
-place of image, profile and command: the configuration by what its files say, too
-(:func:`config_document`), so an edited profile, contract, package or attachment under
-the same name is another key.
-
-A read-only attachment's digest (:class:`Digests`) covers the bytes of every regular file
-under it, with relative paths, modes and symlink targets, while the tree holds at most
-:data:`CONTENT_LIMIT` bytes; a larger tree is digested by paths, sizes and mtimes only
-(``meta:`` digests), which is cheap but trusts mtimes.
+"""The invocation key: the sha256 of the RFC 8785 canonical JSON of what a result depends
+on (:meth:`Keys.document`), so a changed input, image id, attachment, profile, command or
+flow-runner version reruns. Read-only attachments count by content (:func:`digest_path`),
+read-write ones by path only (they are outputs); a flow row's key holds its host
+configuration as its files say it (:func:`config_document`) and every flow's image id.
 """
 
 from __future__ import annotations
@@ -71,7 +60,9 @@ class Digests:
 
 
 def digest_path(path: Path) -> str:
-    """``content:<sha256>`` of a file or tree, or ``meta:<sha256>`` of a large tree."""
+    """``content:<sha256>`` of a file or tree (paths, modes, link targets and bytes), or
+    for a tree over :data:`CONTENT_LIMIT` bytes ``meta:<sha256>`` of paths, sizes and
+    mtimes (cheap, but it trusts mtimes)."""
     entries = _walk(path)
     by_content = sum(e.size for e in entries if e.kind == "f") <= CONTENT_LIMIT
     h = hashlib.sha256()
@@ -124,12 +115,10 @@ def _walk(root: Path) -> list[_Entry]:
 class Keys:
     """Each row's invocation key, for one batch.
 
-    The key document is an object, so its canonical bytes are its members' canonical
-    bytes in the order of their names: what rows share (the profile's settings, the
-    configuration) is encoded once per batch, not once per row of 100,000 (a profile
-    holds floats, which take json1's slow canonical writer). The bytes, so the key, are
-    those of ``json1.canonical(keys.document(row))``; and a row whose input is near
-    JSON/1's bounds gets its key although the whole document would exceed them.
+    The bytes are those of ``json1.canonical(keys.document(row))``, built from the
+    members' canonical bytes so that what rows share (a profile, the configuration) is
+    encoded once per batch, and an input near JSON/1's bounds still gets a key although
+    the whole document would exceed them.
     """
 
     def __init__(self, image_ids: ImageIds, digests: Digests, config: HostConfig | None) -> None:
@@ -137,7 +126,7 @@ class Keys:
         self._digests = digests
         self._config = config
         self._shared: dict[int, tuple[object, JSONValue]] = {}
-        """id of what rows share (a profile, the configuration) -> (it, its JSON value)."""
+        """id of what rows share -> (it, its JSON value)."""
         self._encoded: dict[int, tuple[JSONValue, bytes]] = {}
         """id of a shared JSON value (kept alive above) -> (it, its canonical bytes)."""
 
@@ -176,8 +165,8 @@ class Keys:
         )  # fmt: skip
 
     def _share(self, owner: object, value: Callable[[], JSONValue]) -> JSONValue:
-        """``owner``'s JSON value, made (and encoded) on first use; kept with ``owner``,
-        so its id names it for the batch."""
+        """``owner``'s JSON value, made and encoded on first use; ``owner`` is kept so its
+        id stays its own."""
         shared = self._shared.get(id(owner))
         if shared is None:
             made = value()
@@ -202,10 +191,7 @@ def image_document(
     settings: dict[str, JSONValue],
     deadline: float,
 ) -> dict[str, JSONValue]:
-    """The key document of a run of an image: ``image`` as the caller can name it (its
-    id where an engine has it), the profile's effective settings (``as_json``) and its
-    seccomp file's digest, the command, each attachment as the caller identifies it, the
-    input, settings and deadline, and flow-runner's version."""
+    """The key document of a run of an image (its id where an engine has it)."""
     doc = _run_document(value, settings, deadline)
     doc["image"] = image
     doc["profile"] = profile
@@ -241,13 +227,10 @@ def _attachment(att: Attachment, digests: Digests) -> JSONValue:
 
 
 def config_document(config: HostConfig, digests: Digests) -> JSONValue:
-    """The configuration as a key sees it: its values, and for each flow what the files
-    it names say. A sandboxed flow's profile is its effective settings (as an image row's)
-    with its seccomp file's digest; its read-only attachments, its package directory, its
-    capabilities' contracts and every command argument that names a file (from the
-    configuration's directory) get their content's digest (:class:`Digests`). A file
-    that cannot be read or a profile that does not load is named as such: the run
-    itself reports it."""
+    """The configuration as a key sees it: its values, each sandboxed flow's effective
+    profile and seccomp digest, and the digest of every file a flow names (read-only
+    attachments, package, contracts, command arguments). A file that cannot be read or a
+    profile that does not load is named as such: the run itself reports it."""
     doc = config.model_dump(mode="json", exclude={"base_dir"})
     for name, flow in config.flows.items():
         entry = doc["flows"][name]
@@ -303,8 +286,8 @@ def _digest(path: Path, digests: Digests) -> str:
 
 
 def input_digest(row: Row) -> str:
-    """The row's own input and settings, digested: ``diff`` matches rows across upgrades
-    of image or runner by id and this, not by the key."""
+    """The digest of the row's input and settings: ``diff`` matches rows across image or
+    runner upgrades by id and this, not by the key."""
     return hashlib.sha256(
         json1.canonical({"input": row.input, "settings": row.settings})
     ).hexdigest()

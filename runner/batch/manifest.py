@@ -1,12 +1,8 @@
-"""The batch manifest: JSON Lines, one invocation per line, streamed and checked whole.
+"""The batch manifest: JSON Lines, one invocation per line (the fields of :data:`FIELDS`,
+:class:`Defaults` standing in for those a line leaves out).
 
-Every line is checked before anything runs (:func:`check`), and bad lines are all listed
-with their line number and field. Rows are then read again, one at a time
-(:func:`rows`), so a manifest of 100,000 lines is never held in memory: what is kept
-across the whole file is only each id and the line it is on (for duplicates).
-
-A line holds the fields of :data:`FIELDS`; the CLI's options (:class:`Defaults`) stand
-in for every field a line leaves out, so a line can be just ``{"id": "case-7"}``.
+Every line is checked before anything runs, bad lines all listed (:func:`check`); rows are
+then read again one at a time, so only the ids are held across a file of 100,000 lines.
 """
 
 from __future__ import annotations
@@ -45,12 +41,10 @@ class Defaults:
     attach: tuple[str, ...] = ()
     deadline: str = "5m"
     profile: str | SandboxProfile = "default"
-    """A profile's name or path, or the profile itself (a row may also name it by its
-    ``name``)."""
+    """A profile's name or path, or the profile itself (which a row may name)."""
     command: tuple[str, ...] | None = None
     user: str | None = None
-    """``UID[:GID]`` every image row's container runs as instead of its profile's user
-    (``batch --user``, as ``exec --user``); a flow row's comes from its configuration."""
+    """``UID[:GID]`` every image row runs as instead of its profile's user."""
 
 
 @dataclass(frozen=True)
@@ -70,22 +64,10 @@ class Row:
     command: tuple[str, ...] | None
 
 
-@dataclass(frozen=True)
-class Problem:
-    """A bad line: where, which field, and what to change."""
-
-    line: int
-    field: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"line {self.line}: {self.field}: {self.message}"
-
-
 class ManifestError(ValueError):
     """The manifest cannot be run; :attr:`problems` lists every bad line."""
 
-    def __init__(self, path: Path, problems: list[Problem], more: int = 0) -> None:
+    def __init__(self, path: Path, problems: list[str], more: int = 0) -> None:
         self.problems = problems
         lines = "\n".join(f"  {p}" for p in problems)
         tail = f"\n  ... and {more} more" if more else ""
@@ -96,7 +78,7 @@ class ManifestError(ValueError):
 
 
 class _Reader:
-    """Turns raw lines into rows; caches profiles so 100,000 lines load each file once."""
+    """Turns raw lines into rows, loading each profile once."""
 
     def __init__(
         self, defaults: Defaults, config: HostConfig | None, refuse: _Refuse | None = None
@@ -122,11 +104,11 @@ class _Reader:
             raise ValueError(cached)
         return cached
 
-    def row(self, line: int, raw: bytes, problems: list[Problem]) -> Row | None:
+    def row(self, line: int, raw: bytes, problems: list[str]) -> Row | None:
         """The row on ``line``, or ``None`` with its problems added to ``problems``."""
 
         def bad(name: str, message: str) -> None:
-            problems.append(Problem(line, name, message))
+            problems.append(_problem(line, name, message))
 
         if len(raw) > MAX_LINE:
             bad("(line)", f"longer than {MAX_LINE} bytes; put large inputs in an attachment")
@@ -245,6 +227,11 @@ class _Reader:
         return attachments
 
 
+def _problem(line: int, name: str, message: str) -> str:
+    """A bad line: where, which field, and what to change."""
+    return f"line {line}: {name}: {message}"
+
+
 def _text(value: object, name: str) -> str:
     if not isinstance(value, str):
         raise ValueError(f"{name} must be a string")
@@ -270,13 +257,12 @@ def check(
 ) -> Iterator[Row]:
     """Check every line, then hand out the rows one at a time (reading the file again).
 
-    Raises :class:`ManifestError` (at most ``limit`` problems listed, the rest counted)
-    before the first row is handed out, so nothing runs from a manifest with a bad line.
-    ``refuse`` names the fields of a line that the caller cannot run, as (field, what to
-    change) pairs; the line is read on without them, so its other problems are listed too.
+    Raises :class:`ManifestError` (``limit`` problems listed, the rest counted) before the
+    first row. ``refuse`` names the fields of a line the caller cannot run, as (field,
+    what to change) pairs; the rest of the line is still checked.
     """
     reader = _Reader(defaults, config, refuse)
-    problems: list[Problem] = []
+    problems: list[str] = []
     seen: dict[str, int] = {}
     count = 0
     try:
@@ -287,13 +273,13 @@ def check(
             count += 1
             first = seen.setdefault(row.id, number)
             if first != number:
-                problems.append(Problem(number, "id", f"{row.id!r} is already on line {first}"))
+                problems.append(_problem(number, "id", f"{row.id!r} is already on line {first}"))
     except OSError as exc:
-        raise ManifestError(path, [Problem(0, "(file)", f"cannot read: {exc.strerror}")]) from exc
+        raise ManifestError(path, [_problem(0, "(file)", f"cannot read: {exc.strerror}")]) from exc
     if problems:
         raise ManifestError(path, problems[:limit], max(0, len(problems) - limit))
     if count == 0:
-        raise ManifestError(path, [Problem(0, "(file)", "no invocations; one JSON object a line")])
+        raise ManifestError(path, [_problem(0, "(file)", "no invocations; one JSON object a line")])
     del seen
     return _rows(path, reader)
 
@@ -301,8 +287,7 @@ def check(
 def rows_on(
     path: Path, defaults: Defaults, config: HostConfig | None, lines: Collection[int]
 ) -> Iterator[Row]:
-    """The rows on ``lines`` of a manifest that :func:`check` passed, read again one at a
-    time; every other line is skipped unparsed (a shard of 100,000 lines parses its own)."""
+    """The rows on ``lines`` of a manifest :func:`check` passed; other lines unparsed."""
     return _rows(path, _Reader(defaults, config), lines)
 
 

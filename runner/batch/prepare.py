@@ -1,33 +1,22 @@
 """Containers launched ahead of their runs, so the engine's start is off a slot's path.
 
-Most of a short run is the engine creating and starting its container (and the
-component's own start-up); a slot that only then sends ``flow/run`` leaves the engine
-with nothing to do but that run's lifecycle. So the batch enters a row's launch early,
-in a task of its own (:class:`Prepared`): the container is created, attached and
-started, and the component is up and blocked reading its stdin, but nothing was sent to
-it: it is not a run yet. When a slot admits the row, :class:`PreparedSandbox` hands
-``runner.api.execute`` that launch in place of a new one, and the run (its deadline
-included) begins with the ``flow/run`` frame.
+:class:`Prepared` enters a row's launch in a task of its own: the container is created,
+attached and started, its component blocked reading stdin, nothing sent (not a run yet).
+The slot that admits the row hands ``runner.api.execute`` that launch
+(:class:`PreparedSandbox`), so the run, its deadline included, begins with ``flow/run``.
+A row refused before launch, a stopped batch and a retry (a new run id) never take it;
+discarding it removes the container.
 
-The holder task keeps the backend's launch context open until the run leaves it, then
-leaves it itself: the backend's own cleanup (kill, remove) runs there, shielded as
-always. A run that ended normally does not wait for that removal when it may
-(``background``): its slot is free once its result is committed. A row refused before
-launch, a stopped batch and a retry (a new run id) never take the prepared launch; the
-batch discards it, which removes the container.
-
-What this relies on of a backend (the :class:`~runner.sandbox.base.Sandbox` protocol):
-``launch(request)`` is an async context manager that does all of the starting on entry
-and all of the cleanup on exit, whose component may be used from another task than the
-one that entered it; and :class:`~runner.sandbox.base.LaunchRequest` compares by value.
-Every other attribute (``package``, a backend's ``name``, its file API, ...) is the
-backend's own, reached through ``__getattr__``.
+It relies on the :class:`~runner.sandbox.base.Sandbox` protocol: ``launch(request)`` does
+all of the starting on entry and all of the cleanup on exit, its component usable from
+another task, and :class:`~runner.sandbox.base.LaunchRequest` compares by value.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -35,39 +24,31 @@ import anyio
 from runner.sandbox.base import LaunchRequest, RunningComponent, Sandbox
 
 
+@dataclass(eq=False)
 class Prepared:
-    """One launch entered ahead of its run; :meth:`hold` is the task that keeps it open.
+    """One launch entered ahead of its run; :meth:`hold` is the task that keeps it open
+    and leaves it (the backend's cleanup, shielded as always).
 
-    ``background``: a run that ends normally need not wait for the backend's cleanup;
-    it holds one of ``removals`` until the cleanup is done, so at most that many are
-    under way unwaited.
-    ``on_left`` gets what the cleanup raised when nobody waited for it (the run's
-    result stands; the container may be left for ``flow-runner gc``).
+    ``background``: a run that ends normally does not wait for that cleanup; it holds one
+    of ``removals`` until the cleanup is done, so at most that many go on unwaited.
+    ``on_left`` gets what such a cleanup raised (the run's result stands; the container
+    may be left for ``flow-runner gc``).
     """
 
-    def __init__(
-        self,
-        sandbox: Sandbox,
-        request: LaunchRequest,
-        *,
-        background: bool,
-        removals: anyio.Semaphore,
-        on_left: Callable[[LaunchRequest, BaseException], None],
-    ) -> None:
-        self.sandbox = sandbox
-        self.request = request
-        self.background = background
-        self._removals = removals
-        self._removal_held = False
-        self._on_left = on_left
-        self._ready = anyio.Event()
-        self._release = anyio.Event()
-        self._done = anyio.Event()
-        self._component: RunningComponent | None = None
-        self._enter_error: Exception | None = None
-        self._exit_error: Exception | None = None
-        self._waited = False
-        self.taken = False
+    sandbox: Sandbox
+    request: LaunchRequest
+    background: bool
+    removals: anyio.Semaphore
+    on_left: Callable[[LaunchRequest, BaseException], None]
+    taken: bool = field(default=False, init=False)
+    _ready: anyio.Event = field(default_factory=anyio.Event, init=False)
+    _release: anyio.Event = field(default_factory=anyio.Event, init=False)
+    _done: anyio.Event = field(default_factory=anyio.Event, init=False)
+    _component: RunningComponent | None = field(default=None, init=False)
+    _enter_error: Exception | None = field(default=None, init=False)
+    _exit_error: Exception | None = field(default=None, init=False)
+    _waited: bool = field(default=False, init=False)
+    _removal_held: bool = field(default=False, init=False)
 
     async def hold(self) -> None:
         """Enter the backend's launch, wait until released, leave it (its cleanup)."""
@@ -82,12 +63,12 @@ class Prepared:
             else:
                 self._exit_error = exc
                 if not self._waited:
-                    self._on_left(self.request, exc)
+                    self.on_left(self.request, exc)
         finally:
             self._ready.set()
             self._done.set()
             if self._removal_held:
-                self._removals.release()
+                self.removals.release()
 
     def discard(self) -> None:
         """Not to be run (refused, stopped, retried): leave the launch, removing it."""
@@ -118,7 +99,7 @@ class Prepared:
     async def _leave(self, *, wait: bool) -> None:
         try:
             if not wait:
-                await self._removals.acquire()
+                await self.removals.acquire()
                 self._removal_held = True
         finally:  # released even if cancelled meanwhile: the holder must not wait forever
             self._waited = wait
@@ -132,11 +113,8 @@ class Prepared:
 
 
 class PreparedSandbox:
-    """A row's sandbox whose launch for the prepared request is the prepared one.
-
-    Any other request (a retry's new run id) is launched by the backend afresh; every
-    other attribute is the backend's.
-    """
+    """A row's sandbox whose launch of the prepared request is the prepared one; any other
+    request (a retry's new run id) is launched afresh; the rest is the backend's."""
 
     def __init__(self, prepared: Prepared) -> None:
         self._prepared = prepared

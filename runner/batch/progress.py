@@ -1,11 +1,7 @@
-"""What a batch shows while it runs: a live display, plain lines, or nothing.
-
-On a terminal (``rich``, imported only then) a live bar with done / failed / running /
-retried counts and the ETA, failures printed above it as they happen. Elsewhere (a CI
-log) one plain line every few seconds and a last one at the end, e.g.
-``412/1000 succeeded=400 failed=8 retried=4 running=2 eta 3m`` (the first number counts
-the rows finished, whatever their status), failures on lines of their own, and a closing
-line with the exit status and its reason (:func:`closing`). ``quiet`` shows nothing.
+"""What a batch shows while it runs: a live bar on a terminal (``rich``, imported only
+then), else a plain line every few seconds, e.g. ``412/1000 succeeded=400 failed=8
+retried=4 running=2 eta 3m`` (rows finished / to run), or nothing (``quiet``); failures
+on lines of their own, and a closing line with the exit status and why (:func:`closing`).
 """
 
 from __future__ import annotations
@@ -25,9 +21,7 @@ class Counts:
     """The batch's counters, shared by every display."""
 
     total: int = 0
-    skipped: int = 0
-    done: int = 0
-    """Runs that succeeded (a store row's ``state = done`` means finished, any status)."""
+    succeeded: int = 0
     failed: int = 0
     retried: int = 0
     running: int = 0
@@ -35,7 +29,7 @@ class Counts:
 
     @property
     def finished(self) -> int:
-        return self.done + self.failed
+        return self.succeeded + self.failed
 
     def eta(self) -> str:
         left = self.total - self.finished
@@ -46,7 +40,7 @@ class Counts:
 
     def line(self) -> str:
         return (
-            f"{self.finished}/{self.total} succeeded={self.done} failed={self.failed} "
+            f"{self.finished}/{self.total} succeeded={self.succeeded} failed={self.failed} "
             f"retried={self.retried} running={self.running} eta {self.eta()}"
         )
 
@@ -124,7 +118,8 @@ class Live(Progress):
             self.task,
             total=c.total,
             completed=c.finished,
-            counts=f"succeeded={c.done} failed={c.failed} running={c.running} retried={c.retried}",
+            counts=f"succeeded={c.succeeded} failed={c.failed} running={c.running} "
+            f"retried={c.retried}",
         )
 
     async def show(self) -> None:
@@ -163,8 +158,8 @@ def closing(
 ) -> str:
     """The batch's last line: its rows' final statuses, its exit status and why.
 
-    ``statuses`` counts the final statuses of every row looked at (``planned``), those
-    kept from earlier runs included; ``queued`` of them ran now.
+    ``statuses`` counts every row looked at (``planned``), those kept from earlier runs
+    included; ``queued`` of them ran now.
     """
     succeeded = statuses.get("succeeded", 0)
     failed, infra = statuses.get("failed", 0), statuses.get("infra-failed", 0)

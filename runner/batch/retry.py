@@ -1,11 +1,5 @@
-"""Which failures are the infrastructure's, not the run's: the only ones batch retries.
-
-A Run outcome or a Run error (EXECUTION_FAILED, DEADLINE_EXCEEDED, INVALID_INPUT, ...) is
-the component's answer and final. An engine that went away, an API call that failed, a
-container removed from outside mid-run is not the component's doing: the same
-invocation may well succeed on the next attempt. All of that is decided here, in one
-place, so a new classification (a run report that says "infrastructure") is one change.
-"""
+"""Which failures are the infrastructure's, not the component's: the only ones batch retries
+(the same invocation may succeed on the next attempt; a Run outcome or error is final)."""
 
 from __future__ import annotations
 
@@ -14,16 +8,10 @@ from runner.sandbox.registry import SandboxEngine
 
 
 def is_infrastructure_failure(outcome: Execution | BaseException, engine: SandboxEngine) -> bool:
-    """True if ``outcome`` failed because of the engine, not because of the component.
-
-    Recognised: a judged execution whose report says the sandbox was lost under it
-    (``report.lost``: the container removed from outside, or the engine gone; ``exec``
-    exits 4 or 5 for those), and an error the engine's backend calls transient (an
-    engine that does not answer or fails a call before the run; not a missing image or
-    runtime, a bad profile or attachment, which no retry fixes). An exception group is
-    infrastructure if any of its exceptions is. Any other judged execution is the
-    component's own result.
-    """
+    """True if ``outcome`` failed because of the engine, not the component: a report
+    whose sandbox was lost under it (``report.lost``), an error the backend calls
+    transient (not a missing image or a bad profile, which no retry fixes), or an
+    exception group holding one."""
     if isinstance(outcome, Execution):
         return outcome.report.lost is not None
     if isinstance(outcome, BaseExceptionGroup):

@@ -1,17 +1,9 @@
-"""The batch's sandboxes: one per image, command and profile, pinned to the planned image.
+"""The batch's sandboxes: one per (image, command, profile), built once per batch (not per
+run: runner CPU taken from the engine) and asked for its image once (:class:`PinnedSandbox`).
 
-A batch of 100,000 rows has a handful of distinct (image, command, profile) triples, and
-building a sandbox (the backend looked up among the installed entry points) or asking the
-engine for its image on every run is runner CPU taken from the engine on a loaded
-machine. So each triple's sandbox is built once per batch, and the image it runs is asked
-of the engine once (:class:`PinnedSandbox`).
-
-Each sandbox runs the image *id* the tag resolved to when the batch was planned (the id
-its rows' invocation keys name), not the tag: a tag rebuilt while the batch runs changes
-neither what the batch's remaining rows run nor what their keys say, and the next batch
-(which resolves the tag afresh) gets new keys and runs them again. A tag that named no
-image when planned stays a tag, so each run refuses it with the engine's own
-``ImageMissing`` (``IMAGE_MISSING``).
+Each runs the image *id* its rows' keys were planned with, so a tag rebuilt while the
+batch runs changes neither what the rows run nor their keys. A tag that named no image
+stays a tag, refused run by run as ``IMAGE_MISSING``.
 """
 
 from __future__ import annotations
@@ -30,11 +22,8 @@ from .manifest import Row
 
 
 class PinnedSandbox:
-    """A backend's sandbox whose image source is asked for once and then kept.
-
-    The first answer is kept (a failure is not: a missing image is refused run by run);
-    every other attribute is the backend's.
-    """
+    """A backend's sandbox whose image source, once found, is kept (a failure is not);
+    every other attribute is the backend's."""
 
     def __init__(self, sandbox: Sandbox) -> None:
         self._sandbox = sandbox
@@ -82,7 +71,7 @@ class Sandboxes:
 
 @dataclass(frozen=True)
 class _Built:
-    """One built sandbox; holds its profile so the ``id`` in its key stays that profile's."""
+    """One built sandbox; holds its profile so the ``id`` in its key stays its own."""
 
     profile: SandboxProfile
     sandbox: PinnedSandbox

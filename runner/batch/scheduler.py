@@ -1,24 +1,17 @@
 """The batch scheduler: plan against the store, admit runs into ``jobs`` slots, commit.
 
-One pass checks the whole manifest (nothing runs from a manifest with a bad line); a
-second computes every row's key, keeps the rows of the shard and queues, in one
-transaction, those without a committed final result for that key; a third streams the
-queued rows to the slots (parsing only their lines). A producer prepares each image row's
-container ahead of its slot (:mod:`.prepare`: created, attached and started, the
-component waiting on its stdin, no ``flow/run`` sent), at most ``prepare`` of them
-(default ``jobs``) beyond the runs in flight, so the engine starts the next containers
-while the slots run theirs. A slot admits a row (its attempt recorded, its deadline
-counting from then), runs it in the prepared container and commits the result before it
-takes the next one; the removal of a finished run's container goes on in the background
-(at most ``jobs`` at once), and the batch waits for every removal before it returns.
-Each row runs in its (image, command, profile)'s sandbox of the batch, on the image id
-its key was planned with (:mod:`.sandboxes`).
+Planning keys every row of the checked manifest and queues, in one transaction, the
+shard's rows without a final result for their key. A producer streams the queued rows to
+the slots, preparing each image row's container ahead (:mod:`.prepare`), at most
+``prepare`` beyond the runs in flight. A slot admits a row (its attempt recorded, its
+deadline counting from then), runs it and commits the result before it takes the next;
+a finished run's removal goes on in the background (at most ``jobs`` at once), and the
+batch waits for every removal before it returns.
 
-Stopping (Ctrl-C, SIGTERM, ``--halt now``) cancels the runs in flight with their grace;
-they are committed as ``pending`` / ``interrupted`` and run again on resume. Prepared
-containers not yet admitted are discarded (their rows stay ``pending``, no attempt
-counted). A second signal kills the runs at once; every container is still removed (the
-sandbox's cleanup is shielded).
+Stopping (Ctrl-C, SIGTERM, ``--halt now``) cancels the runs in flight with their grace,
+committed as ``pending`` / ``interrupted`` to run again on resume; prepared containers not
+admitted are discarded (no attempt counted). A second signal kills the runs at once;
+every container is still removed (the sandbox's cleanup is shielded).
 """
 
 from __future__ import annotations
@@ -113,9 +106,8 @@ class BatchOptions:
     """The engine the rows' images are looked up on and left containers swept from;
     ``None``: the Docker backend's (the process-wide engine)."""
     prepare: int | None = None
-    """Containers prepared ahead of their runs (created and started, not yet sent
-    ``flow/run``): at most this many beyond the runs in flight; ``None``: ``jobs``;
-    0: none (each container is created when its run is admitted)."""
+    """Containers prepared ahead of their runs (started, not yet sent ``flow/run``), at
+    most this many beyond the runs in flight; ``None``: ``jobs``; 0: none."""
 
 
 @dataclass
@@ -173,8 +165,7 @@ class BatchControl:
 
 @dataclass(frozen=True)
 class _Admission:
-    """A row on its way to a slot, with its prepared launch (``None``: flow rows, or
-    nothing prepared)."""
+    """A row on its way to a slot, with its prepared launch if any."""
 
     row: Row
     prepared: Prepared | None
@@ -212,7 +203,7 @@ class _Batch:
         self.name = manifest_name(options.manifest)
         self._engine = options.engine or sandbox_engine("docker")
         self._flows: FlowHost | None = None
-        jobs = max(1, options.jobs)
+        jobs = self._jobs = max(1, options.jobs)
         ahead = jobs if options.prepare is None else options.prepare
         self._lookahead = anyio.Semaphore(ahead) if ahead > 0 else None
         """Tokens for containers prepared and not yet admitted; ``None``: none prepared."""
@@ -220,8 +211,7 @@ class _Batch:
         """Tokens for cleanups of finished runs that nobody waits for."""
         self._prepared: set[Prepared] = set()
         self._suspects: set[str] = set()
-        """Run ids whose containers may be left (an infrastructure failure, a removal that
-        failed, a flow row's tree): looked for at the end (:meth:`_remove_left`)."""
+        """Run ids whose containers may be left: looked for at the end (:meth:`_remove_left`)."""
         self._shown: Any = None
         self._image_ids = ImageIds(self._engine)
         self._sandbox = Sandboxes(self._image_ids)
@@ -264,7 +254,7 @@ class _Batch:
         return lines
 
     async def run(self, lines: set[int]) -> None:
-        self.counts.total, self.counts.skipped = len(lines), self.result.skipped
+        self.counts.total = len(lines)
         if not lines:
             shown = progress(self.options.progress, self.counts)
             shown.note(
@@ -277,7 +267,7 @@ class _Batch:
         shown = self._shown = progress(
             self.options.progress, self.counts, self.options.progress_every
         )
-        jobs = max(1, self.options.jobs)
+        jobs = self._jobs
         send, receive = anyio.create_memory_object_stream[_Admission](jobs)
         try:
             async with anyio.create_task_group() as tg:
@@ -307,12 +297,10 @@ class _Batch:
         self.result.interrupted = self.control.stopping and not self.result.halted
 
     async def _remove_left(self, shown: Any) -> None:
-        """Remove what this batch's runs left, now that none is in flight. A run does not
-        try a removal that failed again (the engine slow or away then), a create the
-        engine never answered may still have made its container, and no sweep takes a
-        live batch's containers: the runs with an infrastructure failure, and every flow
-        row's tree (whose children's cleanup the batch does not see), are looked for by
-        their run ids."""
+        """Remove, by run id, the containers of runs with an infrastructure failure and of
+        flow rows' trees, now that none is in flight: a failed removal is not tried
+        again, an unanswered create may have made one, and no sweep takes a live batch's
+        containers."""
         if not self._suspects:
             return
         try:
@@ -329,11 +317,8 @@ class _Batch:
     async def _produce(
         self, send: MemoryObjectSendStream[_Admission], lines: set[int], holders: TaskGroup
     ) -> None:
-        """Stream the rows to the slots, each image row's container prepared ahead.
-
-        At most ``prepare`` containers are prepared and not yet admitted at a time (the
-        look-ahead); a row waits here for a token, which a slot returns on admitting it.
-        """
+        """Stream the rows to the slots, each image row's container prepared ahead, at
+        most ``prepare`` not yet admitted (a token each, which the slot returns)."""
         options = self.options
         rows = rows_on(options.manifest, options.defaults, options.config, lines)
         async with send:
@@ -403,7 +388,7 @@ class _Batch:
                 self.store.finish(self.name, row.id, final, seconds=seconds)
                 self._count(final.status)
                 if final.status in (SUCCEEDED,):
-                    self.counts.done += 1
+                    self.counts.succeeded += 1
                 elif final.status != INTERRUPTED:
                     self.counts.failed += 1
                     shown.failure(row.id, final.status, _summary(final))
@@ -423,29 +408,24 @@ class _Batch:
     async def _run_row(
         self, row: Row, shown: Any, prepared: Prepared | None
     ) -> tuple[RowResult, float]:
-        """Run a row's attempts: retry infrastructure failures only, with backoff.
-
-        The first attempt takes the prepared launch (its run id is the prepared one);
-        a retry launches afresh under a new run id.
-        """
+        """Run a row's attempts, retrying infrastructure failures only, with backoff; the
+        first takes the prepared launch, a retry launches afresh under a new run id."""
         started = time.monotonic()
         attempt = 0
         while True:
-            if prepared is not None:
-                run_id = prepared.request.run_id
-            else:
-                run_id = f"{new_run_id()[:8]}-{row.id}"
+            run_id = prepared.request.run_id if prepared else f"{new_run_id()[:8]}-{row.id}"
             self.store.start(self.name, row.id, run_id)
             attempt += 1
             outcome = await self._attempt(row, run_id, prepared)
-            if is_infrastructure_failure(outcome, self._engine) or row.flow is not None:
+            infrastructure = is_infrastructure_failure(outcome, self._engine)
+            if infrastructure or row.flow is not None:
                 self._suspects.update(_run_ids(run_id, outcome))  # may be left: _remove_left
             prepared = None
             took = time.monotonic() - started
             if self.control.stopping and _cancelled(outcome):
                 stopped = "the batch was stopped before the run finished"
                 return RowResult(INTERRUPTED, error_code="CANCELLED", error_message=stopped), took
-            if not is_infrastructure_failure(outcome, self._engine):
+            if not infrastructure:
                 return _final(outcome), took
             if attempt > self.options.retries or self.control.stopping:
                 message = _final(outcome).error_message
@@ -459,9 +439,9 @@ class _Batch:
     async def _attempt(
         self, row: Row, run_id: str, prepared: Prepared | None
     ) -> Execution | Exception:
-        """One attempt, admitted now: its deadline counts from here, not from when its
-        container was prepared. A prepared launch the run did not take (refused before
-        launch: settings, attachments, input, frame size) is discarded."""
+        """One attempt, its deadline counting from now (not from its container's
+        preparation); a prepared launch the run did not take (refused before launch) is
+        discarded."""
         run = RunControl()
         self.control._add(run)
         try:

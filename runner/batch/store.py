@@ -1,20 +1,13 @@
-"""The result store: one SQLite database (WAL), one row per invocation.
+"""The result store: one SQLite database (WAL), one row per (manifest, id).
 
 Every state change is its own committed transaction, so ``kill -9`` of the batch loses at
-most the runs in flight (left ``running``, run again on resume), never a committed
-result. ``synchronous = NORMAL`` in WAL mode keeps committed transactions across a crash
-of the process (only a crash of the machine could lose the last ones) and costs no fsync
+most the runs in flight (left ``running``, run again on resume). ``synchronous = NORMAL``
+in WAL mode keeps committed transactions across a crash of the process, with no fsync
 per row.
 
-A row is named by its manifest and its id (ids are unique within a manifest only): two
-manifests on one store keep their own rows. A store whose rows were named by id alone is
-migrated when opened (its rows kept as they are).
-
-States: ``pending`` (to run, or stopped before it finished), ``running`` (an attempt is
-under way), ``done`` (a final result). Statuses of a done row: ``succeeded`` (outcome
-``done`` or a declared custom outcome), ``failed`` (a Run error, or a refusal before
-launch), ``infra-failed`` (the infrastructure failed every attempt). A pending row that
-was stopped carries status ``interrupted``.
+States: ``pending`` (to run; status ``interrupted`` if stopped), ``running``, ``done``
+with status ``succeeded``, ``failed`` (a Run error or a refusal before launch) or
+``infra-failed`` (the infrastructure failed every attempt).
 """
 
 from __future__ import annotations
@@ -111,13 +104,10 @@ class Store:
 
     def claim(self) -> None:
         """Hold the store for one batch until :meth:`close`; :class:`StoreError` if
-        another batch holds it.
+        another batch holds it (both would run the rows neither has finished).
 
-        Two batches on one store would both take the rows neither has finished (each sees
-        the other's running rows as its own to run), and the planning pass of one holds
-        the write lock longer than the other's writes wait. An ``flock`` on the file
-        itself: SQLite's own locks are POSIX record locks, which ``flock`` does not meet;
-        reading a store (report, diff, merge) takes none.
+        An ``flock`` on the file, which SQLite's POSIX record locks do not meet; readers
+        (report, diff, merge) take none.
         """
         import fcntl
 
@@ -149,10 +139,8 @@ class Store:
         return _Transaction(self.db)
 
     def queue(self, entry: dict[str, Any]) -> None:
-        """Make a row pending (new, changed or rerun), clearing any earlier result.
-
-        A row resumed with the same key (stopped or lost in flight) keeps its count of
-        attempts, so the store shows it was started before."""
+        """Make a row pending (new, changed or rerun), clearing any earlier result; a row
+        resumed with the same key keeps its count of attempts."""
         self.db.execute(
             "INSERT INTO runs (id, manifest, line, key, input_digest, target, image_id, "
             "state, attempts, queued_at) VALUES (:id, :manifest, :line, :key, "
@@ -171,9 +159,7 @@ class Store:
         )
 
     def start(self, manifest: str, row_id: str, run_id: str) -> None:
-        """Record an attempt starting: committed when the slot admits it, before its
-        ``flow/run`` is sent (its container may have been prepared already; a prepared
-        row not admitted stays ``pending``, with no attempt counted)."""
+        """Record an attempt starting (the row admitted, before its ``flow/run``)."""
         self.db.execute(
             "UPDATE runs SET state = 'running', run_id = ?, attempts = attempts + 1, "
             "started_at = ? WHERE manifest = ? AND id = ?",
@@ -212,8 +198,8 @@ class Store:
 
 
 def _migrate(db: sqlite3.Connection) -> None:
-    """Name a store's rows by manifest and id where they were named by id alone: the table
-    made again under that key, every row copied as it was."""
+    """Key a store's rows by manifest and id where they were keyed by id alone, every row
+    copied as it was."""
     if _keyed_by_id(db):
         db.execute("BEGIN IMMEDIATE")
         try:
