@@ -116,18 +116,13 @@ def batch_run(
         if halt not in ("soon", "now"):
             raise UsageError(f"--halt {halt!r}: use soon or now")
         options = BatchOptions(
-            manifest, results, defaults, load_config(config, False), jobs or _cores(),
+            manifest, results, defaults, load_config(config, False), jobs or os.cpu_count() or 1,
             retries, again, _halt(halt_on_failure), halt == "now",
             _shard(shard), "quiet" if quiet else "auto", progress_every, prepare=prepare,
         )  # fmt: skip
     except UsageError as exc:
         _fail_usage(str(exc))
     raise typer.Exit(_run_batch(options, junit, jsonl))
-
-
-def _cores() -> int:
-
-    return os.cpu_count() or 1
 
 
 def _halt(text: str | None) -> Halt | None:
