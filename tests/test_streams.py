@@ -307,8 +307,8 @@ async def test_inboxes_of_one_transport_pause_it_while_either_is_full() -> None:
     reading, transport = SharedReading(), _SharedTransport()
     reading.attach(transport)  # type: ignore[arg-type]
     out, err = Inbox(limit=100), Inbox(limit=10)
-    out.attach(reading.hold())
-    err.attach(reading.hold())
+    out.attach(reading)
+    err.attach(reading)
     out.put(b"o" * 101)
     assert not transport.reading
     err.put(b"e" * 11)
@@ -335,7 +335,7 @@ async def test_a_stream_out_of_step_stops_the_reading_for_good() -> None:
     reading, transport = SharedReading(), _SharedTransport()
     reading.attach(transport)  # type: ignore[arg-type]
     out = Inbox(limit=10)
-    out.attach(reading.hold())
+    out.attach(reading)
     out.put(b"o" * 11)
     reading.stop()
     assert await out.receive() == b"o" * 11

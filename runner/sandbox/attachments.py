@@ -1,29 +1,21 @@
 """Attachments: host paths an invocation may see, and the host paths it never may.
 
 ``--attach NAME=HOSTPATH[:ro|:rw]`` is the one way a run reaches host files, so a
-mistaken or malicious spec is stopped here, before any sandbox exists (for every backend).
+mistaken or malicious spec is stopped here, before any sandbox exists.
 
-A path is judged by what it *is*: it is opened once (``O_PATH | O_NOFOLLOW``) and the
-descriptor is judged by its type (only a directory or a regular file), the path the
-kernel gives it (symlinks resolved) and its identity (device and inode: a bind mount of a
-refused directory elsewhere is refused too). Refused: ``/``, ``/proc``, ``/sys``,
-``/dev``, ``/etc``, ``/boot``, ``/root`` and every container engine's and runtime's state
-with everything inside them, anything in a ``.ssh`` directory, a file named
-``docker.sock``, and a directory exposing one of those from above (an ancestor such as
-``/run``, or a home directory holding ``.ssh`` or ``docker.sock``).
-
-Inside an attached directory a socket or device node is refused too, among its first
-:data:`SCAN_LIMIT` entries, breadth first (where sockets such as ``/run/user/1000/bus``
-live); symlinks are not followed (in the container they resolve against its own root).
+A path is opened once (``O_PATH | O_NOFOLLOW``) and judged by what it *is*: its type
+(only a directory or a regular file), the path the kernel gives it and its identity (a
+bind mount of a refused directory is refused too). Refused: ``/``, the system trees,
+every container engine's and runtime's state, anything in a ``.ssh`` directory, a file
+named ``docker.sock``, and a directory exposing one of those from above (``/run``, a
+home directory). A socket or device node among an attached directory's first
+:data:`SCAN_LIMIT` entries is refused too; symlinks inside are not followed.
 
 A checked path could be swapped for a symlink before the engine mounts it by whoever can
-write a parent directory, so every parent must be changeable only by root or this user
-(owned by one of them and not group- or world-writable, or sticky with the entry below
-owned by one of them): inside a read-write attachment nothing can be attached. The
-backend holds the descriptor until the component runs and compares what it mounted with
-it (:meth:`HeldPath.recheck`).
-
-A profile's ``allowed_mounts`` lets a path at or under a listed one through on purpose.
+write a parent directory, so every parent must be changeable only by root or this user:
+inside a read-write attachment nothing can be attached. The backend holds the descriptor
+and compares what it mounted with it (:meth:`HeldPath.recheck`). A profile's
+``allowed_mounts`` lets a path at or under a listed one through on purpose.
 """
 
 from __future__ import annotations
@@ -117,13 +109,9 @@ class UntrustedLink(ValueError):
 
 
 def resolve_links(given: Path) -> Path:
-    """``given`` resolved (it must exist), every symlink on the way judged first.
-
-    A symlink in a directory others can change (one attached read-write) could point at
-    ``~/.aws`` by the time a later run reads it, and its target would look trusted; so
-    each symlink's directories are judged as a path's parents are. Raises
-    :class:`UntrustedLink` naming it, ``OSError`` if a part is missing or the links loop.
-    """
+    """``given`` resolved (it must exist), each symlink's directories judged first as a
+    path's parents are: a link others can change could point anywhere by a later run.
+    Raises :class:`UntrustedLink` naming it, ``OSError`` if a part is missing or loops."""
     parts = deque(given.absolute().parts[1:])
     current, links = Path("/"), 0
     while parts:
@@ -231,13 +219,9 @@ _ACL_XATTRS = ("system.posix_acl_access",)
 
 
 def check_usable(held: HeldPath, user: str, *, shown_as: str | None = None) -> None:
-    """Refuse a held path the sandbox's ``user`` (``UID:GID``) cannot use as attached.
-
-    Otherwise writes into a root-owned 0755 directory fail inside, the run may succeed,
-    and the user finds nothing. The mode bits are read against the ids (supplementary
-    groups unknown, not counted); a path with a POSIX ACL, or a ``user`` that names a
-    user, is not judged. ``shown_as`` names the path in the message (``--scratch DIR``).
-    """
+    """Refuse a held path the sandbox's ``user`` (``UID:GID``) cannot use as attached
+    (else writes fail inside and the run may succeed). Mode bits only: a path with a POSIX
+    ACL, or a named ``user``, is not judged. ``shown_as`` names it in the message."""
     uid_text, _, gid_text = user.partition(":")
     if not (uid_text.isdigit() and gid_text.isdigit()):
         return

@@ -34,11 +34,8 @@ class Attachment:
 
 @dataclass(frozen=True)
 class LaunchRequest:
-    """Everything a backend needs to prepare one invocation's sandbox.
-
-    ``scratch_dir`` is a host directory to use as scratch (kept after the run); ``None``
-    asks the backend for a private scratch that it removes at the end.
-    """
+    """Everything a backend needs to prepare one invocation's sandbox. ``scratch_dir``:
+    a host directory kept after the run; ``None``: a private one, removed at the end."""
 
     attachments: tuple[Attachment, ...] = ()
     scratch_dir: Path | None = None
@@ -48,11 +45,8 @@ class LaunchRequest:
 
 @dataclass(frozen=True)
 class DiskBreach:
-    """A bounded host directory grew past its bound during a run, so the run was stopped.
-
-    ``added_*`` are measured against what it held at launch; ``reason`` says which bound
-    was crossed, or that it could not be measured (an unreadable subdirectory).
-    """
+    """A bounded host directory grew past its bound (``added_*``: since launch), or could
+    not be measured, during a run, so the run was stopped."""
 
     name: str
     """``scratch`` or the attachment's name."""
@@ -154,11 +148,8 @@ class RunningComponent(Protocol):
 
 @dataclass(frozen=True)
 class ImageEntry:
-    """One entry under a path read out of an image, named relative to that path.
-
-    ``kind`` ``other`` is anything but a regular file or a directory (a symlink, a hard
-    link, a device): its bytes are not read.
-    """
+    """One entry under a path read out of an image, named relative to that path; the
+    bytes of ``other`` (a symlink, a hard link, a device) are not read."""
 
     path: str
     kind: Literal["file", "dir", "other"]
@@ -173,10 +164,8 @@ class ImageSource(Protocol):
     labels: Mapping[str, str]
 
     async def files(self, path: str, *, max_bytes: int) -> list[ImageEntry] | None:
-        """The entries under ``path`` (``None`` if the image has no such path).
-
-        More than ``max_bytes`` in all raises :class:`~runner.sandbox.errors.SandboxError`.
-        """
+        """The entries under ``path`` (``None`` if the image has no such path); more than
+        ``max_bytes`` in all raises :class:`~runner.sandbox.errors.SandboxError`."""
         ...
 
 
@@ -188,9 +177,7 @@ class Sandbox(Protocol):
 
     async def image_source(self) -> ImageSource | None:
         """The image this sandbox runs, to read files from; ``None`` when it runs none.
-
-        Raises :class:`~runner.sandbox.errors.SandboxError` (a missing image, no engine).
-        """
+        Raises :class:`~runner.sandbox.errors.SandboxError` (a missing image, no engine)."""
         ...
 
     def planned_paths(self, request: LaunchRequest) -> tuple[Mapping[str, str], str]:

@@ -41,8 +41,12 @@ class Pipes:
             stdin_r, stdin_w, stdout_r, stdout_w, stderr_r, stderr_w = self._raw
             self.child = [stdin_r, stdout_w, stderr_w]
             self._raw = [stdin_w, stdout_r, stderr_r]
-            writer = StdinWriter()
-            await _serve(loop.connect_write_pipe, _WriteProtocol(writer), self._take(stdin_w, "wb"))
+            writer, stdin = StdinWriter(), self._take(stdin_w, "wb")
+            try:
+                await loop.connect_write_pipe(lambda: writer, stdin)
+            except BaseException:
+                stdin.close()
+                raise
             self.stdin = writer
             self.stdout = await _output(loop, self._take(stdout_r, "rb"))
             self.stderr = await _output(loop, self._take(stderr_r, "rb"))
@@ -75,16 +79,6 @@ class Pipes:
         return pipe
 
 
-async def _serve(connect: Any, protocol: asyncio.BaseProtocol, pipe: Any) -> Any:
-    """Connect ``protocol`` to ``pipe``; the pipe is closed if that fails."""
-    try:
-        transport, _ = await connect(lambda: protocol, pipe)
-    except BaseException:
-        pipe.close()
-        raise
-    return transport
-
-
 async def _output(loop: asyncio.AbstractEventLoop, pipe: Any) -> Inbox:
     inbox = Inbox(READ_LIMIT)
     try:
@@ -93,24 +87,6 @@ async def _output(loop: asyncio.AbstractEventLoop, pipe: Any) -> Inbox:
         pipe.close()
         raise
     return inbox
-
-
-class _WriteProtocol(asyncio.BaseProtocol):
-    def __init__(self, writer: StdinWriter) -> None:
-        self._writer = writer
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.WriteTransport)
-        self._writer.attach(transport)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._writer.lose()
-
-    def pause_writing(self) -> None:
-        self._writer.pause()
-
-    def resume_writing(self) -> None:
-        self._writer.resume()
 
 
 class _PipeReader:

@@ -13,7 +13,7 @@ import importlib
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from runner.sandbox.base import Sandbox
 from runner.sandbox.errors import SandboxError
@@ -51,11 +51,10 @@ class StopGraces:
 class SandboxSpec:
     """What a caller asks of a sandbox; each backend reads the fields it knows.
 
-    ``command`` replaces an image's command (``docker``) or is the argv itself
-    (``process``). ``profile`` is a profile name, a TOML path, or a loaded profile;
-    ``base_dir`` is where a relative profile path starts (a configuration's directory).
-    ``user`` (``UID[:GID]``) replaces the profile's user. ``record_engine`` asks the
-    Docker backend to keep what the engine put in effect (``policy verify``).
+    ``command`` replaces an image's command or is the argv (``process``). ``profile``: a
+    name, a TOML path (relative to ``base_dir``) or a loaded profile; ``user``
+    (``UID[:GID]``) replaces its user. ``record_engine`` keeps what the engine put in
+    effect (``policy verify``).
     """
 
     backend: str
@@ -73,11 +72,8 @@ Factory = Callable[[SandboxSpec], tuple[Sandbox, StopGraces]]
 
 
 def open_sandbox(spec: SandboxSpec) -> tuple[Sandbox, StopGraces]:
-    """Build the sandbox ``spec`` names, with its stop graces.
-
-    Raises a :class:`SandboxError` (an unknown backend, a bad profile, a missing
-    command): nothing has run yet.
-    """
+    """Build the sandbox ``spec`` names, with its stop graces; a :class:`SandboxError`
+    (an unknown backend, a bad profile, a missing command) before anything ran."""
     return _factory(spec.backend)(spec)
 
 
@@ -111,8 +107,7 @@ def sandbox_engine(backend: str) -> SandboxEngine:
             f"the sandbox backend {backend!r} has no engine to ask about images and left "
             f"sandboxes (backends with one: {', '.join(sorted(ENGINES))}); run it with one of them"
         )
-    module, _, attribute = target.partition(":")
-    engine: SandboxEngine = getattr(importlib.import_module(module), attribute)()
+    engine: SandboxEngine = _load(target)()
     return engine
 
 
@@ -139,9 +134,14 @@ def _factory(name: str) -> Factory:
                 f"that registers it under the {ENTRY_POINT_GROUP!r} entry-point group"
             )
         target = registered[name]
-    module, _, attribute = target.partition(":")
-    factory: Factory = getattr(importlib.import_module(module), attribute)
+    factory: Factory = _load(target)
     return factory
+
+
+def _load(target: str) -> Any:
+    """The object a ``module:attribute`` entry-point value names."""
+    module, _, attribute = target.partition(":")
+    return getattr(importlib.import_module(module), attribute)
 
 
 def load_spec_profile(spec: SandboxSpec) -> SandboxProfile:

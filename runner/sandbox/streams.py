@@ -26,9 +26,9 @@ WRITE_LIMIT = 1 << 16
 """Bytes a transport may buffer before a send waits for the component to read."""
 
 
-class StdinWriter(ByteSendStream):
-    """A component's stdin: ordered writes to one transport, fed by its protocol (pause,
-    resume, loss); ``aclose`` half-closes."""
+class StdinWriter(ByteSendStream, asyncio.BaseProtocol):
+    """A component's stdin: ordered writes to one transport, and the protocol (or the
+    delegate of one) that feeds it pause, resume and loss; ``aclose`` half-closes."""
 
     def __init__(self) -> None:
         self._transport: asyncio.WriteTransport | None = None
@@ -38,18 +38,19 @@ class StdinWriter(ByteSendStream):
         self._closed = False  # half-closed, or closing, by us
         self._lost = False  # the transport is gone: nothing more can be written
 
-    def attach(self, transport: asyncio.WriteTransport) -> None:
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.WriteTransport)
         self._transport = transport
         transport.set_write_buffer_limits(WRITE_LIMIT)
 
-    def pause(self) -> None:
+    def pause_writing(self) -> None:
         self._paused = True
 
-    def resume(self) -> None:
+    def resume_writing(self) -> None:
         self._paused = False
         self._pass_turn()
 
-    def lose(self) -> None:
+    def connection_lost(self, exc: Exception | None) -> None:
         """The transport was lost: every waiting sender is woken to find it gone."""
         self._lost = True
         for turn in self._turns:
@@ -143,8 +144,8 @@ class ReadValve(Protocol):
 
 class SharedReading:
     """One read transport filling several inboxes (the attach socket: stdout and stderr),
-    read while none of them is full. Closing one inbox only drops its hold; :meth:`stop`
-    stops reading for good."""
+    and the valve of each: read while none of them is paused. :meth:`stop` stops reading
+    for good."""
 
     def __init__(self) -> None:
         self._transport: asyncio.ReadTransport | None = None
@@ -160,35 +161,19 @@ class SharedReading:
         if self._transport is not None:
             self._transport.pause_reading()
 
-    def hold(self) -> ReadValve:
-        """A valve for one more inbox of this transport."""
-        return _Hold(self)
-
-    def _pause(self) -> None:
+    def pause_reading(self) -> None:
+        """One more inbox is full (each pauses and resumes at most once in turn)."""
         self._holds += 1
         if self._holds == 1 and self._transport is not None:
             self._transport.pause_reading()
 
-    def _resume(self) -> None:
+    def resume_reading(self) -> None:
         self._holds -= 1
         if self._holds == 0 and not self._stopped and self._transport is not None:
             self._transport.resume_reading()  # a no-op once it is closing
 
-
-class _Hold:
-    """One inbox's share of a :class:`SharedReading`."""
-
-    def __init__(self, reading: SharedReading) -> None:
-        self._reading = reading
-
-    def pause_reading(self) -> None:
-        self._reading._pause()
-
-    def resume_reading(self) -> None:
-        self._reading._resume()
-
     def close(self) -> None:
-        """The inbox was discarded: the transport stays, for the others and for the end."""
+        """An inbox was discarded: the transport stays, for the others and for the end."""
 
 
 class Inbox(ByteReceiveStream):

@@ -92,8 +92,8 @@ class AttachConnection:
         self._reading = SharedReading()
         self.stdout = Inbox(STDOUT_LIMIT)
         self.stderr = Inbox(STDERR_LIMIT)
-        self.stdout.attach(self._reading.hold())
-        self.stderr.attach(self._reading.hold())
+        self.stdout.attach(self._reading)
+        self.stderr.attach(self._reading)
         self._inboxes = {STDOUT: self.stdout, STDERR: self.stderr}
         self._ended = anyio.Event()
 
@@ -110,7 +110,7 @@ class AttachConnection:
 
     def _made(self, transport: asyncio.Transport) -> None:
         self._transport = transport
-        self.stdin.attach(transport)
+        self.stdin.connection_made(transport)
         self._reading.attach(transport)
 
     def _received(self, data: bytes | memoryview) -> None:
@@ -156,14 +156,14 @@ class _AttachProtocol(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         # A reset is an end like any other: inspection tells what happened.
-        self._connection.stdin.lose()
+        self._connection.stdin.connection_lost(exc)
         self._connection._end()
 
     def pause_writing(self) -> None:
-        self._connection.stdin.pause()
+        self._connection.stdin.pause_writing()
 
     def resume_writing(self) -> None:
-        self._connection.stdin.resume()
+        self._connection.stdin.resume_writing()
 
 
 async def open_connection(own: socket.socket) -> AttachConnection:

@@ -227,18 +227,20 @@ class Engine:
         self,
         lease: Lease,
         method: str,
-        path: str,
+        action: str,
         *,
         expected: tuple[int, ...],
         limit: float | None = None,
         stalls: bool = False,
         **kwargs: Any,
     ) -> Reply:
-        """A direct call about the lease's container within ``limit`` seconds (default
+        """A direct call about the lease's container (``action``: the path after its id,
+        with its ``/``) within ``limit`` seconds (default
         the client's) and the lease's budget; its reply if its status is ``expected``,
         else a loss raised (404: gone). With ``stalls`` or a budget, no answer from an
         engine that answers a ping is :class:`CallStalled`, not a loss."""
         http = self.direct()
+        path = f"/containers/{lease.container_id}{action}"
         timeout = lease.timeout(http.timeout if limit is None else limit)
         try:
             reply = await http.call(method, path, timeout=timeout, **kwargs)
@@ -318,14 +320,12 @@ class Engine:
         """Start the container; the engine's explanation if it refused (a 4xx). Removed
         meanwhile (404) or an engine failure is a loss, raised."""
         refusals = tuple(status for status in range(400, 500) if status != 404)
-        path = f"/containers/{lease.container_id}/start"
-        reply = await self._leased(lease, "POST", path, expected=(204, 304, *refusals))
+        reply = await self._leased(lease, "POST", "/start", expected=(204, 304, *refusals))
         return reply.message if reply.status >= 400 else None
 
     async def inspect(self, lease: Lease) -> dict[str, Any]:
         """The container's inspect document."""
-        path = f"/containers/{lease.container_id}/json"
-        info = (await self._leased(lease, "GET", path, expected=(200,))).json()
+        info = (await self._leased(lease, "GET", "/json", expected=(200,))).json()
         if not isinstance(info, dict):
             raise lease.loss("the engine's inspect document is not a JSON object")
         return info
@@ -333,20 +333,16 @@ class Engine:
     async def kill(self, lease: Lease) -> bool:
         """SIGKILL the container; ``False`` if it was not running. Answered within
         :data:`KILL_ANSWER` seconds, or :class:`CallStalled` (see there)."""
-        path = f"/containers/{lease.container_id}/kill"
         reply = await self._leased(
-            lease, "POST", path, expected=(204, 409), limit=KILL_ANSWER, stalls=True
+            lease, "POST", "/kill", expected=(204, 409), limit=KILL_ANSWER, stalls=True
         )
         return reply.status == 204
 
     async def remove(self, lease: Lease) -> None:
         """Force-remove the container with its anonymous volumes; gone (404) or being
         removed (409) is the end wanted. No answer from a live engine: :class:`CallStalled`."""
-        path = f"/containers/{lease.container_id}"
         query = {"v": "1", "force": "1"}
-        await self._leased(
-            lease, "DELETE", path, query=query, expected=(204, 404, 409), stalls=True
-        )
+        await self._leased(lease, "DELETE", "", query=query, expected=(204, 404, 409), stalls=True)
 
     async def inspect_image(self, image: str) -> dict[str, Any]:
         """The image's inspect document, or :class:`ImageMissing`."""

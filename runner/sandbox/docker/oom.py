@@ -1,21 +1,17 @@
 """Whether the kernel's OOM killer ran in a container: read from its memory cgroup.
 
-The engine's ``OOMKilled`` flag travels from the kernel through the shim on a path of its
-own, and may come after the exit it caused or be dropped. So the fact is taken from the
-container's memory cgroup, visible to a root process on the engine's host.
+The engine's ``OOMKilled`` flag may come after the exit it caused, or never, so the fact
+is taken from the container's memory cgroup where this process can see it (as root).
 
-cgroup v1: two eventfds are registered through ``cgroup.event_control`` right after the
-start: one on ``memory.oom_control`` (signalled in the OOM path, before the kill, and at
-the cgroup's removal), and, first, one on a usage threshold no cgroup reaches (signalled
-only at the removal). The kernel removes a cgroup's events newest first, so when the
-second fires the first has had its removal signal: its signals after the cgroup went are
-that one plus one per OOM not read in time. No timing decides the verdict.
+cgroup v1: two eventfds are registered through ``cgroup.event_control``: first one on a
+usage threshold no cgroup reaches (signalled only at the removal), then one on
+``memory.oom_control`` (signalled in the OOM path and at the removal). The kernel removes
+events newest first, so once the first fires, the second's signals after the cgroup went
+are its removal plus one per OOM not read in time: no timing decides the verdict.
 
 cgroup v2: ``memory.events`` is polled while the cgroup exists; an OOM read too late is
-not seen (:attr:`OomWatch.verdict` is ``None``) and the engine's flag decides.
-
-Where the cgroup is not visible, cannot be registered with (not root), or is already
-gone, :func:`watch_oom` returns ``None`` and the engine's flag is the only source.
+not seen (:attr:`OomWatch.verdict` ``None``). Where the cgroup cannot be watched,
+:func:`watch_oom` returns ``None``; the engine's flag decides then.
 """
 
 from __future__ import annotations
@@ -81,8 +77,7 @@ class OomWatch:
     @property
     def verdict(self) -> bool | None:
         """True once an OOM was seen; False when none happened; None when this watch
-        cannot tell yet (see :meth:`settle`) or at all (v2), and the engine's flag decides.
-        """
+        cannot tell yet (see :meth:`settle`) or at all (v2)."""
         with self._lock:
             if self._kills > 0 or self._notified or self._unread_signals >= 2:
                 return True
