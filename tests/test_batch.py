@@ -494,17 +494,18 @@ def test_prepared_containers_stay_within_the_lookahead_and_sigterm_removes_them(
     cases = [{"id": "long", "input": {"seconds": 30}}]
     cases += [{"id": f"next-{i}", "input": {"seconds": 0}} for i in range(6)]
     manifest = write_manifest(tmp_path / "ahead.jsonl", cases)
-    args = [manifest, "--image", SLOW_IMAGE, "--profile", fast, "--jobs", "1", "--prepare", "2"]
+    # More prepared than slots: the look-ahead is --prepare's, not the slots' queue's.
+    args = [manifest, "--image", SLOW_IMAGE, "--profile", fast, "--jobs", "1", "--prepare", "3"]
     process = start_batch(tmp_path, *args, "-q")
-    wait_containers(docker_client, process, 3)  # the run and two prepared, up and waiting
+    wait_containers(docker_client, process, 4)  # the run and three prepared, up and waiting
     seen = set()
     until = time.monotonic() + 2  # a preparation takes well under 2 s: more would show
     while time.monotonic() < until:
         now = runner_containers(docker_client, process.pid)
-        assert len(now) <= 3, [c.labels.get(LABEL_RUN_ID) for c in now]
+        assert len(now) <= 4, [c.labels.get(LABEL_RUN_ID) for c in now]
         seen.update(c.labels[LABEL_RUN_ID].split("-", 1)[1] for c in now)
         time.sleep(0.05)
-    assert seen == {"long", "next-0", "next-1"}
+    assert seen == {"long", "next-0", "next-1", "next-2"}
     got = rows(tmp_path / "flow-runner-results.sqlite")
     assert (got["long"]["state"], got["long"]["attempts"]) == ("running", 1)
     assert all((got[f"next-{i}"]["state"], got[f"next-{i}"]["attempts"]) == ("pending", 0)

@@ -107,7 +107,8 @@ class BatchOptions:
     ``None``: the Docker backend's (the process-wide engine)."""
     prepare: int | None = None
     """Containers prepared ahead of their runs (started, not yet sent ``flow/run``), at
-    most this many beyond the runs in flight; ``None``: ``jobs``; 0: none."""
+    most this many beyond the runs in flight; ``None``: twice ``jobs`` (a container's
+    start takes the engine several times as long as a short run); 0: none."""
 
 
 @dataclass
@@ -204,7 +205,7 @@ class _Batch:
         self._engine = options.engine or sandbox_engine("docker")
         self._flows: FlowHost | None = None
         jobs = self._jobs = max(1, options.jobs)
-        ahead = jobs if options.prepare is None else options.prepare
+        ahead = self._ahead = 2 * jobs if options.prepare is None else max(0, options.prepare)
         self._lookahead = anyio.Semaphore(ahead) if ahead > 0 else None
         """Tokens for containers prepared and not yet admitted; ``None``: none prepared."""
         self._removals = anyio.Semaphore(jobs)
@@ -268,7 +269,8 @@ class _Batch:
             self.options.progress, self.counts, self.options.progress_every
         )
         jobs = self._jobs
-        send, receive = anyio.create_memory_object_stream[_Admission](jobs)
+        # Room for every prepared row not yet admitted: the look-ahead is the semaphore's.
+        send, receive = anyio.create_memory_object_stream[_Admission](max(jobs, self._ahead))
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(shown.show)
