@@ -1,11 +1,8 @@
 """Where component requests go: the broker interface the driver dispatches to.
 
-The driver has already checked the envelope, the params, admission and operation
-identity; a broker only decides what the call means (which child flow, which capability
-provider, which channel) and either returns the method's success result or raises
-:class:`OperationError`. With no host configuration nothing is admitted
-(:class:`UnavailableBroker`); with one, :class:`FlowBroker` routes by the calling flow's
-configured child slots and capability bindings.
+The driver has already checked the envelope, params, admission and operation identity;
+a broker only decides what the call means (which child flow, capability provider or
+channel) and returns the method's success result or raises :class:`OperationError`.
 """
 
 from __future__ import annotations
@@ -88,26 +85,17 @@ class ChildBudget:
         self.running -= 1
 
 
+@dataclass(frozen=True, kw_only=True, eq=False)
 class FlowBroker:
     """Routes one invocation's requests by the configuration of its flow."""
 
-    def __init__(
-        self,
-        *,
-        children: Mapping[str, str],
-        capabilities: Mapping[str, CapabilitySlot],
-        run_child: RunChild,
-        budget: ChildBudget,
-        max_depth: int,
-        channels: ChannelParty | None = None,
-    ) -> None:
-        self.children = children
-        self.capabilities = capabilities
-        self.run_child = run_child
-        self.budget = budget
-        self.max_depth = max_depth
-        self.channels = channels
-        """The calling invocation's channel table: where mapped rights move from."""
+    children: Mapping[str, str]
+    capabilities: Mapping[str, CapabilitySlot]
+    run_child: RunChild
+    budget: ChildBudget
+    max_depth: int
+    channels: ChannelParty | None = None
+    """The calling invocation's channel table: where mapped rights move from."""
 
     async def handle(
         self, method: str, params: dict[str, JSONValue], call: CallContext

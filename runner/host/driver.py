@@ -61,7 +61,7 @@ async def drive(
         broker,
         CallContext(run_id, deadline, depth),
         graces or StopGraces(),
-        control,
+        control or RunControl(),
         OperationLedger(retained_bytes, tree),
         channels,
     )

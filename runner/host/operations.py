@@ -1,25 +1,18 @@
 """Operation identity for one root Run (PROTOCOL.md §8): join, replay, conflict, UNCERTAIN.
 
-Component code names its child runs and capability calls with an ``operationId``. The same
-id with the same canonical method and params (JSON/1 canonical bytes, ``operationId``
-excluded) joins the operation in flight or replays its settled result or error without
-dispatching again; a changed method or params is ``OPERATION_CONFLICT`` before dispatch.
+The same ``operationId`` with the same canonical method and params joins the operation in
+flight or replays its settled result or error without dispatching again; changed method
+or params is ``OPERATION_CONFLICT`` before dispatch.
 
-Each transport request is one waiter. The work runs in the task of the request that first
-dispatched it (no extra task per call: this is the hot path). When the component cancels
-that request, its answer is already ``CANCELLED`` on the wire, but its task keeps running
-the work for as long as another waiter is attached; the work is cancelled only when no
-waiter remains. Work stopped that way may have had effects, so the operation settles as
-``UNCERTAIN`` and stays so for its id. It is cancelled through a cancel scope: the
-ledger's own, or the one the caller settles the dispatching request in (the driver's
-per-call scope, handed to :meth:`OperationLedger.admit`), which spares a scope per call.
+The work runs in the task of the request that dispatched it (no task per call: the hot
+path). When the component cancels that request, its task keeps running the work while
+another waiter is attached; with none left the work is cancelled, and since it may have
+had effects the operation settles ``UNCERTAIN`` for good.
 
-Every operation is kept until the Run ends, so what it keeps is small and bounded: the
-SHA-256 of its canonical identity (never the params, which may be megabytes), and once
-settled its result as encoded JSON/1 bytes (or its error, without a traceback that would
-hold the call's frames and params), charged with a fixed overhead to a byte budget, the
-Run's own and its run tree's (:class:`~runner.host.bounds.TreeBudget`). A join or a
-replay is answered with those bytes as they are: nothing is decoded or encoded again.
+Every operation is kept until the Run ends, so it keeps little: the SHA-256 of its
+identity (never the params) and its encoded result or bare error, charged to the Run's
+budget and its tree's (:class:`~runner.host.bounds.TreeBudget`). Joins and replays are
+answered with those bytes as they are.
 """
 
 from __future__ import annotations
@@ -28,7 +21,7 @@ import hashlib
 from collections.abc import Awaitable, Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, NamedTuple
 
 import anyio
 
@@ -44,11 +37,11 @@ Encode = Callable[[JSONValue], Awaitable[bytes]]
 """Encodes a valid result for keeping (``json1.dumps``, maybe away from the loop)."""
 _UNSCOPED: Final = nullcontext()  # the caller runs the work in the operation's scope
 RETAINED_BYTES: Final = 64 << 20
-"""Default budget of one Run's ledger: 65,535 small operations (the lifetime request
-limit of a channel, PROTOCOL.md §12) fit with room to spare; 150 results of 400 KiB too."""
+"""Default budget of one Run's ledger: 65,535 small operations (a channel's lifetime
+request limit, PROTOCOL.md §12) fit, or 150 results of 400 KiB."""
 ENTRY_BYTES: Final = 512
-"""What one kept operation costs besides its result (entry, digest, id, dict slot;
-measured about 400 bytes), charged so that the budget bounds many tiny operations too."""
+"""What one kept operation costs besides its result, so the budget bounds many tiny
+operations too."""
 
 
 @dataclass(slots=True)
@@ -57,16 +50,13 @@ class _Operation:
     """SHA-256 of the canonical identity: enough to tell a conflict, 32 bytes to keep."""
     runner: str
     scope: anyio.CancelScope | None
-    """The work runs in it and is cancelled through it when abandoned. Dropped once done:
-    a Run keeps every operation it saw, and a settled one is only replayed."""
+    """The work runs in it and is cancelled through it when abandoned; dropped once done."""
     own_scope: bool  # the ledger enters `scope` (else the caller settles inside it)
     runner_attached: bool = True
     waiters: set[str] | None = None  # made for the first joiner: an empty set is 216 bytes
     done: bool = False
-    # Set once done; made only when a waiter has to wait (most operations have none).
-    finished: anyio.Event | None = None
-    result: bytes = b"null"
-    """The settled result, encoded: compact, its size known, the answer of every replay."""
+    finished: anyio.Event | None = None  # made only when a waiter has to wait
+    result: bytes = b"null"  # the settled result, encoded: the answer of every replay
     error: OperationError | None = None
 
     def answer(self) -> bytes:
@@ -92,9 +82,9 @@ class _Operation:
             self.scope.cancel()
 
 
-@dataclass(frozen=True)
-class Ticket:
-    """One request's place in an operation: it dispatches the work or waits for it."""
+class Ticket(NamedTuple):
+    """One request's place in an operation: it dispatches the work or waits for it (a
+    tuple, not a frozen dataclass: one is made per operation call, on the hot path)."""
 
     request_id: str
     operation: _Operation
@@ -102,28 +92,23 @@ class Ticket:
 
     def encoded_result(self) -> bytes:
         """Once :meth:`OperationLedger.settle` returned a result for this ticket: that
-        result as ``json1.dumps`` encoded it for keeping (the response reuses it)."""
+        result, as encoded for keeping."""
         return self.operation.result
 
 
 class OperationLedger:
     """The operations of one root Run, keyed by ``operationId``.
 
-    Every operation is kept for replay until the Run ends, so what they hold is bounded:
-    once ``budget`` bytes are retained (:data:`ENTRY_BYTES` per operation plus its
-    encoded result or error), a new ``operationId`` is refused ``RESOURCE_EXHAUSTED`` (a
-    host's retained-result budget, PROTOCOL.md §5); joins and replays of known ones still
-    work. Operations admitted before the budget ran out still keep their results, so it
-    is exceeded by at most the results of the calls in flight then (64 on the wire).
+    Once ``budget`` bytes are retained, a new ``operationId`` is refused
+    ``RESOURCE_EXHAUSTED`` (PROTOCOL.md §5); joins and replays still work. Operations
+    admitted before then keep their results, so the budget is exceeded by at most the
+    results of the calls in flight (64 on the wire).
     """
 
     def __init__(self, budget: int = RETAINED_BYTES, tree: TreeBudget | None = None) -> None:
         self.budget = budget
-        self.tree = tree or TreeBudget()
-        """The run tree's budget: charged with what this ledger retains, until
-        :meth:`close`; a new ``operationId`` is refused once it is spent too."""
+        self.tree = tree or TreeBudget()  # charged with what is retained, until close()
         self.retained = 0
-        """Bytes charged so far: :data:`ENTRY_BYTES` per operation plus settled results."""
         self._operations: dict[str, _Operation] = {}
         self._by_request: dict[str, _Operation] = {}
         self.dispatches = 0
@@ -137,8 +122,8 @@ class OperationLedger:
 
     @classmethod
     def digest(cls, method: str, params: dict[str, JSONValue]) -> bytes:
-        """The SHA-256 of :meth:`identity`: what an operation keeps to tell a conflict.
-        Pure: a caller may work it out in a worker thread and hand it to :meth:`admit`."""
+        """The SHA-256 of :meth:`identity`; pure, so a caller may work it out in a worker
+        thread and hand it to :meth:`admit`."""
         return hashlib.sha256(cls.identity(method, params)).digest()
 
     def close(self) -> None:
@@ -154,17 +139,13 @@ class OperationLedger:
         scope: anyio.CancelScope | None = None,
         digest: bytes | None = None,
     ) -> Ticket:
-        """Decide at once, in arrival order, whether ``request_id`` dispatches or joins.
+        """Decide at once, in arrival order, whether ``request_id`` dispatches or joins,
+        so a cancel right behind a join cannot abandon work the join still waits for.
 
-        Raises ``OPERATION_CONFLICT`` before anything is dispatched. Deciding here rather
-        than in the request's task keeps a cancel that arrives right behind a join from
-        abandoning work the join still waits for.
-
-        ``scope`` is the cancel scope in which the caller will settle this request, if it
-        has one: should the request dispatch, work abandoned by every waiter is cancelled
-        through it, and the ledger spares a scope of its own (a cost on the hot path).
-        ``digest`` is :meth:`digest` of the call, if the caller worked it out already
-        (away from its loop: the identity of megabytes of params takes a while).
+        Raises ``OPERATION_CONFLICT`` before anything is dispatched. ``scope``: the cancel
+        scope the caller settles this request in, through which abandoned work is cancelled
+        (sparing the ledger a scope of its own). ``digest``: :meth:`digest` of the call,
+        if the caller worked it out already.
         """
         operation_id = params["operationId"]
         assert isinstance(operation_id, str)
@@ -210,10 +191,9 @@ class OperationLedger:
         check: Check = lambda _: None,
         encode: Encode | None = None,
     ) -> bytes:
-        """:meth:`settle`, answered with the result as kept: encoded once by ``encode``
-        (``json1.dumps`` on the loop by default) when it settles, never decoded or encoded
-        again. A result ``check`` refuses settles as ``INVALID_RESULT``, for every waiter
-        and every replay."""
+        """:meth:`settle`, answered with the result as kept, encoded once by ``encode``
+        (default ``json1.dumps``). A result ``check`` refuses settles ``INVALID_RESULT``
+        for every waiter and replay."""
         operation = ticket.operation
         if ticket.dispatch:
             await self._execute(operation, work, check, encode)
@@ -234,11 +214,8 @@ class OperationLedger:
         return await self.settle(self.admit(request_id, method, params), work)
 
     def cancel_waiter(self, request_id: str) -> bool:
-        """The component cancelled ``request_id``; True if its task must keep running.
-
-        The dispatching request's task carries the shared work: it is kept while another
-        waiter is attached. Any other request's task may be cancelled by the caller.
-        """
+        """The component cancelled ``request_id``; True if its task must keep running (it
+        dispatched the work and another waiter is attached)."""
         operation = self._by_request.get(request_id)
         if operation is None or operation.runner != request_id:
             return False
@@ -297,6 +274,6 @@ def _uncertain() -> OperationError:
 
 
 def _bare(error: OperationError) -> OperationError:
-    """A copy with no traceback, cause or context: those hold the frames (and the params)
-    of the call that raised it, for as long as the copy is kept."""
+    """A copy with no traceback, cause or context, which would hold the raising call's
+    frames and params for as long as the copy is kept."""
     return OperationError(error.code, error.message, error.details)

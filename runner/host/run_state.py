@@ -125,62 +125,54 @@ class RunOutcome:
     dispatches: int
 
 
+@dataclass(eq=False)
 class RunState:
     """The fields of one driven run. ``pumping`` and ``unwritten`` are plain fields read
     on every frame: they batch the pump's writes and decide nothing about what is legal."""
 
-    def __init__(
-        self,
-        component: RunningComponent,
-        session: HostSession,
-        broker: Broker,
-        context: CallContext,
-        graces: StopGraces,
-        control: RunControl | None,
-        ledger: OperationLedger,
-        channels: ChannelParty | None,
-    ) -> None:
-        self.component = component
-        self.session = session
-        self.broker = broker
-        self.context = context
-        self.graces = graces
-        self.control = control or RunControl()
-        self.ledger = ledger
-        self.tree: TreeBudget = ledger.tree  # the run tree's
-        self.channels = channels
-        self.stderr = StderrStore()
-        self.stderr_sink: Callable[[bytes], None] | None = None
-        self.settled = anyio.Event()  # root response or violation
-        self.over = anyio.Event()  # the supervisor is done: the run's tasks end
-        self.exited = anyio.Event()
-        self.stdout_done = anyio.Event()
-        self.exit_code: int | None = None
-        self.host_kill: HostKill | None = None
-        self.calls: dict[str, anyio.CancelScope] = {}
-        """The cancel scope of every admitted call, from admission (queued) to its answer."""
-        self.queued: deque[tuple[CallRequested, Ticket | None]] = deque()
-        """Admitted calls not yet started; the pump runs them before it reads again."""
-        self.payloads: deque[bytes] = deque()  # framed, not yet decoded (the pump's)
-        self.parked: list[anyio.Event] = []  # one per idle task of the pool
-        self.condition: Condition | None = None
-        self.started = time.monotonic()
-        self.timings: dict[str, float] = {}
-        self.output: deque[bytes] = deque()  # answers for stdin the transport has not taken
-        self.output_offset = 0  # how much of the first of them it took
-        self.output_drops = 0  # times the output was dropped: a write begun before is not taken
-        self.output_bytes = 0  # what it has not: with the outbox, the answers owed
-        self.owed_charged = 0  # the answers owed as last charged to the tree's budget
-        self.charges: dict[str, int] = {}  # large pending requests' sizes, charged too
-        self.output_room: anyio.Event | None = None  # set to wake the waiting pump
-        self.output_ready: anyio.Event | None = None  # set to wake the idle writer
-        self.stdin_state = Stdin.OPEN
-        stdin = component.stdin
+    component: RunningComponent
+    session: HostSession
+    broker: Broker
+    context: CallContext
+    graces: StopGraces
+    control: RunControl
+    ledger: OperationLedger
+    channels: ChannelParty | None
+    stderr_sink: Callable[[bytes], None] | None = None
+    stderr: StderrStore = field(default_factory=StderrStore)
+    settled: anyio.Event = field(default_factory=anyio.Event)  # root response or violation
+    over: anyio.Event = field(default_factory=anyio.Event)  # the supervisor is done
+    exited: anyio.Event = field(default_factory=anyio.Event)
+    stdout_done: anyio.Event = field(default_factory=anyio.Event)
+    exit_code: int | None = None
+    host_kill: HostKill | None = None
+    calls: dict[str, anyio.CancelScope] = field(default_factory=dict)
+    """The cancel scope of every admitted call, from admission (queued) to its answer."""
+    queued: deque[tuple[CallRequested, Ticket | None]] = field(default_factory=deque)
+    """Admitted calls not yet started; the pump runs them before it reads again."""
+    payloads: deque[bytes] = field(default_factory=deque)  # framed, not yet decoded
+    parked: list[anyio.Event] = field(default_factory=list)  # one per idle task of the pool
+    condition: Condition | None = None
+    started: float = field(default_factory=time.monotonic)
+    timings: dict[str, float] = field(default_factory=dict)
+    output: deque[bytes] = field(default_factory=deque)  # answers stdin has not taken
+    output_offset: int = 0  # how much of the first of them it took
+    output_drops: int = 0  # times the output was dropped: a write begun before is not taken
+    output_bytes: int = 0  # what it has not: with the outbox, the answers owed
+    owed_charged: int = 0  # the answers owed as last charged to the tree's budget
+    charges: dict[str, int] = field(default_factory=dict)  # large pending requests' sizes
+    output_room: anyio.Event | None = None  # set to wake the waiting pump
+    output_ready: anyio.Event | None = None  # set to wake the idle writer
+    stdin_state: Stdin = Stdin.OPEN
+    loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.get_running_loop)
+    write_handle: asyncio.Handle | None = None  # the scheduled _write_out
+    pumping: bool = False  # the pump's pass runs (until it waits): it writes at the end
+    unwritten: bool = False  # the session queued frames during that pass
+    resumed: float = 0.0  # when the pump last came back from the loop (PUMP_SLICE)
+    task_group: TaskGroup | None = None
+    phase: Phase = Phase.DRIVING
+
+    def __post_init__(self) -> None:
+        self.tree: TreeBudget = self.ledger.tree  # the run tree's
+        stdin = self.component.stdin
         self.write_now = stdin.send_nowait if isinstance(stdin, ImmediateSend) else None
-        self.loop = asyncio.get_running_loop()
-        self.write_handle: asyncio.Handle | None = None  # the scheduled _write_out
-        self.pumping = False  # the pump's pass runs (until it waits): it writes at the end
-        self.unwritten = False  # the session queued frames during that pass
-        self.resumed = 0.0  # when the pump last came back from the loop (PUMP_SLICE)
-        self.task_group: TaskGroup | None = None
-        self.phase = Phase.DRIVING
