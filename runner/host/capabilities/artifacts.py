@@ -147,14 +147,13 @@ class ArtifactsProvider(BlockingProvider):
             within = inner.startswith(prefix) or prefix.startswith(inner)
             return within and _path_problem(inner[:-1]) is None
 
-        found = [
+        found = sorted(
             path
             for path, entry in self._entries(wanted)
             if entry.is_file(follow_symlinks=False)
             and path.startswith(prefix)
             and _path_problem(path) is None
-        ]
-        found.sort()
+        )
         return {"paths": list(found[:limit]), "truncated": len(found) > limit}
 
     def _held(self) -> tuple[int, int]:

@@ -33,9 +33,8 @@ from runner.protocol.names import is_local_name
 from .provider import CapabilityError, InvalidInput, Provider, ProviderLost, UnknownMethod
 
 INLINE_CHECK_BYTES: Final = 65_536
-"""Values whose JSON is larger are checked against the contract in a worker thread: a
-check may cost a million work units (seconds), which must not stall the event loop, while
-for a small value the thread hop costs more than the check."""
+"""Values whose JSON is larger are checked in a worker thread: a check may take seconds,
+which must not stall the event loop; for a small value the hop costs more than the check."""
 
 
 class CapabilityBinding:

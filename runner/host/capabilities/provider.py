@@ -49,7 +49,6 @@ class Provider(Protocol):
 
     async def call(self, method: str, input: JSONValue) -> JSONValue:
         """Perform ``method`` with ``input`` (a JSON/1 value); return a JSON/1 value."""
-        ...
 
 
 class CapabilityError(Exception):
@@ -189,9 +188,8 @@ class Budget:
     fix: str
 
     def check(self, used: int | None, wanted: int) -> None:
-        """Refuse ``wanted`` more on top of ``used`` (``None``: a budget of one item) past
-        the limit with ``RESOURCE_EXHAUSTED``, its message and ``details`` saying what is
-        in use and wanted. Wanting nothing more passes, even in a store over its budget."""
+        """Refuse ``wanted`` more on top of ``used`` (``None``: a one-item budget) past the
+        limit (``RESOURCE_EXHAUSTED``); wanting nothing more passes, even over the limit."""
         if wanted <= 0 or (used or 0) + wanted <= self.limit:
             return
         needs = (
@@ -226,8 +224,7 @@ class Usage:
 
 class BlockingProvider(ABC):
     """A provider whose work blocks (files, SQLite): :meth:`call` checks the input on the
-    event loop and does the work in a worker thread, so the loop keeps serving every
-    other call and deadline."""
+    event loop and does the work in a worker thread, so the loop keeps serving."""
 
     methods: tuple[str, ...]
     """Its methods; ``list`` takes ``{prefix?, limit?}`` and is :meth:`list_`."""

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Coroutine, Iterable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import anyio
 
@@ -46,9 +46,8 @@ MAX_ITEM_BYTES = MAX_PAYLOAD_BYTES - len(
     b'{"jsonrpc":"2.0","id":"%s","result":{"item":{"sequence":%d,"value":}}}'
     % (b"i" * MAX_WIRE_ID_BYTES, 2**53 - 1)
 )
-"""The largest encoded value whose ``channel/next`` answer fits one frame for any reader
-(longest request id, largest sequence): a larger one is refused at its send, not lost at
-its read."""
+"""The largest encoded value whose ``channel/next`` answer fits one frame for any reader:
+a larger one is refused at its send, not lost at its read."""
 
 
 class ChannelHub(HubState):
@@ -264,16 +263,13 @@ class ChannelParty:
         return b"null"
 
     async def next(self, token: str) -> dict[str, JSONValue]:
+        """A provider's read: the answer a component would get, decoded."""
         receiver = self._begin_read(token)
         answer = self._read_now(receiver)
-        if answer is None:
-            answer = await self._read_later(receiver)
-        if isinstance(answer, int):
-            return {"end": {"lastSequence": answer}}
-        sequence, encoded = answer
-        if len(encoded) > SMALL_REQUEST:  # a large item is decoded away from the loop
-            return {"item": {"sequence": sequence, "value": await offload(json1.loads, encoded)}}
-        return {"item": {"sequence": sequence, "value": json1.loads(encoded)}}
+        encoded = _encoded(await self._read_later(receiver) if answer is None else answer)
+        small = len(encoded) <= SMALL_REQUEST
+        decoded = json1.loads(encoded) if small else await offload(json1.loads, encoded)
+        return cast(dict[str, JSONValue], decoded)
 
     def _begin_read(self, token: str) -> Receiver:
         """A ``channel/next`` on ``token``, checked; the room of the previous read freed."""
@@ -535,10 +531,9 @@ def _writable(source: Source) -> None:
 
 
 Schemas = tuple[Delivery, list[ItemSchema], list[tuple[Receiver, ItemSchema]]]
-"""What a send is checked against, taken on the loop: the source's delivery; its own and
-the writer's schemas, which a value must fit or the source fails; the live readers with
-schemas of their own (a direct source's reader failing fails the source, a broadcast
-reader fails alone)."""
+"""What a send is checked against, taken on the loop: the delivery; the source's and the
+writer's schemas (a misfit fails the source); live readers' own schemas (a misfit fails
+a broadcast reader alone, a direct source whole)."""
 
 
 def _schemas(source: Source, writer: Endpoint) -> Schemas:
@@ -550,9 +545,8 @@ def _schemas(source: Source, writer: Endpoint) -> Schemas:
 def _check(
     value: JSONValue, schemas: Schemas, units: int | None = None
 ) -> tuple[str | None, Checked]:
-    """The first violation that fails the source (or None), and how ``value`` fits each
-    reader. Given ``units`` (the loop's slice), each schema may spend only that many, and
-    :class:`Unfinished` is raised for a check that needs more."""
+    """The violation that fails the source (or None) and how ``value`` fits each reader;
+    given ``units``, each schema may spend only that many (else :class:`Unfinished`)."""
     delivery, constraints, readers = schemas
     if units is not None and len(constraints) + len(readers) > 3:
         raise Unfinished(units)  # many slices would hold the loop as long as one check

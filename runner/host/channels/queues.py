@@ -48,9 +48,8 @@ class ChannelLimits:
 
 
 class HubState:
-    """The channel state of one run tree: its limits, live sources and
-    :class:`~runner.host.bounds.TreeBudget` (shared by the whole tree). A source knows
-    only this, not :class:`~runner.host.channels.party.ChannelHub`, which adds the views."""
+    """One run tree's channel state: its limits, live sources and tree-wide budget; a source
+    knows only this, not :class:`~runner.host.channels.party.ChannelHub`'s views."""
 
     def __init__(
         self, limits: ChannelLimits | None = None, budget: TreeBudget | None = None
