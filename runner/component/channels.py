@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Collection, Coroutine, Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, Self, TypeVar, cast
 
 from runner.component.calls import CallTable, Parser
 from runner.component.errors import OperationError, protocol_error
@@ -82,6 +82,9 @@ class ChannelEndpoint:
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.reference!r})"
 
+    async def __aenter__(self) -> Self:
+        return self
+
     async def _settle(self, method: str, parse: Parser) -> object:
         params: JSONObject = {"endpoint": self.reference}
         return await self._channels.invoke(method, params, parse, settlement=True)
@@ -122,9 +125,6 @@ class ChannelSender(ChannelEndpoint):
     async def aclose(self) -> None:
         """:meth:`close` under the name ``contextlib.aclosing`` expects."""
         await self.close()
-
-    async def __aenter__(self) -> ChannelSender:
-        return self
 
     async def __aexit__(self, exc_type: object, exc: object, tb: object) -> None:
         if exc_type is None:
@@ -208,9 +208,6 @@ class ChannelReceiver(ChannelEndpoint):
         if self._ended and self._release is None:
             return ReleaseStatus("ended", last_sequence=self._last)
         return await asyncio.shield(self._dispose())
-
-    async def __aenter__(self) -> ChannelReceiver:
-        return self
 
     async def __aexit__(self, exc_type: object, exc: object, tb: object) -> None:
         await self.aclose()

@@ -29,6 +29,7 @@ from runner.component.model import (
     RunResult,
 )
 from runner.json1 import JSONValue
+from runner.protocol.builders import cancel_notification, error_response
 from runner.protocol.codes import (
     MAX_ERROR_MESSAGE_SCALARS,
     OPERATIONAL,
@@ -45,7 +46,6 @@ from runner.protocol.names import (
     CHANNEL_SUBSCRIBE,
     FLOW_RUN,
     JSONRPC_VERSION,
-    REQUEST_CANCEL,
     is_local_name,
 )
 from runner.protocol.params import validate_params
@@ -260,14 +260,11 @@ class PreparedRequest:
 
 
 def cancel_frame(request_id: str) -> bytes:
-    return _encode(
-        {"jsonrpc": JSONRPC_VERSION, "method": REQUEST_CANCEL, "params": {"requestId": request_id}}
-    )
+    return json1.dumps(cancel_notification(request_id))
 
 
-def standard_error_frame(request_id: str | None, code: int, message: str) -> bytes:
-    error: JSONObject = {"code": code, "message": message[:MAX_ERROR_MESSAGE_SCALARS]}
-    return _encode({"jsonrpc": JSONRPC_VERSION, "id": request_id, "error": error})
+def standard_error_frame(request_id: str, code: int, message: str) -> bytes:
+    return json1.dumps(error_response(request_id, code, message[:MAX_ERROR_MESSAGE_SCALARS]))
 
 
 def result_frame(root_id: str, result: object) -> bytes:

@@ -96,15 +96,9 @@ class LoopReader(_Reader):
 class FrameReader(_Reader):
     """A daemon thread reading frames from ``fd`` into ``deliver`` on the event loop."""
 
-    def __init__(
-        self, fd: int, loop: asyncio.AbstractEventLoop, deliver: Callable[[Delivery], None]
-    ) -> None:
-        super().__init__(fd, loop, deliver)
-        self._credit = threading.Semaphore(_BATCHES_IN_FLIGHT)
-        self._thread = threading.Thread(target=self._run, name="flow-stdin", daemon=True)
-
     def start(self) -> None:
-        self._thread.start()
+        self._credit = threading.Semaphore(_BATCHES_IN_FLIGHT)
+        threading.Thread(target=self._run, name="flow-stdin", daemon=True).start()
 
     def _run(self) -> None:
         while True:
