@@ -89,7 +89,7 @@ class ChannelParty:
         if method == "channel/next":
             receiver = self._begin_read(_ref(params, "endpoint"))
             answer = self._read_now(receiver)
-            return self._read_encoded(receiver) if answer is None else _encoded(answer)
+            return self._read_later(receiver) if answer is None else _encoded(answer)
         if method == "channel/create" and params.get("schema", True) is not True:
             return self._create_with_schema(params)
         return json1.dumps(self._settle(method, params))
@@ -266,7 +266,7 @@ class ChannelParty:
         """A provider's read: the answer a component would get, decoded."""
         receiver = self._begin_read(token)
         answer = self._read_now(receiver)
-        encoded = _encoded(await self._read_later(receiver) if answer is None else answer)
+        encoded = await self._read_later(receiver) if answer is None else _encoded(answer)
         small = len(encoded) <= SMALL_REQUEST
         decoded = json1.loads(encoded) if small else await offload(json1.loads, encoded)
         return cast(dict[str, JSONValue], decoded)
@@ -297,8 +297,8 @@ class ChannelParty:
             return receiver.delivered
         return None
 
-    async def _read_later(self, receiver: Receiver) -> tuple[int, bytes] | int:
-        """Wait for the read's answer (one read at a time per receiver)."""
+    async def _read_later(self, receiver: Receiver) -> bytes:
+        """Wait for the read's answer, encoded (one read at a time per receiver)."""
         receiver.reading = True
         try:
             while True:
@@ -308,13 +308,10 @@ class ChannelParty:
                     raise OperationError("CANCELLED", "the receiver was released during the read")
                 answer = self._read_now(receiver)
                 if answer is not None:
-                    return answer
+                    return _encoded(answer)
         finally:
             receiver.reading = False
             receiver.wake = None
-
-    async def _read_encoded(self, receiver: Receiver) -> bytes:
-        return _encoded(await self._read_later(receiver))
 
     def close(self, token: str) -> None:
         source = self._claim(token, "send").source
