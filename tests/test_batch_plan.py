@@ -409,7 +409,7 @@ def test_a_store_whose_rows_were_named_by_id_alone_is_migrated(tmp_path: Path) -
     store = Store(path)
     assert [dict(found) for found in store.rows()] == [row]
     known = store.known("m", "a")
-    assert known is not None and (known.key, known.state) == ("k", "done")
+    assert known is not None and (known["key"], known["state"]) == ("k", "done")
     store.queue({"id": "a", "manifest": "other", "line": 1, "key": "k2", "input_digest": "d",
                  "target": "img", "image_id": None})  # fmt: skip
     assert [(r["manifest"], r["id"], r["state"]) for r in store.rows()] == [

@@ -4,11 +4,8 @@
     result = anyio.run(run_batch, BatchOptions(Path("cases.jsonl"), jobs=4))
     sys.exit(result.exit_status)
 
-A JSON Lines manifest (:mod:`.manifest`) is checked whole, keyed (:mod:`.keys`), planned
-against a SQLite result store (:mod:`.store`) and run by one scheduler
-(:mod:`.scheduler`); only infrastructure failures are retried (:mod:`.retry`). JUnit
-(:mod:`.junit`), JSON Lines and summaries (:mod:`.report`), shard merges and regression
-diffs (:mod:`.merge`) read the store back.
+A manifest (:mod:`.manifest`) is keyed (:mod:`.keys`), planned against a result store
+(:mod:`.store`) and run (:mod:`.scheduler`); JUnit, reports and merges read the store back.
 """
 
 from __future__ import annotations
@@ -35,8 +32,7 @@ _MODULE = {
                   "run_batch"),
     "store": ("Store", "StoreError"),
 }  # fmt: skip
-"""The module of each name of the API, imported on first use: a part that needs one
-module (``k8s`` needs the manifest reader and the key) does not import the scheduler."""
+"""The module of each name, imported on first use (``k8s`` needs no scheduler)."""
 _WHERE = {name: module for module, names in _MODULE.items() for name in names}
 
 

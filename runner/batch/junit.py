@@ -1,10 +1,7 @@
-"""JUnit XML from the store, in the shape Jenkins, GitLab and GitHub test reporters read.
-
-One ``testsuite`` per manifest; a ``testcase`` per row with ``classname`` = manifest
-name and ``name`` = row id (unique in a manifest), ``time`` in seconds, ``properties``
-with the key and image id (and the outcome and attempts). A failed run is a ``failure``
-(message: error code and the first line of its message; body: the stderr tail), an
-infra-failed run an ``error``, a row without a final result ``skipped``.
+"""JUnit XML from the store, as Jenkins, GitLab and GitHub read it: a ``testsuite`` per
+manifest, a ``testcase`` per row (``classname`` the manifest, ``name`` the row id); a
+failed run a ``failure`` (its code and first line; the stderr tail), an infra-failed one
+an ``error``, a row without a final result ``skipped``.
 """
 
 from __future__ import annotations
@@ -76,10 +73,8 @@ _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
 def xml_safe(text: str) -> str:
-    """``text`` with each character XML 1.0 cannot hold spelled as ``\\xNN`` or
-    ``\\uNNNN`` (an ANSI colour code in a stderr tail, a NUL in an error message): the
-    ElementTree writes them raw, and a reporter then rejects the whole file, every
-    failure in it unseen."""
+    """``text`` with each character XML 1.0 cannot hold (an ANSI colour code, a NUL)
+    spelled as ``\\xNN`` or ``\\uNNNN``: written raw, it makes a reporter reject the file."""
     return _NOT_XML.sub(lambda found: found.group().encode("unicode_escape").decode(), text)
 
 

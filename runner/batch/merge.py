@@ -12,11 +12,9 @@ from .store import COLUMNS, Store, StoreError
 def merge(sources: list[Path], target: Path) -> int:
     """Copy every row of ``sources`` into ``target``; return the rows written.
 
-    A manifest's id in more than one source keeps one row: a final result over one without, then
-    the one that ended last. The target may be one of the sources' earlier merges. Every
-    source is opened before the target is: a source that is no store (or the target
-    itself) is refused with the target untouched, and a target this call created is
-    removed again if the merge fails.
+    A row in several sources keeps one: a final result over none, then the last ended.
+    A source that is no store (or is the target) is refused with the target untouched; a
+    target this call created is removed again if the merge fails.
     """
     for path in sources:
         if path.resolve() == target.resolve():
@@ -69,14 +67,10 @@ def _keep_existing(out: Store, row: Any) -> bool:
 
 
 def diff(old: Path, new: Path) -> Iterator[dict[str, Any]]:
-    """What changed from ``old`` to ``new``, row by row (by id), finished rows only.
-
-    Each entry has ``kind``: ``changed`` (same input; its status, outcome, error code or
-    output differ: ``changed`` names them), ``input-changed`` (the row's input differs,
-    and with it whatever else), ``added`` (in ``new`` only) or ``removed`` (in ``old``
-    only). Rows are matched by id (the same manifest's row, and the same input's, first),
-    not by key: the key changes with the image and the runner, which is what a
-    regression report compares.
+    """What changed from ``old`` to ``new`` among finished rows: entries of ``kind``
+    ``changed`` (status, outcome, error code or output; named in ``changed``),
+    ``input-changed``, ``added`` or ``removed``. Rows are matched by id (the same
+    manifest's and input's first), not by key, which changes with the image and runner.
     """
     a, b = Store(old, create=False), Store(new, create=False)
     fields = ("status", "outcome", "error_code", "output")

@@ -6,10 +6,8 @@ The slot that admits the row hands ``runner.api.execute`` that launch
 (:class:`PreparedSandbox`), so the run, its deadline included, begins with ``flow/run``.
 A row refused before launch, a stopped batch and a retry (a new run id) never take it;
 discarding it removes the container.
-
-It relies on the :class:`~runner.sandbox.base.Sandbox` protocol: ``launch(request)`` does
-all of the starting on entry and all of the cleanup on exit, its component usable from
-another task, and :class:`~runner.sandbox.base.LaunchRequest` compares by value.
+It relies on ``Sandbox.launch`` starting on entry and cleaning up on exit, its component
+usable from another task, and on ``LaunchRequest`` comparing by value.
 """
 
 from __future__ import annotations
@@ -76,13 +74,9 @@ class Prepared:
 
     @asynccontextmanager
     async def take(self) -> AsyncIterator[RunningComponent]:
-        """The launch, as the backend's ``launch`` context would be for the run.
-
-        Entering waits for a preparation still under way and raises what entering the
-        backend's launch raised. Leaving with an exception waits for the cleanup and
-        raises what it raised instead (a loss found there, as the backend would);
-        leaving normally waits for it only when not ``background``.
-        """
+        """The launch, as the backend's ``launch`` context: entering waits for the
+        preparation and raises what it raised; leaving waits for the cleanup (unless
+        ``background`` and leaving normally) and raises what it raised, as the backend."""
         self.taken = True
         await self._ready.wait()
         if self._enter_error is not None:

@@ -38,11 +38,14 @@ class Counts:
         seconds = (time.monotonic() - self.started) / self.finished * left
         return _duration(seconds)
 
-    def line(self) -> str:
+    def tally(self) -> str:
         return (
-            f"{self.finished}/{self.total} succeeded={self.succeeded} failed={self.failed} "
-            f"retried={self.retried} running={self.running} eta {self.eta()}"
+            f"succeeded={self.succeeded} failed={self.failed} retried={self.retried} "
+            f"running={self.running}"
         )
+
+    def line(self) -> str:
+        return f"{self.finished}/{self.total} {self.tally()} eta {self.eta()}"
 
 
 def _duration(seconds: float) -> str:
@@ -114,13 +117,7 @@ class Live(Progress):
 
     def _update(self) -> None:
         c = self.counts
-        self.bar.update(
-            self.task,
-            total=c.total,
-            completed=c.finished,
-            counts=f"succeeded={c.succeeded} failed={c.failed} running={c.running} "
-            f"retried={c.retried}",
-        )
+        self.bar.update(self.task, total=c.total, completed=c.finished, counts=c.tally())
 
     async def show(self) -> None:
         while True:

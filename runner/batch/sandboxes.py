@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
 from typing import Any
 
 from runner.sandbox.base import ImageSource, LaunchRequest, RunningComponent, Sandbox
@@ -50,7 +49,11 @@ class Sandboxes:
 
     def __init__(self, image_ids: ImageIds) -> None:
         self._image_ids = image_ids
-        self._built: dict[tuple[str, tuple[str, ...] | None, int], _Built] = {}
+        self._built: dict[
+            tuple[str, tuple[str, ...] | None, int],
+            tuple[SandboxProfile, PinnedSandbox, StopGraces],
+        ] = {}
+        """Keyed by the profile's id, so each holds its profile (the id stays its own)."""
 
     def __call__(self, row: Row) -> tuple[Sandbox, StopGraces]:
         """The row's sandbox and its stop graces (built on first use, from the registry)."""
@@ -65,14 +68,5 @@ class Sandboxes:
                 profile=row.profile,
             )
             sandbox, graces = open_sandbox(spec)
-            built = self._built[key] = _Built(row.profile, PinnedSandbox(sandbox), graces)
-        return built.sandbox, built.graces
-
-
-@dataclass(frozen=True)
-class _Built:
-    """One built sandbox; holds its profile so the ``id`` in its key stays its own."""
-
-    profile: SandboxProfile
-    sandbox: PinnedSandbox
-    graces: StopGraces
+            built = self._built[key] = (row.profile, PinnedSandbox(sandbox), graces)
+        return built[1], built[2]

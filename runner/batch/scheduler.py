@@ -50,6 +50,8 @@ if TYPE_CHECKING:
     from runner.flows import FlowHost
 
 Rerun = Literal["none", "failed", "all"]
+_Admission = tuple[Row, Prepared | None]
+"""A row on its way to a slot, with its prepared launch if any."""
 STDERR_TAIL = 4096
 """Characters of a run's stderr kept in its row (JUnit shows them); the report keeps more."""
 
@@ -164,24 +166,14 @@ class BatchControl:
             run.cancel()
 
 
-@dataclass(frozen=True)
-class _Admission:
-    """A row on its way to a slot, with its prepared launch if any."""
-
-    row: Row
-    prepared: Prepared | None
-
-
 def manifest_name(path: Path) -> str:
     """The manifest's name in the store and in JUnit: its file name without suffix."""
     return path.name.removesuffix(".jsonl").removesuffix(".json") or path.name
 
 
 async def run_batch(options: BatchOptions, control: BatchControl | None = None) -> BatchResult:
-    """Run a manifest; raises ManifestError / StoreError / SandboxError before any run.
-
-    Must be called in an anyio event loop; ``control`` lets the caller stop it.
-    """
+    """Run a manifest (in an anyio event loop; ``control`` stops it); raises
+    ManifestError / StoreError / SandboxError before any run."""
     rows = check(options.manifest, options.defaults, options.config)
     store = Store(options.results)
     try:
@@ -219,10 +211,8 @@ class _Batch:
         """Each row's sandbox, running the image id its key was planned with."""
 
     def plan(self, rows: Any) -> set[int]:
-        """Key every row; queue those of the shard that have no final result for their key.
-
-        Returns the line numbers to run. Rows already final count into the result now.
-        """
+        """Key every row; queue the shard's rows without a final result for their key and
+        return their line numbers (the final ones count into the result now)."""
         image_ids = self._image_ids
         key_of = Keys(image_ids, Digests(), self.options.config)
         rerun, shard = self.options.rerun, self.options.shard
@@ -234,15 +224,15 @@ class _Batch:
                     continue
                 self.result.planned += 1
                 known = self.store.known(self.name, row.id)
-                final = known is not None and known.key == key and known.state == "done"
                 if (
                     known is not None
-                    and final
-                    and known.status is not None
-                    and (rerun == "none" or (rerun == "failed" and known.status == SUCCEEDED))
+                    and known["key"] == key
+                    and known["state"] == "done"
+                    and known["status"] is not None
+                    and (rerun == "none" or (rerun == "failed" and known["status"] == SUCCEEDED))
                 ):
                     self.result.skipped += 1
-                    self._count(known.status)
+                    self._count(known["status"])
                     continue
                 image_id = image_ids(row.image) if row.image is not None else None
                 self.store.queue({
@@ -335,7 +325,7 @@ class _Batch:
                         return
                     prepared = self._prepare(row, holders)
                 try:
-                    await send.send(_Admission(row, prepared))
+                    await send.send((row, prepared))
                 except anyio.BrokenResourceError:  # every slot has stopped
                     if prepared is not None:
                         prepared.discard()
@@ -373,8 +363,7 @@ class _Batch:
 
     async def _slot(self, receive: ObjectReceiveStream[_Admission], shown: Any) -> None:
         async with receive:
-            async for admission in receive:
-                row, prepared = admission.row, admission.prepared
+            async for row, prepared in receive:
                 if prepared is not None:
                     assert self._lookahead is not None
                     self._lookahead.release()

@@ -1,9 +1,8 @@
 """The result store: one SQLite database (WAL), one row per (manifest, id).
 
-Every state change is its own committed transaction, so ``kill -9`` of the batch loses at
-most the runs in flight (left ``running``, run again on resume). ``synchronous = NORMAL``
-in WAL mode keeps committed transactions across a crash of the process, with no fsync
-per row.
+Every state change is its own commit, so ``kill -9`` loses at most the runs in flight
+(left ``running``, run again on resume); ``synchronous = NORMAL`` keeps commits across a
+crash of the process with no fsync per row.
 
 States: ``pending`` (to run; status ``interrupted`` if stopped), ``running``, ``done``
 with status ``succeeded``, ``failed`` (a Run error or a refusal before launch) or
@@ -16,6 +15,7 @@ import os
 import sqlite3
 import time
 from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,15 +57,6 @@ SUCCEEDED, FAILED, INFRA_FAILED, INTERRUPTED = "succeeded", "failed", "infra-fai
 
 class StoreError(ValueError):
     """The results file is not a batch store (or cannot be opened); says which and why."""
-
-
-@dataclass(frozen=True)
-class Known:
-    """What the store holds for an id already: enough to decide whether to run it."""
-
-    key: str
-    state: str
-    status: str | None
 
 
 @dataclass(frozen=True)
@@ -128,15 +119,15 @@ class Store:
             os.close(self._claim)  # the flock goes with it
             self._claim = None
 
-    def known(self, manifest: str, row_id: str) -> Known | None:
-        found = self.db.execute(
+    def known(self, manifest: str, row_id: str) -> sqlite3.Row | None:
+        """The row's ``key``, ``state`` and ``status``, if the store has it."""
+        return self.db.execute(  # type: ignore[no-any-return]
             "SELECT key, state, status FROM runs WHERE manifest = ? AND id = ?", (manifest, row_id)
         ).fetchone()
-        return None if found is None else Known(found[0], found[1], found[2])
 
-    def transaction(self) -> _Transaction:
+    def transaction(self) -> AbstractContextManager[None]:
         """One transaction around many writes (the planning pass)."""
-        return _Transaction(self.db)
+        return _transaction(self.db)
 
     def queue(self, entry: dict[str, Any]) -> None:
         """Make a row pending (new, changed or rerun), clearing any earlier result; a row
@@ -201,18 +192,13 @@ def _migrate(db: sqlite3.Connection) -> None:
     """Key a store's rows by manifest and id where they were keyed by id alone, every row
     copied as it was."""
     if _keyed_by_id(db):
-        db.execute("BEGIN IMMEDIATE")
-        try:
+        with _transaction(db):
             if _keyed_by_id(db):  # another process may have migrated it meanwhile
                 columns = ", ".join(COLUMNS)
                 db.execute("ALTER TABLE runs RENAME TO runs_by_id")
                 db.execute(SCHEMA)
                 db.execute(f"INSERT INTO runs ({columns}) SELECT {columns} FROM runs_by_id")
                 db.execute("DROP TABLE runs_by_id")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        db.execute("COMMIT")
 
 
 def _keyed_by_id(db: sqlite3.Connection) -> bool:
@@ -220,12 +206,12 @@ def _keyed_by_id(db: sqlite3.Connection) -> bool:
     return key == ["id"]
 
 
-class _Transaction:
-    def __init__(self, db: sqlite3.Connection) -> None:
-        self.db = db
-
-    def __enter__(self) -> None:
-        self.db.execute("BEGIN IMMEDIATE")
-
-    def __exit__(self, kind: object, *_: object) -> None:
-        self.db.execute("COMMIT" if kind is None else "ROLLBACK")
+@contextmanager
+def _transaction(db: sqlite3.Connection) -> Iterator[None]:
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")
