@@ -5,11 +5,19 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from runner.host.operations import ENTRY_BYTES, OperationLedger
+from runner import json1
+from runner.host.operations import ENTRY_BYTES, OperationLedger, Work
 from runner.json1 import JSONValue
 from runner.protocol.codes import OperationError
 
 CALL = "capability/call"
+
+
+async def run(
+    ledger: OperationLedger, rid: str, method: str, params: dict[str, JSONValue], work: Work
+) -> JSONValue:
+    """Join, replay or dispatch the operation named by ``params["operationId"]``."""
+    return json1.loads(await ledger.settle_encoded(ledger.admit(rid, method, params), work))
 
 
 def params(**extra: JSONValue) -> dict[str, JSONValue]:
@@ -44,18 +52,18 @@ def test_join_dispatches_once_and_replays_the_settled_result() -> None:
         results: list[JSONValue] = []
 
         async def call(rid: str) -> None:
-            results.append(await ledger.run(rid, CALL, params(), work))
+            results.append(await run(ledger, rid, CALL, params(), work))
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(call, "c:1")
             tg.start_soon(call, "c:2")
             await anyio.wait_all_tasks_blocked()
             gate.set()
-        assert await ledger.run("c:3", CALL, params(), work) == "shared"
+        assert await run(ledger, "c:3", CALL, params(), work) == "shared"
         assert results == ["shared", "shared"]
         assert runs == 1 and ledger.dispatches == 1
         with pytest.raises(OperationError) as conflict:
-            await ledger.run("c:4", CALL, params(input=2), work)
+            await run(ledger, "c:4", CALL, params(input=2), work)
         assert conflict.value.code == "OPERATION_CONFLICT"
 
     anyio.run(main)
@@ -73,10 +81,10 @@ def test_cancelled_dispatcher_keeps_the_work_while_a_waiter_remains() -> None:
         survivor: list[JSONValue] = []
 
         async def waiter() -> None:
-            survivor.append(await ledger.run("c:2", CALL, params(), work))
+            survivor.append(await run(ledger, "c:2", CALL, params(), work))
 
         async with anyio.create_task_group() as tg:
-            tg.start_soon(ledger.run, "c:1", CALL, params(), work)
+            tg.start_soon(run, ledger, "c:1", CALL, params(), work)
             await anyio.wait_all_tasks_blocked()
             tg.start_soon(waiter)
             await anyio.wait_all_tasks_blocked()
@@ -103,7 +111,7 @@ def test_work_abandoned_by_every_waiter_is_cancelled_and_uncertain() -> None:
 
         async def dispatcher() -> None:
             try:
-                await ledger.run("c:1", CALL, params(), work)
+                await run(ledger, "c:1", CALL, params(), work)
             except OperationError as exc:  # its own answer was CANCELLED on the wire
                 outcome.append(exc.code)
 
@@ -114,7 +122,7 @@ def test_work_abandoned_by_every_waiter_is_cancelled_and_uncertain() -> None:
         assert outcome == ["UNCERTAIN"]
         assert cancelled.is_set()
         with pytest.raises(OperationError) as replay:
-            await ledger.run("c:2", CALL, params(), work)
+            await run(ledger, "c:2", CALL, params(), work)
         assert replay.value.code == "UNCERTAIN"
         assert ledger.dispatches == 1
 
@@ -129,13 +137,13 @@ def test_retained_byte_budget_refuses_new_ids_but_still_replays() -> None:
         async def work() -> JSONValue:
             return "done"
 
-        assert await ledger.run("c:1", CALL, params(operationId="a"), work) == "done"
-        assert await ledger.run("c:2", CALL, params(operationId="b"), work) == "done"
+        assert await run(ledger, "c:1", CALL, params(operationId="a"), work) == "done"
+        assert await run(ledger, "c:2", CALL, params(operationId="b"), work) == "done"
         assert ledger.retained == 2 * kept
         with pytest.raises(OperationError) as refused:
-            await ledger.run("c:3", CALL, params(operationId="c"), work)
+            await run(ledger, "c:3", CALL, params(operationId="c"), work)
         assert refused.value.code == "RESOURCE_EXHAUSTED"
-        assert await ledger.run("c:4", CALL, params(operationId="a"), work) == "done"
+        assert await run(ledger, "c:4", CALL, params(operationId="a"), work) == "done"
         assert ledger.dispatches == 2
 
     anyio.run(main)
@@ -158,21 +166,21 @@ def test_results_and_errors_are_charged_and_params_are_not() -> None:
         async def failing() -> JSONValue:
             raise OperationError("INVALID_INPUT", "no", {"why": "x" * 1000})
 
-        await ledger.run("c:1", CALL, big, small)
+        await run(ledger, "c:1", CALL, big, small)
         assert ledger.retained == ENTRY_BYTES + len(b'{"value":null}')
-        await ledger.run("c:2", CALL, params(operationId="large"), large)
+        await run(ledger, "c:2", CALL, params(operationId="large"), large)
         assert ledger.retained > ENTRY_BYTES * 2 + 100_000
         before = ledger.retained
         with pytest.raises(OperationError):
-            await ledger.run("c:3", CALL, params(operationId="bad"), failing)
+            await run(ledger, "c:3", CALL, params(operationId="bad"), failing)
         assert ledger.retained == before + ENTRY_BYTES + len(b"no") + 1000 + len(b'{"why":""}')
         replays = []
         for rid in ("c:4", "c:5"):
             with pytest.raises(OperationError) as replay:
-                await ledger.run(rid, CALL, params(operationId="bad"), failing)
+                await run(ledger, rid, CALL, params(operationId="bad"), failing)
             replays.append(replay.value)
         assert replays[0] is not replays[1] and replays[0].details == {"why": "x" * 1000}
-        assert await ledger.run("c:6", CALL, big, small) == {"value": None}
+        assert await run(ledger, "c:6", CALL, big, small) == {"value": None}
         assert ledger.dispatches == 3
 
     anyio.run(main)

@@ -91,7 +91,7 @@ class Ticket(NamedTuple):
     dispatch: bool
 
     def encoded_result(self) -> bytes:
-        """Once :meth:`OperationLedger.settle` returned a result for this ticket: that
+        """Once :meth:`OperationLedger.settle_encoded` returned a result for this ticket: that
         result, as encoded for keeping."""
         return self.operation.result
 
@@ -180,10 +180,6 @@ class OperationLedger:
             self._by_request[request_id] = operation
         return Ticket(request_id, operation, dispatch=False)
 
-    async def settle(self, ticket: Ticket, work: Work) -> JSONValue:
-        """Run the work (for the dispatching request) or wait for it, then answer."""
-        return json1.loads(await self.settle_encoded(ticket, work))
-
     async def settle_encoded(
         self,
         ticket: Ticket,
@@ -191,9 +187,9 @@ class OperationLedger:
         check: Check = lambda _: None,
         encode: Encode | None = None,
     ) -> bytes:
-        """:meth:`settle`, answered with the result as kept, encoded once by ``encode``
-        (default ``json1.dumps``). A result ``check`` refuses settles ``INVALID_RESULT``
-        for every waiter and replay."""
+        """Run the work (for the dispatching request) or wait for it, then answer with
+        the result as kept, encoded once by ``encode`` (default ``json1.dumps``). A result
+        ``check`` refuses settles ``INVALID_RESULT`` for every waiter and replay."""
         operation = ticket.operation
         if ticket.dispatch:
             await self._execute(operation, work, check, encode)
@@ -206,12 +202,6 @@ class OperationLedger:
             self._by_request.pop(ticket.request_id, None)
             operation.abandon_if_unwatched()
         return operation.answer()
-
-    async def run(
-        self, request_id: str, method: str, params: dict[str, JSONValue], work: Work
-    ) -> JSONValue:
-        """Join, replay or dispatch the operation named by ``params["operationId"]``."""
-        return await self.settle(self.admit(request_id, method, params), work)
 
     def cancel_waiter(self, request_id: str) -> bool:
         """The component cancelled ``request_id``; True if its task must keep running (it
