@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
+from collections import Counter
 from pathlib import Path
 
 from runner.outputs import write_output
@@ -19,14 +20,13 @@ def write_junit(store: Store, path: Path, manifest: str | None = None) -> None:
     """Write the store's rows (of ``manifest``, or all) as JUnit XML to ``path``, whole or
     not at all (:func:`runner.outputs.write_output`)."""
     suites = ET.Element("testsuites", name="flow-runner batch")
+    tallies: dict[ET.Element, Counter[str]] = {suites: Counter()}
     current: ET.Element | None = None
     where, params = ("manifest = ?", (manifest,)) if manifest is not None else ("1", ())
-    totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
-    seconds = 0.0
     for row in store.rows(where, params):
         if current is None or current.get("name") != row["manifest"]:
             current = ET.SubElement(suites, "testsuite", name=row["manifest"])
-            _init(current)
+            tallies[current] = Counter()
         case = ET.SubElement(
             current, "testcase", classname=row["manifest"], name=row["id"],
             time=f"{row['seconds'] or 0:.3f}",
@@ -35,7 +35,7 @@ def write_junit(store: Store, path: Path, manifest: str | None = None) -> None:
         for name in ("key", "image_id", "outcome", "attempts", "run_id"):
             if row[name] is not None:
                 ET.SubElement(props, "property", name=name, value=str(row[name]))
-        kind = None
+        kind = "tests"
         if row["state"] != "done":
             kind = "skipped"
             ET.SubElement(
@@ -49,17 +49,12 @@ def write_junit(store: Store, path: Path, manifest: str | None = None) -> None:
                 message=f"{row['error_code']}: {first}", type=row["error_code"] or "",
             )  # fmt: skip
             element.text = row["stderr_tail"] or row["error_message"] or ""
-        _add(current, "tests")
-        if kind is not None:
-            _add(current, kind)
-        current.set("time", f"{float(current.get('time', '0')) + (row['seconds'] or 0):.3f}")
-    for suite in suites:
-        for name in totals:
-            totals[name] += int(suite.get(name, "0"))
-        seconds += float(suite.get("time", "0"))
-    for name, value in totals.items():
-        suites.set(name, str(value))
-    suites.set("time", f"{seconds:.3f}")
+        for tally in (tallies[current], tallies[suites]):
+            tally.update({"tests": 1, kind: 1, "time": row["seconds"] or 0})
+    for element, tally in tallies.items():
+        for name in ("tests", "failures", "errors", "skipped"):
+            element.set(name, str(int(tally[name])))
+        element.set("time", f"{tally['time']:.3f}")
     for element in suites.iter():  # a component chose the messages and the stderr
         if element.text:
             element.text = xml_safe(element.text)
@@ -76,13 +71,3 @@ def xml_safe(text: str) -> str:
     """``text`` with each character XML 1.0 cannot hold (an ANSI colour code, a NUL)
     spelled as ``\\xNN`` or ``\\uNNNN``: written raw, it makes a reporter reject the file."""
     return _NOT_XML.sub(lambda found: found.group().encode("unicode_escape").decode(), text)
-
-
-def _init(suite: ET.Element) -> None:
-    for name in ("tests", "failures", "errors", "skipped"):
-        suite.set(name, "0")
-    suite.set("time", "0")
-
-
-def _add(suite: ET.Element, name: str) -> None:
-    suite.set(name, str(int(suite.get(name, "0")) + 1))
