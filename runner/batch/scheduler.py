@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -382,7 +382,8 @@ class _Batch:
                     self.counts.succeeded += 1
                 elif final.status != INTERRUPTED:
                     self.counts.failed += 1
-                    shown.failure(row.id, final.status, _summary(final))
+                    why = f"{final.error_code}: {_first_line(final.error_message or '')}"
+                    shown.failure(row.id, final.status, why)
                     self._check_halt()
 
     def _check_halt(self) -> None:
@@ -494,43 +495,32 @@ def _final(outcome: Execution | Exception) -> RowResult:
     if isinstance(outcome, Execution):
         report, verdict = outcome.report, outcome.verdict
         tail = report.stderr[-STDERR_TAIL:]
+        ran = RowResult(
+            FAILED, exit_code=report.exit_code, stderr_tail=tail, report=report.dumps(indent=None)
+        )
         if verdict.result is not None:
-            return RowResult(
-                SUCCEEDED, outcome=report.outcome, output=_json(verdict.result.get("output")),
-                exit_code=report.exit_code, stderr_tail=tail, report=report.dumps(indent=None),
-            )  # fmt: skip
+            output = json1.dumps(verdict.result.get("output")).decode()
+            return replace(ran, status=SUCCEEDED, outcome=report.outcome, output=output)
         assert report.error is not None
-        return RowResult(
-            FAILED, error_code=report.error.code, error_message=report.error.message,
-            exit_code=report.exit_code, stderr_tail=tail, report=report.dumps(indent=None),
-        )  # fmt: skip
+        return replace(ran, error_code=report.error.code, error_message=report.error.message)
     return RowResult(FAILED, error_code=_code_of(outcome), error_message=str(outcome))
+
+
+_CODES = (
+    (ImageMissing, "IMAGE_MISSING"),
+    (AttachmentError, "ATTACHMENT_REFUSED"),
+    (PackageError, "PACKAGE_ERROR"),
+    (ConfigError, "CONFIG_ERROR"),
+    (SandboxError, "SANDBOX_ERROR"),
+)
 
 
 def _code_of(exc: Exception) -> str:
     """An error code for a run refused or broken before it had a verdict."""
     if isinstance(exc, InvocationRefused):
         return exc.code
-    if isinstance(exc, ImageMissing):
-        return "IMAGE_MISSING"
-    if isinstance(exc, AttachmentError):
-        return "ATTACHMENT_REFUSED"
-    if isinstance(exc, PackageError):
-        return "PACKAGE_ERROR"
-    if isinstance(exc, ConfigError):
-        return "CONFIG_ERROR"
-    if isinstance(exc, SandboxError):
-        return "SANDBOX_ERROR"
-    return "RUNNER_ERROR"
-
-
-def _json(value: object) -> str:
-    return json1.dumps(value).decode()
+    return next((code for kind, code in _CODES if isinstance(exc, kind)), "RUNNER_ERROR")
 
 
 def _first_line(text: str) -> str:
     return text.strip().partition("\n")[0][:300]
-
-
-def _summary(final: RowResult) -> str:
-    return f"{final.error_code}: {_first_line(final.error_message or '')}"

@@ -177,16 +177,6 @@ class Store:
             f"SELECT * FROM runs WHERE {where} ORDER BY manifest, line", params
         )
 
-    def counts(self) -> dict[str, int]:
-        """Rows by status (``pending``/``running`` for rows without a final result)."""
-        counts: dict[str, int] = {}
-        for state, status, n in self.db.execute(
-            "SELECT state, status, count(*) FROM runs GROUP BY state, status"
-        ):
-            name = status if state == "done" else (status or state)
-            counts[name] = counts.get(name, 0) + n
-        return counts
-
 
 def _migrate(db: sqlite3.Connection) -> None:
     """Key a store's rows by manifest and id where they were keyed by id alone, every row
