@@ -22,6 +22,7 @@ from runner.host.broker import Broker, CallContext
 from runner.host.channels import ChannelParty
 from runner.host.operations import RETAINED_BYTES, OperationLedger
 from runner.host.run_state import RunControl, RunOutcome
+from runner.host.stdin_writer import STREAM_ERRORS
 from runner.host.stopping import StopSequence
 from runner.json1 import JSONValue
 from runner.protocol.completion import Ending, judge
@@ -80,13 +81,9 @@ class RunDriver(StopSequence):
     """Drives one component's session to its end: the supervisor and its tasks."""
 
     async def run(self) -> None:
-        """Supervise the run in the caller's task; its tasks run in the run's own scope.
-
-        The pumps, the writer and the watchers run in one task group that the caller's
-        cancellation does not reach (:meth:`_serve`): a caller that cancels the driving
-        task stops the run (:meth:`_stop`) while those tasks go on reading, writing and
-        answering through the cancel grace.
-        """
+        """Supervise the run in the caller's task. Its tasks run in a scope the caller's
+        cancellation does not reach (:meth:`_serve`): it stops the run (:meth:`_stop`)
+        while they go on reading, writing and answering through the cancel grace."""
         self.session.start()
         self._flush()
         async with anyio.create_task_group() as supervisor:
@@ -119,7 +116,7 @@ class RunDriver(StopSequence):
                 tg.cancel_scope.cancel()
 
     async def _read_stderr(self) -> None:
-        with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+        with suppress(*STREAM_ERRORS):
             async for chunk in self.component.stderr:
                 self.stderr.add(chunk)
                 if self.stderr_sink is not None:

@@ -1,13 +1,14 @@
 """The pump: reads the component's stdout, decodes its frames and runs the calls they admit.
 
-Calls are the hot path (``bench/calls.py``, ``bench/channels.py``), and a task switch
-costs more than a small call's protocol work. So one task at a time holds the pump role:
-it handles every complete frame of a read in one pass, then runs the calls those frames
-admitted itself, each in its own cancel scope. A call that completes without suspending
-costs no hand-off; one that suspends hands the pump role, at that moment, to an idle task
-of the pool (or a new one) and finishes in the task it started in (:class:`_Eager`), so
-reading never waits on a call. The pump yields to the loop once it has run calls for
-:data:`PUMP_SLICE` seconds: nothing a component asks for holds the loop long.
+Calls are the hot path, and a task switch costs more than a small call's protocol work.
+So one task at a time holds the pump role: it handles every frame of a read, then runs
+the calls they admitted itself. A call that suspends hands the role, at that moment, to
+an idle task of the pool and finishes in its own task (:class:`_Eager`), so reading never
+waits on a call; one that completes at once costs no hand-off.
+
+A request over :data:`~runner.host.bounds.SMALL_REQUEST` bytes is charged to the tree's
+budget until answered, or refused ``RESOURCE_EXHAUSTED`` when it cannot be. A host-side
+failure is answered as an :class:`OperationError`, never a ``-32603`` (EN-06).
 """
 
 from __future__ import annotations
@@ -15,18 +16,35 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Coroutine, Generator
+from functools import partial
 from typing import Any, Generic, TypeVar
 
 import anyio
 import anyio.lowlevel
 
 from runner import json1
-from runner.host.calls import OPERATION_METHODS, CallHandler
-from runner.host.operations import OperationLedger
-from runner.host.stdin_writer import OWED_FREELY
+from runner.host.bounds import SMALL_REQUEST, offload
+from runner.host.operations import Check, OperationLedger, Ticket
+from runner.host.run_state import Phase
+from runner.host.stdin_writer import OWED_FREELY, STREAM_ERRORS, StdinWriter
+from runner.json1 import JSONValue
+from runner.protocol.codes import LOCAL_CODES, LocalProtocolError, OperationError, bounded_message
 from runner.protocol.names import CHANNEL_METHODS
-from runner.protocol.session import Decoded, decode
+from runner.protocol.results import validate_capability_result, validate_run_result
+from runner.protocol.session import (
+    CallCancelled,
+    CallRequested,
+    Decoded,
+    Event,
+    RootError,
+    RootResult,
+    Violation,
+    decode,
+)
 
+OPERATION_METHODS = ("flow/run-child", "capability/call")
+SMALL_VALUES = 256
+"""Results of up to this many values (and 64 KiB of text) are encoded on the loop."""
 DECODE_IN_THREAD = 1 << 18
 """Frames of at least this many bytes are decoded in a worker thread."""
 BIG_DECODES = 2
@@ -37,39 +55,35 @@ _decoding = threading.BoundedSemaphore(BIG_DECODES)
 its thread, and still counts."""
 _big_decodes: anyio.lowlevel.RunVar[anyio.CapacityLimiter] = anyio.lowlevel.RunVar("big_decodes")
 PUMP_SLICE = 0.02
-"""Seconds the pump runs calls before it lets the loop serve others (the deadline, a
-signal, the other runs of the tree)."""
+"""Seconds of calls the pump runs before the loop serves the deadline, signals, others."""
 READ_BYTES = 1 << 16
-"""The most stdout the pump takes at once: one read of the transport, so a take is never
-a join of reads large enough for glibc to map in and out for it."""
+"""The most stdout the pump takes at once: one read of the transport, never a join of
+reads large enough for glibc to map in and out."""
 _T = TypeVar("_T")
 
 
-class Pump(CallHandler):
-    """The pump role and the pool of tasks that take it in turn."""
+class Pump(StdinWriter):
+    """The pump role, the pool of tasks that take it in turn, and the calls they run."""
 
     async def _work(self) -> None:
-        """A task of the pool: holds the pump role until it hands it over, then parks until
-        the role comes back to it. Ends when stdout has ended."""
+        """A task of the pool: pumps until it hands the role over, parks until it comes
+        back; ends with stdout."""
         while not await self._pump():
             self.parked.append(wake := anyio.Event())
             await wake.wait()
 
     def _resume(self) -> None:
-        """The pump is back from the loop: its pass runs again."""
         self.pumping = True
         self.resumed = time.monotonic()
 
     async def _pump(self) -> bool:
-        """The pump role: read, frame, decode and handle, run admitted calls; True once
-        stdout ended, False when a call suspended (the role moved on; that call is done).
+        """Read, decode and handle frames, run admitted calls; True once stdout ended,
+        False when a call suspended (the role moved on; that call is done).
 
-        Every complete frame of a read is handled before the calls it admitted run, so a
-        ``request/cancel`` right behind its request still finds the call queued. Large
-        frames are decoded in a worker thread (only the pure decoding: the session changes
-        state here alone) while the loop serves the deadline, cancellation and running
-        calls; admitted calls start before such a decode. Before each call and each read
-        the pump waits while it is held back (:meth:`_held_back`).
+        Every frame of a read is handled before its calls run, so a ``request/cancel``
+        right behind its request finds the call queued. Large frames are decoded in a
+        worker thread (the session changes state on the loop alone), after the admitted
+        calls start. Before each call and read the pump waits while :meth:`_held_back`.
         """
         session, payloads, queued = self.session, self.payloads, self.queued
         stdout = self.component.stdout
@@ -113,12 +127,7 @@ class Pump(CallHandler):
                 self._pause_pumping()  # the answers to what was read leave before we wait
                 try:
                     chunk = await stdout.receive(READ_BYTES)
-                except (
-                    anyio.EndOfStream,
-                    anyio.BrokenResourceError,
-                    anyio.ClosedResourceError,
-                    OSError,
-                ):
+                except (anyio.EndOfStream, *STREAM_ERRORS):
                     self._handle(session.receive_eof())
                     self.stdout_done.set()
                     return True
@@ -138,16 +147,139 @@ class Pump(CallHandler):
             assert self.task_group is not None
             self.task_group.start_soon(self._work)
 
+    def _handle(self, events: list[Event]) -> None:
+        for event in events:
+            if isinstance(event, CallRequested):
+                self._admit(event)
+            elif isinstance(event, CallCancelled):
+                scope = self.calls.get(event.request_id)
+                if scope is not None and not self.ledger.cancel_waiter(event.request_id):
+                    scope.cancel()
+            elif isinstance(event, RootResult | RootError | Violation):
+                if isinstance(event, RootResult | RootError):
+                    self.timings["response"] = time.monotonic() - self.started
+                self.settled.set()
+        self._flush()
+
+    def _admit(self, event: CallRequested) -> None:
+        """Decide the call's place in its operation now, in arrival order, and queue it
+        with its cancel scope, which a cancel arriving while it is queued cancels."""
+        rid = event.request_id
+        if self.phase is Phase.STOPPING:  # only settlement can arrive; nothing serves it
+            self.session.respond_error(
+                rid, OperationError("OWNER_CLOSED", "the run is being stopped")
+            )
+            return
+        size = event.size
+        if size > SMALL_REQUEST:  # its params are held until it is answered
+            if not self.tree.fits(size):
+                what = f"a {size:,}-byte {event.method} request"
+                self.session.respond_error(
+                    rid, OperationError("RESOURCE_EXHAUSTED", self.tree.refusal(what))
+                )
+                return
+            self.tree.held += size
+            self.charges[rid] = size
+        scope = anyio.CancelScope()
+        ticket = None
+        if event.method in OPERATION_METHODS:
+            digest = event.note if isinstance(event.note, bytes) else None
+            try:
+                ticket = self.ledger.admit(rid, event.method, event.params, scope, digest)
+            except OperationError as exc:
+                self._finished(rid)
+                self.session.respond_error(rid, exc)
+                return
+        self.calls[rid] = scope
+        self.queued.append((event, ticket))
+
+    def _finished(self, rid: str) -> None:
+        """The call ``rid`` is answered: it holds nothing any more."""
+        self.calls.pop(rid, None)
+        if self.charges:
+            self.tree.held -= self.charges.pop(rid, 0)
+
+    def _answer_now(self, event: CallRequested) -> Coroutine[Any, Any, bytes] | None:
+        """Answer a channel call here when it needs no wait, else return its wait for
+        :meth:`_call`. A call cancelled while queued does nothing (a withdrawn send is not
+        accepted, a read given up takes no item)."""
+        rid = event.request_id
+        if not self.session.owes(rid):
+            self._finished(rid)
+            return None
+        try:
+            if self.channels is None:
+                raise OperationError("UNAVAILABLE", "channels are not enabled for this run")
+            answer = self.channels.answer(event.method, event.params, event.size)
+        except Exception as exc:
+            self._respond_failure(rid, exc)
+        else:
+            if not isinstance(answer, bytes):
+                return answer
+            self._respond(rid, answer)
+        self._finished(rid)
+        self._flush()
+        return None
+
+    async def _call(
+        self,
+        event: CallRequested,
+        ticket: Ticket | None,
+        waiting: Coroutine[Any, Any, bytes] | None = None,
+    ) -> None:
+        """Run one call in its cancel scope and answer it; ``waiting`` is a channel call's
+        wait, begun by :meth:`_answer_now`. A large answer made while the pump is held
+        back waits for room too."""
+        rid = event.request_id
+        with self.calls[rid] as scope:
+            try:
+                result = await (self._dispatch(event, ticket) if waiting is None else waiting)
+                if len(result) > OWED_FREELY and self._held_back():
+                    await self._room()
+            except Exception as exc:
+                self._respond_failure(rid, exc)
+            else:
+                self._respond(rid, result)
+        self._finished(rid)
+        if scope.cancelled_caught:
+            code = self.condition or "CANCELLED"
+            self.session.respond_error(rid, OperationError(code, "the call was stopped"))
+        self._flush()
+
+    def _respond(self, rid: str, result: bytes) -> None:
+        """Answer with ``result``, or refuse it when its frame would exceed the frame
+        bound: the host never writes an oversized frame, and a peer's sizes never crash it."""
+        try:
+            self.session.respond_encoded(rid, result)
+        except LocalProtocolError as exc:
+            error = OperationError("RESOURCE_EXHAUSTED", bounded_message(f"the result: {exc}"))
+            self.session.respond_error(rid, error)
+
+    def _respond_failure(self, rid: str, exc: Exception) -> None:
+        if isinstance(exc, OperationError):
+            self.session.respond_error(rid, _wire(exc))
+        else:
+            message = bounded_message(f"{type(exc).__name__}: {exc}")
+            self.session.respond_error(rid, OperationError("EXECUTION_FAILED", message))
+
+    async def _dispatch(self, event: CallRequested, ticket: Ticket | None) -> bytes:
+        """An operation's success result, encoded once, as the ledger keeps it: a child's
+        away from the loop unless small, a provider's in the call, so it counts as owed
+        before the pump runs the next call."""
+        method = event.method
+        work = partial(self.broker.handle, method, event.params, self.context)
+        if ticket is None:
+            return json1.dumps(await work())
+        if method == "flow/run-child":
+            return await self.ledger.settle_encoded(ticket, work, _RUN_PROBLEM, _encode)
+        return await self.ledger.settle_encoded(ticket, work, _CAPABILITY_PROBLEM)
+
 
 class _Eager(Generic[_T]):
-    """``await _Eager(coro, on_suspend)`` awaits ``coro`` exactly as ``await coro`` would,
-    in the awaiting task, and calls ``on_suspend`` once, at its first suspension.
-
-    So the pump learns, as it happens, that a call will not complete at once, and hands
-    its role over without a task per call: the call goes on in the task it started in (its
-    cancel scope, task groups and cancellation stay with that task), every suspension,
-    exception and cancellation passing through unchanged, as with ``yield from``.
-    """
+    """``await _Eager(coro, on_suspend)`` awaits ``coro`` exactly as ``await coro`` would
+    (as ``yield from``: suspensions, exceptions and cancellation pass unchanged), and
+    calls ``on_suspend`` once, at its first suspension: so the pump hands its role over as
+    a call suspends, without a task per call."""
 
     __slots__ = ("_coro", "_on_suspend", "suspended")
 
@@ -183,9 +315,8 @@ class _Eager(Generic[_T]):
 
 
 def _decode_held(payload: bytes) -> Decoded:
-    """:func:`decode`, in a worker thread, holding one of the :data:`BIG_DECODES` slots;
-    an operation's identity digest is noted too (megabytes of params take a while to put
-    in canonical form)."""
+    """:func:`decode` holding a :data:`BIG_DECODES` slot, noting an operation's identity
+    digest too (megabytes of params take a while to put in canonical form)."""
     with _decoding:
         frame = decode(payload)
         value = frame.value
@@ -211,3 +342,56 @@ def _decode_limiter() -> anyio.CapacityLimiter:
         limiter = anyio.CapacityLimiter(BIG_DECODES)
         _big_decodes.set(limiter)
         return limiter
+
+
+def _checked(method: str, validate: Callable[[JSONValue], str | None]) -> Check:
+    """``validate``, its reason worded as a bounded message about ``method``'s result."""
+
+    def problem(result: JSONValue) -> str | None:
+        reason = validate(result)
+        if reason is None:
+            return None
+        return bounded_message(f"the {method} result is invalid: {reason}")
+
+    return problem
+
+
+_RUN_PROBLEM = _checked("flow/run-child", validate_run_result)
+_CAPABILITY_PROBLEM = _checked("capability/call", validate_capability_result)
+
+
+async def _encode(result: JSONValue) -> bytes:
+    """``json1.dumps(result)``: on the loop if the result is small, else in the worker."""
+    if _small(result):
+        return json1.dumps(result)
+    return await offload(json1.dumps, result)
+
+
+def _small(value: JSONValue) -> bool:
+    """Whether ``value`` has at most :data:`SMALL_VALUES` values and
+    :data:`SMALL_REQUEST` characters of strings (looking at no more than that)."""
+    values, chars = 1, 0
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            chars += len(item)
+        elif isinstance(item, dict | list):
+            values += len(item)
+            if values > SMALL_VALUES:
+                return False
+            if isinstance(item, dict):
+                chars += sum(map(len, item))
+                pending.extend(item.values())
+            else:
+                pending.extend(item)
+        if chars > SMALL_REQUEST:
+            return False
+    return True
+
+
+def _wire(error: OperationError) -> OperationError:
+    """Local-only classifications never cross the wire (PROTOCOL.md §9.2)."""
+    if error.code in LOCAL_CODES:
+        return OperationError("EXECUTION_FAILED", error.message, {"cause": error.code})
+    return error

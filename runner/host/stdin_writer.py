@@ -1,14 +1,9 @@
 """The run's stdin side: answers leave in order, without a task when stdin takes them.
 
-Everything the session queued by the end of a loop step goes out in one write, made by
-the pump before it waits to read again or, for answers made elsewhere, by one loop
-callback. Only when stdin cannot take it at once (the component is not reading), or when
-it is large, does the writer task take over, handing the transport
-:data:`~runner.host.bounds.WRITE_SLICE` at a time; everything after it queues behind it.
-
-The answers a run owes (the session's outbox and the output not yet in the transport)
-are charged to its tree's budget (:mod:`runner.host.bounds`), and hold the pump back
-(:meth:`StdinWriter._held_back`) while the component leaves too many unread.
+What the session queued by the end of a loop step leaves in one write, by the pump before
+it waits or by one loop callback. Only when stdin cannot take it at once, or it is large,
+does the writer task take over, :data:`~runner.host.bounds.WRITE_SLICE` at a time, and
+what follows queues behind it. The answers a run owes are charged to its tree's budget.
 """
 
 from __future__ import annotations
@@ -22,6 +17,8 @@ from runner.host.bounds import WRITE_SLICE
 from runner.host.run_state import STDIN_MOVES, RunState, Stdin
 from runner.protocol.codes import LocalProtocolError
 
+STREAM_ERRORS = (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError)
+"""How a stream fails once its other end is gone."""
 STDIN_BACKLOG = 1 << 24
 """Bytes of answers held for a component that does not read its stdin; past it the pump
 runs no more calls and reads no more until they leave, so such a component holds at most
@@ -61,7 +58,7 @@ class StdinWriter(RunState):
         return owed > STDIN_BACKLOG or tree.held >= tree.limit
 
     async def _room(self) -> None:
-        """Wait until the pump is no longer :meth:`_held_back`, writing what is queued."""
+        """Write what is queued and wait until the pump is no longer :meth:`_held_back`."""
         self._write_out()
         while self._held_back():
             if self.output_room is None:
@@ -96,7 +93,7 @@ class StdinWriter(RunState):
             try:
                 if self.write_now(data):
                     return
-            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            except STREAM_ERRORS:
                 self._stdin_move("break")
                 return
             pieces = [data]
@@ -140,16 +137,15 @@ class StdinWriter(RunState):
                 else:
                     self.output_ready = ready = anyio.Event()
                     await ready.wait()
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+        except STREAM_ERRORS:
             self._stdin_move("break")  # nothing more can be written: nothing more is kept
             self._output_taken()
-        with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+        with suppress(*STREAM_ERRORS):
             await stdin.aclose()
 
     def _next_write(self) -> tuple[bytes | memoryview, int, int]:
-        """The next write: (its data, how many pieces it ends, how much of the piece after
-        them it takes). Taken from the output only once written, so a writer cancelled in
-        its send leaves the output whole."""
+        """(data, pieces it ends, offset into the next piece); taken from the output only
+        once written, so a writer cancelled in its send leaves the output whole."""
         output, offset = self.output, self.output_offset
         head = output[0]
         if len(head) - offset > WRITE_SLICE:
