@@ -139,12 +139,9 @@ class FlowBroker:
 
 
 def child_failure(error: OperationError, dispatched: int) -> OperationError:
-    """What a parent sees when its child failed (PROTOCOL.md §5).
-
-    Wire codes pass through: the parent can recover from them. A child that broke the
-    protocol or lost its channel is ``EXECUTION_FAILED`` when it dispatched nothing
-    (it had no effects through us) and ``UNCERTAIN`` when it did.
-    """
+    """What a parent sees when its child failed (PROTOCOL.md §5): wire codes pass through;
+    a local one is ``EXECUTION_FAILED`` if the child dispatched nothing (it had no effects
+    through us), else ``UNCERTAIN``."""
     if error.code not in LOCAL_CODES:
         return error
     code: WireCode = "UNCERTAIN" if dispatched else "EXECUTION_FAILED"

@@ -1,11 +1,9 @@
 """Drive one HostSession against a running component (anyio).
 
-The driver owns everything with a clock or a socket: it pumps the component's stdout into
-the session (:mod:`runner.host.pump`) and the session's frames into stdin
-(:mod:`runner.host.stdin_writer`; reading never waits on writing), drains stderr into
-bounded storage, dispatches component requests to a broker (:mod:`runner.host.calls`),
-and enforces the ending (:mod:`runner.host.stopping`). The verdict comes from
-``runner.protocol.completion``; nothing here decides what the bytes mean.
+The driver owns everything with a clock or a socket: it pumps stdout into the session
+and runs the calls (:mod:`runner.host.pump`), writes the session's frames to stdin
+(:mod:`runner.host.stdin_writer`), keeps bounded stderr, and enforces the ending
+(:mod:`runner.host.stopping`). The verdict comes from ``runner.protocol.completion``.
 """
 
 from __future__ import annotations
@@ -87,8 +85,7 @@ class RunDriver(StopSequence):
         self.session.start()
         self._flush()
         async with anyio.create_task_group() as supervisor:
-            # Shielded: _serve ends only when the run is over, so a cancellation here
-            # must not abandon its start (nothing would be left to end it).
+            # Shielded: a start abandoned by a cancellation would leave nothing to end it.
             with anyio.CancelScope(shield=True):
                 await supervisor.start(self._serve)
             try:

@@ -1,9 +1,6 @@
-"""What the driver holds for one run, and the states it moves through.
-
-:class:`RunState` is the base of :class:`~runner.host.driver.RunDriver`: every field of a
-run is made here, and each layer above it (stdin writer, calls, pump, stop sequence)
-adds behaviour only.
-"""
+"""What the driver holds for one run, and the states it moves through: every field of a
+run is made in :class:`RunState`; the layers of :class:`~runner.host.driver.RunDriver`
+above it (stdin writer, pump, stop sequence) add behaviour only."""
 
 from __future__ import annotations
 
@@ -39,8 +36,7 @@ class Stdin(Enum):
     SENDING = "SENDING"
     """The writer task is in a send: everything queues behind it."""
     CLOSING = "CLOSING"
-    """Half-close asked for: nothing new is written; the writer sends what it holds
-    (nothing, once stdin broke), then closes stdin."""
+    """Half-close asked for: the writer sends what it holds, then closes stdin."""
     BROKEN = "BROKEN"
     """Stdin broke, or the component is being killed: nothing is written or kept."""
 
@@ -53,10 +49,9 @@ STDIN_MOVES: Final[dict[tuple[Stdin, str], Stdin]] = {
     (Stdin.SENDING, "sent"): Stdin.OPEN,
     (Stdin.BROKEN, "sent"): Stdin.BROKEN,
 }
-"""Every move of :class:`Stdin`: ``send`` and ``sent`` bracket the writer's send,
-``close`` asks for the half-close, ``break`` is a failed write or the host's kill.
-Nothing leaves CLOSING, so the writer always gets to close. Any other pair is a driver
-bug and raises :class:`LocalProtocolError`."""
+"""Every move of :class:`Stdin` (``send``/``sent`` bracket the writer's send, ``break`` is
+a failed write or the host's kill); nothing leaves CLOSING, so the writer always gets to
+close. Any other pair is a driver bug and raises :class:`LocalProtocolError`."""
 
 
 class Phase(Enum):
@@ -64,8 +59,7 @@ class Phase(Enum):
 
     DRIVING = "DRIVING"
     STOPPING = "STOPPING"
-    """The caller's task was cancelled: the run's own tasks serve the cancel grace, and
-    no new work starts."""
+    """The caller's task was cancelled: the run's tasks serve the grace; no new work."""
 
 
 class RunControl:

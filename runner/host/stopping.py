@@ -1,9 +1,6 @@
-"""How a run ends: the supervisor's wait, the cancel grace, the kill.
-
-After the root response the host half-closes stdin and gives the component
-``graces.exit`` to exit; on the deadline or a cancellation it records the condition,
-sends ``request/cancel`` for the root, waits ``graces.cancel``, then kills.
-"""
+"""How a run ends. After the root response the host half-closes stdin and gives the
+component ``graces.exit`` to exit; on the deadline or a cancellation it records the
+condition, sends ``request/cancel`` for the root, waits ``graces.cancel``, then kills."""
 
 from __future__ import annotations
 
@@ -59,12 +56,9 @@ class StopSequence(Pump):
 
     async def _stop(self) -> None:
         """The caller's task was cancelled: cancel the root, then kill after the grace.
-
-        The run's tasks go on: every open call is stopped and answered ``CANCELLED`` and
-        the writer serves the grace, so a component that waits for its calls' answers
-        before its root response (the SDK does, §10) can stop cooperatively and is judged
-        by its answer, not as a lost channel.
-        """
+        Open calls are answered ``CANCELLED`` and the writer serves the grace, so a
+        component that waits for its calls' answers (the SDK does, §10) can stop
+        cooperatively and is judged by its answer, not as a lost channel."""
         if self.exited.is_set():
             return
         self._enter_stopping()
@@ -108,10 +102,8 @@ class StopSequence(Pump):
         if first:
             self.host_kill = why
         # Before the kill: nothing written now can arrive, so what waits is dropped and a
-        # pump held back by it reads stdout again. An engine finishes a kill only once the
-        # container's output has been taken (Docker copies it to the attach stream before
-        # it reports the exit), so a kill made while the host read nothing would wait for
-        # itself.
+        # held-back pump reads stdout again; an engine finishes a kill only once the
+        # container's output has been taken, so it would otherwise wait for itself.
         self._stdin_move("break")
         self._output_taken()
         await self.component.kill()
@@ -119,9 +111,8 @@ class StopSequence(Pump):
             self.host_kill = None
 
     def _kill_that_took(self) -> HostKill | None:
-        """The host's kill, if it is what ended the component (SIGKILL exits 137): an
-        engine accepts a kill for a process already exiting by itself, which it did not
-        end."""
+        """The host's kill, if it is what ended the component (SIGKILL exits 137; an
+        engine also accepts a kill for a process already exiting by itself)."""
         if self.host_kill is None or self.exit_code != SIGKILL_EXIT:
             return None
         return self.host_kill
