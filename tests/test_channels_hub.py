@@ -1470,7 +1470,6 @@ async def test_encoded_answers_are_the_encoding_of_the_answers() -> None:
 
 
 @pytest.mark.anyio
-@bounded
 async def test_a_queue_holds_its_items_encoded_not_decoded() -> None:
     """``queue_bytes`` bounds what a queue holds: 65,530 empty objects are 197 KB of JSON
     text and ~5 MB as Python objects, so a queue that kept the decoded values would hold
