@@ -60,11 +60,8 @@ _DEFINITION_NAME: Final = re.compile(r"[A-Za-z][A-Za-z0-9]{0,63}")
 
 
 def check_schema1(schema: JSONValue, *, defs: Mapping[str, JSONValue] | None = None) -> None:
-    """Refuse ``schema`` with a :class:`SchemaError` unless it is valid Schema/1.
-
-    Without ``defs`` it is a Schema/1 file (declaring ``$schema``, with its own root
-    ``$defs``); with ``defs`` an embedded schema that refers into ``defs`` at ``/$defs``.
-    """
+    """Refuse ``schema`` with a :class:`SchemaError` unless it is valid Schema/1: a file
+    (declaring ``$schema``, its own ``$defs``), or with ``defs`` an embedded schema."""
     Schema1Graph({"": schema}, defs)
 
 
@@ -282,11 +279,9 @@ def _reference_name(ref: str) -> str:
 
 
 def _check_shape(schema: dict[str, Any], pointer: str, *, file_root: bool) -> None:
-    """One schema node's keyword values against ``schema-1.json`` (``SCHEMA_INVALID``).
-
-    Its subschemas are replaced by ``true`` and checked as nodes of their own: left in
-    place, the meta-schema's ``unevaluatedProperties`` costs exponential time in depth.
-    """
+    """One schema node's keyword values against ``schema-1.json`` (``SCHEMA_INVALID``), its
+    subschemas replaced by ``true``: each is checked as a node of its own, and left in place
+    they make the meta-schema's ``unevaluatedProperties`` cost time exponential in depth."""
     shallow = dict(schema)
     for key, value in schema.items():
         if key in SUBSCHEMA:

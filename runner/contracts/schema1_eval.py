@@ -49,11 +49,8 @@ class Schema1Validator:
     def first_error(
         self, instance: JSONValue, units: int = MAX_WORK_UNITS
     ) -> SchemaViolation | None:
-        """The first violation, or ``None`` when ``instance`` is valid.
-
-        Raises :class:`SchemaError` ``SCHEMA_LIMIT_EXCEEDED`` past 1,000,000 work units
-        (neither valid nor invalid), or :class:`Unfinished` once fewer ``units`` are spent.
-        """
+        """The first violation, or ``None``; raises :class:`SchemaError` past 1,000,000 work
+        units (neither valid nor invalid), :class:`Unfinished` once fewer ``units`` are spent."""
         failure = Evaluation(units).evaluate(self._root, instance, ())
         if failure is None:
             return None
@@ -164,10 +161,8 @@ class Evaluation:
         return self.memo[key]
 
     def keywords(self, node: Node, value: Any, path: Path) -> _Failure | None:
-        """Charge and evaluate every applicable keyword; return the first failure.
-
-        Nothing short-circuits: the meter charges every branch, so every branch is walked.
-        """
+        """The first failure of any keyword; nothing short-circuits, since the meter charges
+        every branch."""
         schema = node.schema
         if schema is True:
             return None

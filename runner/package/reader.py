@@ -50,11 +50,8 @@ def forget_packages() -> None:
 
 
 async def sandbox_package(sandbox: Sandbox) -> Package | None:
-    """The package of the image ``sandbox`` runs, or ``None`` (no image, or no package).
-
-    Raises :class:`PackageError` for a broken package and the backend's
-    :class:`~runner.sandbox.errors.SandboxError` for a missing image or engine.
-    """
+    """The package of the image ``sandbox`` runs, or ``None``; raises :class:`PackageError`
+    for a broken package, ``SandboxError`` for a missing image or engine."""
     source = await sandbox.image_source()
     return None if source is None else await image_package(source)
 
