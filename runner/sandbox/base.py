@@ -1,13 +1,9 @@
 """The one small interface every sandbox backend offers the host.
 
-The host asks a :class:`Sandbox` to ``launch`` an invocation and gets a
-:class:`RunningComponent` (three byte streams, ``wait``, ``kill``), never knowing which
-backend it drives. Backends run their cleanup shielded on exit, so a deadline, Ctrl-C or
-a crash cannot leak a process or a container.
-
-A backend knows images, never FLOW packages: it offers what it can read out of an image
-(:class:`ImageSource`), which ``runner.package`` parses. Set-up failures are
-:class:`~runner.sandbox.errors.SandboxError`.
+A :class:`Sandbox` launches an invocation as a :class:`RunningComponent` (three byte
+streams, ``wait``, ``kill``) and cleans up shielded on exit, so a deadline, Ctrl-C or a
+crash cannot leak a process or a container. A backend knows images, never FLOW packages
+(:class:`ImageSource`).
 """
 
 from __future__ import annotations
@@ -112,13 +108,11 @@ class SandboxFacts:
 
 @runtime_checkable
 class ImmediateSend(Protocol):
-    """A stdin that can also be written without waiting, so the host answers where an
-    answer is made; only what cannot leave at once goes through a task that waits."""
+    """A stdin that can also be written without waiting, where an answer is made."""
 
     def send_nowait(self, data: bytes) -> bool:
-        """Write ``data`` now if that needs no wait, else write nothing and return False
-        (also while an earlier ``send`` still waits: order is kept). Raises what ``send``
-        raises once the stream is closed or broken."""
+        """Write ``data`` now if that needs no wait (nor an earlier ``send``), else write
+        nothing and return False. Raises as ``send`` would."""
         ...
 
 
@@ -137,8 +131,7 @@ class RunningComponent(Protocol):
 
     async def wait(self) -> int:
         """Wait for the process to exit; its exit status (128+N for signal N). Past a
-        bounded amount of untaken output this waits until ``stdout`` or ``stderr`` is read
-        or closed (a backend may see the exit at the end of the output)."""
+        bound of untaken output this waits for ``stdout`` or ``stderr`` to be read."""
         ...
 
     async def kill(self) -> None:

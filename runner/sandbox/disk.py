@@ -1,17 +1,13 @@
 """Disk bounds for host directories a run writes into: measured by polling, not by the kernel.
 
 A host directory (``--scratch DIR``, a read-write attachment) has no kernel bound here
-(``--storage-opt size`` needs overlay2 on XFS with project quotas; a loop mount needs root
-and replaces the user's directory). So each is measured before the run and then at most
-``disk_poll`` seconds apart, sooner while it grows fast (within half the time its growth
-rate needs to reach the bound; a pause at most doubles), and the run is stopped once one
-has grown past its bound. What is written before the kill takes effect lands past it:
-this is a limit on a runaway, not a quota.
+(``--storage-opt size`` needs XFS project quotas). So each is measured before the run and
+then at most ``disk_poll`` seconds apart, sooner while it grows fast, and the run is
+stopped once one is past its bound: a limit on a runaway, not a quota.
 
-A walk counts at most the entries the bound allows (plus those at launch), so millions of
-planted files cost one bounded walk. Bytes are the space allocated, a file with several
-links counted once; symlinks are not followed, other filesystems not entered. A directory
-the runner cannot read counts as a breach. A walk is not atomic.
+A walk counts at most the entries the bound allows, so planted files cost one bounded
+walk. Bytes are the space allocated, hard links once; symlinks are not followed, other
+filesystems not entered; an unreadable directory counts as a breach.
 """
 
 from __future__ import annotations
@@ -51,8 +47,7 @@ class Usage:
 
 
 def measure(root: Path, max_entries: int) -> Usage:
-    """Allocated bytes and entries under ``root`` (itself excluded), counting at most
-    ``max_entries`` entries."""
+    """Allocated bytes and entries under ``root`` (excluded), at most ``max_entries``."""
     try:
         root_dev = os.stat(root).st_dev  # what scandir(root) lists: a link's target
     except FileNotFoundError:  # removed on the host: nothing of the run is left there
@@ -191,8 +186,8 @@ class DiskWatch:
         self._thread.start()
 
     def stop(self) -> DiskBreach | None:
-        """End the polling (blocking, at most one walk) and measure once more, so what was
-        written before a kill took effect counts too; the breach, if any."""
+        """End the polling (blocking) and measure once more (what was written before a
+        kill took effect counts too); the breach, if any."""
         self._stopping.set()
         self._thread.join()
         self.breach = self._check() or self.breach

@@ -1,9 +1,6 @@
-"""Errors a sandbox backend raises while preparing, running or cleaning up (apart from
-the backends, so callers catch them without importing docker-py).
-
-A :class:`SandboxError` comes *before* anything runs (fix the set-up); a
-:class:`SandboxLost` *after* the container was created, when it or the engine goes away
-(the run failed: it is judged and reported, not refused).
+"""Errors a sandbox backend raises (here, so callers need not import docker-py): a
+:class:`SandboxError` *before* anything runs (fix the set-up); a :class:`SandboxLost`
+*after* the container was created (the run failed: judged and reported, not refused).
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """Bind sources as the engine's host sees them, when flow-runner itself runs in a container.
 
-The engine resolves a bind source on *its* host, not in the runner's container. So each
-path is judged on the runner's own view (``runner.sandbox.attachments``) and only the
-source handed to the engine is translated, by the longest bind-mount prefix among the
-runner container's mounts as the engine reports them.
-
-A path no bind mount covers (the runner's image, a tmpfs) is refused, naming the ``-v``
-that would cover it. A named volume's root is handed on as that volume; a path inside one
-is refused (no volume subpaths). Outside a container, or in one the engine does not know,
-the map is the identity.
+The engine resolves a bind source on *its* host. So a path is judged on the runner's
+view and only the source handed to the engine is translated, by the longest bind-mount
+prefix among the runner container's mounts. A path no bind mount covers, or inside a
+named volume (no subpaths), is refused. Outside a container the map is the identity.
 """
 
 from __future__ import annotations
@@ -49,8 +44,7 @@ class PathMap:
 
     in_container: bool = False
     container_id: str | None = None
-    """The runner's container on this engine; ``None`` outside one, or in a container
-    the engine does not know (paths are then taken as they are)."""
+    """The runner's container on this engine (``None``: paths are taken as they are)."""
     mounts: tuple[RunnerMount, ...] = ()
     sees_engine_pids: bool = True
     """Whether a pid the engine reports names the same process here: only then can a
@@ -58,8 +52,7 @@ class PathMap:
 
     @classmethod
     def from_self(cls, api: Any) -> PathMap:
-        """The map of the container this process runs in (``api``: docker-py's
-        APIClient); the identity outside one, or in one the engine does not know."""
+        """The map of the container this process runs in (``api``: docker-py's)."""
         container_id = own_container_id()
         if container_id is None:
             return cls(in_container=in_container())
@@ -81,8 +74,7 @@ class PathMap:
         return cls(True, container_id, mounts, sees_engine_pids=pid_mode == "host")
 
     def translate(self, path: Path) -> HostSource:
-        """The source the engine must be given to mount what ``path`` (absolute,
-        resolved) is here."""
+        """The source the engine must mount for ``path`` (absolute, resolved) here."""
         if self.container_id is None:
             return HostSource("bind", str(path))
         inner = PurePosixPath(path)

@@ -29,10 +29,8 @@ class Pipes:
         self.stderr: Inbox | None = None
 
     async def open(self) -> None:
-        """Make the pipes and serve our ends; on any failure nothing stays open.
-
-        Every descriptor closes on exec: the child gets its ends by ``dup2`` as 0, 1, 2.
-        """
+        """Make the pipes and serve our ends; on any failure nothing stays open (each
+        closes on exec: the child gets its ends as 0, 1, 2)."""
         loop = asyncio.get_running_loop()
         try:
             for _ in range(3):
@@ -61,7 +59,6 @@ class Pipes:
         self.child = []
 
     def close(self) -> None:
-        """Close every end still open."""
         self.started()
         for fd in self._raw:
             os.close(fd)
@@ -90,9 +87,8 @@ async def _output(loop: asyncio.AbstractEventLoop, pipe: Any) -> Inbox:
 
 
 class _PipeReader:
-    """Our end of a child's stdout or stderr, read into its :class:`Inbox` as bytes come
-    (at most :data:`READ_BYTES` at once), and the inbox's valve: paused while it is full,
-    closed when it is discarded or the pipe ends."""
+    """Our end of a child's stdout or stderr, read into its :class:`Inbox` as bytes come,
+    and the inbox's valve."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, pipe: Any, inbox: Inbox) -> None:
         self._loop = loop

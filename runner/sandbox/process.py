@@ -1,8 +1,5 @@
 """A local subprocess backend: no isolation, for development, tests and inside a pod.
-
-The component leads its own session, so a kill of its group reaches whatever it started.
-Attachments are host paths (the OS enforces their access); a private scratch directory
-is made per run and removed after, unless the caller gave one.
+The component leads its own session, so a kill of its group reaches what it started.
 """
 
 from __future__ import annotations
@@ -59,8 +56,7 @@ class ProcessComponent:
 
 
 def open_process(spec: SandboxSpec) -> tuple[ProcessSandbox, StopGraces]:
-    """The ``process`` backend's factory (``flow_runner.sandboxes``): ``spec.command`` is
-    the argv; images, profiles and users are not this backend's (the OS decides)."""
+    """The ``process`` backend's factory: ``spec.command`` is the argv."""
     if not spec.command:
         raise CommandNotFound("the process backend needs a command: exec --process -- COMMAND")
     return ProcessSandbox(spec.command, env=spec.env, cwd=spec.cwd), StopGraces()
@@ -89,8 +85,7 @@ class ProcessSandbox:
         return None
 
     def planned_paths(self, request: LaunchRequest) -> tuple[Mapping[str, str], str]:
-        """Host paths as they are; a private scratch's ``mkdtemp`` name has 8 random
-        characters, so this one is as long."""
+        """Host paths as they are; a private scratch as long as its ``mkdtemp`` name."""
         private = Path(tempfile.gettempdir(), _SCRATCH_PREFIX + "x" * 8)
         scratch = request.scratch_dir or private
         return {a.name: str(a.host_path) for a in request.attachments}, str(scratch)

@@ -1,9 +1,8 @@
 """The sandbox profile's pydantic model: what every profile file is validated by.
 
-Strict: an unknown key or a misspelt value is an error naming the file and the key (a
-typo in a security policy must not fall back to a default). Apart from
-:class:`~runner.sandbox.profiles.SandboxProfile` so a shipped profile's run never
-imports pydantic.
+Strict: an unknown key or a misspelt value names the file and the key, since a typo in
+a security policy must not fall back to a default. Loosening is spelt out
+(``allow_network``, ``allow_root``).
 """
 
 from __future__ import annotations
@@ -104,18 +103,17 @@ def _base(info: ValidationInfo) -> Path | None:
 
 
 def validate(data: Mapping[str, object]) -> tuple[Values, str | None]:
-    """``data`` as a profile's values and its seccomp JSON; pydantic's ValidationError if
-    it is no profile (a profile built in code: relative paths from the working directory)."""
+    """``data`` as a profile's values and its seccomp JSON, or pydantic's ValidationError."""
     return _values(ProfileModel.model_validate(data))
 
 
 def validate_file(path: Path, data: Mapping[str, object]) -> tuple[Values, str | None]:
-    """The profile file ``path`` holding ``data`` (its TOML), validated; a ProfileError
-    naming the file and each bad key if it is no profile."""
+    """The profile file ``path`` holding ``data``, validated; else a ProfileError."""
     try:
         model = ProfileModel.model_validate(data, context={"base_dir": path.parent})
     except ValidationError as exc:
-        raise ProfileError(_explain(path, exc)) from None
+        problems = "; ".join(_explain(error) for error in exc.errors())
+        raise ProfileError(f"sandbox profile {path}: {problems}") from None
     return _values(model)
 
 
@@ -137,12 +135,7 @@ def _values(model: ProfileModel) -> tuple[Values, str | None]:
     return {name: getattr(model, name) for name in ProfileModel.model_fields}, model.seccomp_json
 
 
-def _explain(path: Path, exc: ValidationError) -> str:
-    problems = [_explain_one(error) for error in exc.errors()]
-    return f"sandbox profile {path}: " + "; ".join(problems)
-
-
-def _explain_one(error: ErrorDetails) -> str:
+def _explain(error: ErrorDetails) -> str:
     key = ".".join(str(part) for part in error["loc"]) or "(profile)"
     if error["type"] == "extra_forbidden":
         known = ", ".join(ProfileModel.model_fields)

@@ -1,14 +1,10 @@
 """Sandbox profiles: the limits and privileges one invocation runs with, as reviewed files.
 
-A profile is a small TOML file, so the policy a run used can be read, diffed and reviewed
-apart from the code, held to a strict model (:mod:`runner.sandbox.profile_model`): a typo
-in a security policy must not fall back to a default. Loosening is spelt out
-(``allow_network``, ``allow_root``, ``allowed_mounts``).
-
-The shipped profiles are ``sandbox-profiles/``: next to the ``runner`` package in a
-checkout, under ``<prefix>/share/flow-runner/sandbox-profiles`` once installed. A file
-whose bytes are a shipped profile's (:data:`SHIPPED`) is read without the model, so a
-run with the default profile never imports pydantic; any other bytes are validated.
+A profile is a small TOML file held to a strict model (:mod:`runner.sandbox.profile_model`).
+The shipped ones are ``sandbox-profiles/`` (in a checkout, or under
+``<prefix>/share/flow-runner`` once installed); a file whose bytes are a shipped
+profile's (:data:`SHIPPED`) is read without the model, so such a run never imports
+pydantic.
 """
 
 from __future__ import annotations
@@ -35,7 +31,6 @@ __all__ = [
     "disk_summary",
     "list_profiles",
     "load_profile",
-    "load_profile_file",
     "parse_size",
     "profiles_dir",
     "seccomp_summary",
@@ -112,8 +107,7 @@ class SandboxProfile:
         return profile
 
     def as_json(self) -> dict[str, JSONValue]:
-        """The profile's keys and values as JSON, in the model's order: what ``profiles
-        show`` prints and what a batch key digests."""
+        """The profile's keys and values as JSON, in the model's order (a batch key's)."""
         return {key: _json(value) for key, value in _keys(self).items()}
 
 
@@ -150,7 +144,6 @@ def profiles_dir() -> Path:
 
 
 def list_profiles() -> list[str]:
-    """Names of the shipped profiles, sorted."""
     return sorted(path.stem for path in profiles_dir().glob("*.toml"))
 
 
@@ -175,8 +168,8 @@ def load_profile(name_or_path: str | Path) -> SandboxProfile:
 
 
 def with_user(profile: SandboxProfile, user: str) -> SandboxProfile:
-    """``profile`` run as ``user`` (``UID[:GID]``, numbers; the GID defaults to the
-    profile's), held to the profile's rule on root (``allow_root``)."""
+    """``profile`` run as ``user`` (``UID[:GID]``; the GID defaults to the profile's),
+    held to its rule on root."""
     from runner.sandbox.profile_model import validate_user
 
     uid, sep, gid = user.partition(":")
@@ -242,8 +235,6 @@ def _read_shipped(path: Path, data: Mapping[str, Any]) -> SandboxProfile | None:
     return SandboxProfile._validated(values, seccomp_json)
 
 
-# --- what a profile enforces, and how (for `flow-runner profiles show`) ----------------
-
 SECCOMP_FAMILIES: dict[str, tuple[str, ...]] = {
     "io_uring": ("io_uring_setup", "io_uring_enter", "io_uring_register"),
     "keyrings": ("keyctl", "add_key", "request_key"),
@@ -293,14 +284,12 @@ def seccomp_summary(profile: SandboxProfile) -> dict[str, object]:
     for rule in rules:
         if rule.get("action") == "SCMP_ACT_ALLOW":
             (conditional if rule.get("args") else plain).update(rule.get("names", []))
-    families = {}
-    for family, names in SECCOMP_FAMILIES.items():
-        if plain.intersection(names):
-            families[family] = "allowed"
-        elif conditional.intersection(names):
-            families[family] = "restricted"
-        else:
-            families[family] = "denied"
+    families = {
+        family: "allowed"
+        if plain.intersection(names)
+        else ("restricted" if conditional.intersection(names) else "denied")
+        for family, names in SECCOMP_FAMILIES.items()
+    }
     errno = document.get("defaultErrnoRet", 1)
     summary: dict[str, object] = {
         "file": str(profile.seccomp),

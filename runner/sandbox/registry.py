@@ -1,10 +1,7 @@
-"""The one place a sandbox backend is chosen and built.
-
-Backends are registered under the entry-point group ``flow_runner.sandboxes``, each name
-a factory ``(SandboxSpec) -> (Sandbox, StopGraces)``; every caller fills in a
-:class:`SandboxSpec` and calls :func:`open_sandbox`. The shipped backends are known by
-:data:`SHIPPED` (a checkout may have no metadata) and cannot be taken over by an
-installed package, so entry points are read only for another name.
+"""The one place a sandbox backend is chosen and built: a factory ``(SandboxSpec) ->
+(Sandbox, StopGraces)`` registered under the entry-point group ``flow_runner.sandboxes``.
+The shipped backends (:data:`SHIPPED`) cannot be taken over by an installed package, so
+entry points are read only for another name.
 """
 
 from __future__ import annotations
@@ -38,8 +35,7 @@ class BackendUnknown(SandboxError):
 
 @dataclass(frozen=True)
 class StopGraces:
-    """Seconds a component gets to stop before the host kills it (a profile's or a
-    caller's)."""
+    """Seconds a component gets to stop before the host kills it."""
 
     cancel: float = 2.0
     """From the root's ``request/cancel`` to the kill."""
@@ -50,12 +46,8 @@ class StopGraces:
 @dataclass(frozen=True)
 class SandboxSpec:
     """What a caller asks of a sandbox; each backend reads the fields it knows.
-
-    ``command`` replaces an image's command or is the argv (``process``). ``profile``: a
-    name, a TOML path (relative to ``base_dir``) or a loaded profile; ``user``
-    (``UID[:GID]``) replaces its user. ``record_engine`` keeps what the engine put in
-    effect (``policy verify``).
-    """
+    ``profile``: a name, a TOML path (relative to ``base_dir``) or a loaded profile;
+    ``user`` (``UID[:GID]``) replaces its user; ``record_engine``: for ``policy verify``."""
 
     backend: str
     image: str | None = None
@@ -112,7 +104,6 @@ def sandbox_engine(backend: str) -> SandboxEngine:
 
 
 def backends() -> list[str]:
-    """The names of the registered backends."""
     return sorted(_registered())
 
 

@@ -1,15 +1,9 @@
-"""A component's stdio over asyncio transports, with no checkpoint while bytes flow.
+"""A component's stdio over asyncio transports, with no checkpoint while bytes flow
+(anyio's streams spend a loop turn more per write or read, much of a small call's cost).
 
-anyio's streams and asyncio's subprocess pipes spend an event-loop turn more per write
-or read, a large part of what a small call or channel item costs.
-
-- :class:`StdinWriter` writes at once while the transport's buffer is under
-  :data:`WRITE_LIMIT` and waits, in arrival order, only while it is over: it holds at
-  most the limit plus one write.
-- :class:`Inbox` files what a transport reads for one reader and wakes it; a receive with
-  bytes filed returns them without a loop turn.
-
-Waits are on asyncio futures (anyio's asyncio backend), which cancel scopes interrupt.
+:class:`StdinWriter` writes at once and waits, in arrival order, only while the buffer
+is over :data:`WRITE_LIMIT`; :class:`Inbox` files what a transport reads and wakes its
+reader. Waits are on asyncio futures, which anyio's cancel scopes interrupt.
 """
 
 from __future__ import annotations
@@ -58,8 +52,7 @@ class StdinWriter(ByteSendStream, asyncio.BaseProtocol):
                 turn.set_result(None)
 
     def send_nowait(self, data: bytes) -> bool:
-        """Write ``data`` now if nothing waits before it and the buffer has room; False
-        (nothing written) if it would have to wait. Raises as :meth:`send` would."""
+        """Write ``data`` if that needs no wait, else False; raises as :meth:`send` would."""
         self._check_open()
         if self._paused or self._turns:
             return False
@@ -109,8 +102,7 @@ class StdinWriter(ByteSendStream, asyncio.BaseProtocol):
         transport.write(data)
 
     async def _turn(self) -> None:
-        """Wait until this sender is first in line and the buffer has room (or the
-        transport is lost); the caller then writes and passes the turn on."""
+        """Wait to be first in line with room (or loss); the caller then passes the turn."""
         if self._lost:
             return
         turn = asyncio.get_running_loop().create_future()
@@ -132,8 +124,7 @@ class StdinWriter(ByteSendStream, asyncio.BaseProtocol):
 
 
 class ReadValve(Protocol):
-    """What stops and restarts the reading that fills an :class:`Inbox`: a pipe of its
-    own, or a :class:`SharedReading`."""
+    """What stops and restarts the reading that fills an :class:`Inbox`."""
 
     def pause_reading(self) -> None: ...
 
@@ -143,9 +134,8 @@ class ReadValve(Protocol):
 
 
 class SharedReading:
-    """One read transport filling several inboxes (the attach socket: stdout and stderr),
-    and the valve of each: read while none of them is paused. :meth:`stop` stops reading
-    for good."""
+    """One read transport filling several inboxes (the attach socket's stdout and
+    stderr), and the valve of each: read while none of them is paused."""
 
     def __init__(self) -> None:
         self._transport: asyncio.ReadTransport | None = None
@@ -177,12 +167,9 @@ class SharedReading:
 
 
 class Inbox(ByteReceiveStream):
-    """A component's stdout or stderr, filed in order; one task at a time waits.
-    ``aclose`` drops it from then on (and closes a pipe).
-
-    Reading is paused while more than ``limit`` bytes are filed, so an inbox holds at most
-    ``limit`` plus one read: a component writing faster than the host reads waits.
-    """
+    """A component's stdout or stderr, filed in order; one task at a time waits;
+    ``aclose`` drops it. Reading is paused while more than ``limit`` bytes are filed, so
+    a component writing faster than the host reads waits."""
 
     def __init__(self, limit: int) -> None:
         self._chunks: deque[bytes] = deque()
@@ -210,8 +197,7 @@ class Inbox(ByteReceiveStream):
         self._wake()
 
     def end(self, failure: str | None = None) -> None:
-        """Nothing more will come; ``failure`` says why the bytes stopped making sense
-        (the reader gets it as ``BrokenResourceError`` after what was filed)."""
+        """Nothing more will come; ``failure``: the reader's ``BrokenResourceError``."""
         if not self._ended:
             self._ended = True
             self._failure = failure
@@ -221,8 +207,7 @@ class Inbox(ByteReceiveStream):
         self.discard()
 
     def discard(self) -> None:
-        """Drop what is filed and whatever comes (a pipe is closed; a shared transport
-        is read on for the others)."""
+        """Drop what is filed and whatever comes (a shared transport is read on)."""
         self._discard = True
         self._chunks.clear()
         self._filed = 0
@@ -232,8 +217,7 @@ class Inbox(ByteReceiveStream):
         self._wake()  # a reader waiting now finds the stream closed
 
     async def receive(self, max_bytes: int = 65536) -> bytes:
-        """All that is filed, up to ``max_bytes``, with no loop turn; else wait for some.
-        ``EndOfStream`` once everything was taken and the stream ended."""
+        """All that is filed, up to ``max_bytes``, with no loop turn; else wait for some."""
         chunks = self._chunks
         while not chunks:
             if self._discard:

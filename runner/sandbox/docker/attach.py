@@ -1,14 +1,10 @@
 """The attach connection: one hijacked socket carrying the component's stdio.
 
-The engine's attach request, taken over (``Engine.attach_socket``), is served by an
-asyncio protocol of our own (not anyio's socket stream, which costs a loop turn per send
-and a selector change per receive): every read is demultiplexed at once
-(:class:`AttachDemuxer`), filed by stream, and wakes the task waiting for it. So a reader
-never waits on another, as long as no stream holds more than its bound
-(:data:`STDOUT_LIMIT`, :data:`STDERR_LIMIT`); past that the socket is not read until the
-reader takes bytes, and the component waits on its write, not on the host's memory. A
-stream nobody will read is discarded (``aclose``). Half-closing stdin is a
-``shutdown(SHUT_WR)``, which the engine turns into EOF for the component.
+Served by an asyncio protocol of our own (anyio's socket stream costs a loop turn per
+send): every read is demultiplexed at once, filed by stream, and wakes its reader, so a
+reader never waits on another while no stream is over its bound (:data:`STDOUT_LIMIT`,
+:data:`STDERR_LIMIT`); past it the socket is not read, and the component waits on its
+write. Half-closing stdin is a ``shutdown(SHUT_WR)``: EOF for the component.
 """
 
 from __future__ import annotations
@@ -37,11 +33,8 @@ _HEADER = struct.Struct(">BxxxL")
 
 
 class AttachDemuxer:
-    """Splits Docker's multiplexed attach stream into (stream, payload) pieces; no I/O.
-
-    Each frame is an 8-byte header (stream type, three zero bytes, big-endian length) and
-    its payload, handed out as it arrives: only a header split across reads is kept.
-    """
+    """Splits Docker's multiplexed attach stream (8-byte headers: type, three zeros,
+    big-endian length) into (stream, payload) pieces as they arrive; no I/O."""
 
     def __init__(self) -> None:
         self._header = b""  # the start of a header split across reads
@@ -105,8 +98,6 @@ class AttachConnection:
     async def aclose(self) -> None:
         self.stdin.abort()
         self._end()
-
-    # ----- fed by the protocol ---------------------------------------------------------
 
     def _made(self, transport: asyncio.Transport) -> None:
         self._transport = transport

@@ -1,9 +1,6 @@
-"""A started container, seen by the host as a :class:`RunningComponent`.
-
-Exit is the end of the attach stream, confirmed by one inspect. Every engine call goes
-through the container's :class:`Lease`, so a removed container or a lost engine is a
-:class:`SandboxLost`. An OOM is read from the memory cgroup where visible
-(:mod:`runner.sandbox.docker.oom`), else from the engine (``facts.details["oom_source"]``).
+"""A started container, seen by the host as a :class:`RunningComponent`: exit is the end
+of the attach stream, confirmed by one inspect; a removed container or a lost engine is a
+:class:`SandboxLost` (its :class:`Lease`); an OOM is the cgroup's verdict where it has one.
 """
 
 from __future__ import annotations
@@ -52,8 +49,7 @@ class Container:
         self._oom = watch_oom(lease.container_id)
 
     async def wait(self) -> int:
-        """Read the attach stream to its end (keeping unread output, within its bounds:
-        see :mod:`runner.sandbox.docker.attach`), then confirm exit."""
+        """Read the attach stream to its end (keeping unread output), then confirm exit."""
         if self.facts.exit_code is not None:
             return self.facts.exit_code
         await self._connection.drain()
@@ -111,10 +107,9 @@ class Container:
             delay = min(delay * 2, 0.25)
 
     async def _late_oom(self, state: dict[str, Any]) -> dict[str, Any]:
-        """Re-read a SIGKILL that neither the host nor (as far as known) the OOM killer
-        sent, for up to ~3 s: where the cgroup cannot tell, the engine's OOM flag may come
-        after the exit; and a ``docker rm -f`` kills, then removes, which is a loss
-        (:class:`ContainerGone`, raised by the re-read), not a kill by a signal."""
+        """Re-read, for up to ~3 s, a SIGKILL neither the host nor the OOM killer sent:
+        the engine's OOM flag may come late, and ``docker rm -f`` (kill, then remove) is a
+        loss (:class:`ContainerGone`, raised by the re-read), not a kill by a signal."""
         cgroup_can_tell = self._oom is not None and self._oom.verdict is not None
         delay = 0.05
         while delay < 2:
@@ -126,8 +121,7 @@ class Container:
         return state
 
     def _record(self, state: dict[str, Any]) -> int:
-        """Note the stopped state in the facts (the cgroup's OOM verdict over the
-        engine's); its exit code."""
+        """Note the stopped state in the facts (the cgroup's OOM verdict first); its exit code."""
         exit_code = self.facts.exit_code = int(state["ExitCode"])
         verdict = None if self._oom is None else self._oom.verdict
         if self._oom is None or verdict is None:

@@ -1,18 +1,11 @@
 """The engine layer under the Docker backend: one async method per engine call.
 
-A run's calls go straight to the engine's HTTP API (``http.py``); the rare others
-(``info``, the path map, an image's archive) are blocking docker-py calls in a worker
-thread behind one limiter per client. What the engine answers, and what docker-py and
-requests raise, is mapped here and nowhere else:
-
-- before a container exists, no answer is :class:`EngineUnavailable` (nothing was run),
-  a missing image :class:`ImageMissing`, any other refusal a :class:`DockerSandboxError`;
-- once it exists, every call carries its :class:`Lease`, which turns any failure into
-  :class:`ContainerGone` (someone else removed it) or :class:`EngineLost` (the engine
-  failed or stopped answering). The first loss is kept for the report.
-
-The process-wide engine (:func:`default_engine`) makes its docker-py client only for a
-rare call when its address is plain, so a plain run never imports docker-py.
+A run's calls go to the engine's HTTP API (``http.py``); the rare others are docker-py
+calls in a worker thread. What the engine answers, and what docker-py raises, is mapped
+here and nowhere else: before a container exists, no answer is
+:class:`EngineUnavailable`, a missing image :class:`ImageMissing`, any other refusal a
+:class:`DockerSandboxError`; once it exists, its :class:`Lease` turns any failure into
+:class:`ContainerGone` (someone else removed it) or :class:`EngineLost`.
 """
 
 from __future__ import annotations
@@ -134,8 +127,7 @@ class Lease:
     step: str = "attach"
     lost: SandboxLost | None = None
     budget_ends: float | None = None
-    """``time.monotonic()`` by which every further call must be answered: cleanup's
-    shared budget (``None``: each call has the client's timeout)."""
+    """``time.monotonic()`` by which every further call must be answered (cleanup's)."""
 
     def spend_within(self, seconds: float) -> None:
         """From now on, every call about this container shares ``seconds`` in all."""
@@ -148,13 +140,11 @@ class Lease:
         return max(min(limit, self.budget_ends - time.monotonic()), 0.0)
 
     def loss(self, exc: Exception | str, *, gone: bool = False) -> SandboxLost:
-        """A failed call as a loss of this container (``gone``: the engine no longer
-        knows it); the first loss is kept."""
+        """A failed call as a loss of this container (``gone``: removed); the first is kept."""
         seconds = time.perf_counter() - self.began
         when = f"{seconds:.1f} s into the run (step: {self.step})"
-        kind: type[SandboxLost]
         if gone:
-            kind = ContainerGone
+            kind: type[SandboxLost] = ContainerGone
             message = (
                 f"container {self.container_id[:12]} was removed by someone else {when}; "
                 "find who runs `docker rm -f` or `flow-runner gc` against this engine"
@@ -172,16 +162,15 @@ class Lease:
 
 
 class CallStalled(Exception):
-    """A call about a container was not answered in time, though the engine answers a
-    ping: it waits on that container's untaken output. Not a loss; the caller lets go of
-    the output."""
+    """A call about a container went unanswered though the engine answers a ping: it
+    waits on the container's untaken output. Not a loss."""
 
 
 @dataclass
 class Engine:
-    """One client, its limiter for worker threads and what it told us once. ``http``:
-    its address for direct calls (``None``: not a plain socket); ``client`` ``None``:
-    the process-wide client, made on first need."""
+    """One client (``None``: the process-wide one, made on need), its worker-thread
+    limiter, its address for direct calls (``None``: not a plain socket), and what it
+    told us once."""
 
     client: docker.DockerClient | None
     limiter: anyio.CapacityLimiter
@@ -191,8 +180,7 @@ class Engine:
     """Where the engine's host has the paths this process sees (asked once, on need)."""
 
     async def _call(self, fn: Callable[[docker.DockerClient], T]) -> T:
-        """A blocking docker-py call (no container's) in a worker thread; no answer is
-        :class:`EngineUnavailable`, docker-py's errors are the caller's to read."""
+        """A blocking docker-py call in a worker thread; no answer: :class:`EngineUnavailable`."""
         import docker.errors
         import requests.exceptions
 
@@ -207,8 +195,7 @@ class Engine:
             raise engine_unavailable(exc) from exc
 
     def direct(self) -> EngineHttp:
-        """The engine's HTTP API; :class:`DockerSandboxError` for an engine reached only
-        through docker-py (TLS, ssh)."""
+        """The engine's HTTP API; :class:`DockerSandboxError` for a TLS or ssh engine."""
         if self.http is None:
             raise DockerSandboxError(
                 f"the connection to {self.base_url} is not a plain socket; use the local "
@@ -234,11 +221,10 @@ class Engine:
         stalls: bool = False,
         **kwargs: Any,
     ) -> Reply:
-        """A direct call about the lease's container (``action``: the path after its id,
-        with its ``/``) within ``limit`` seconds (default
-        the client's) and the lease's budget; its reply if its status is ``expected``,
-        else a loss raised (404: gone). With ``stalls`` or a budget, no answer from an
-        engine that answers a ping is :class:`CallStalled`, not a loss."""
+        """A direct call on the container's path + ``action`` within ``limit`` seconds
+        and the lease's budget; its reply if its status is ``expected``, else a loss
+        raised. With ``stalls`` or a budget, no answer from a live engine is
+        :class:`CallStalled`."""
         http = self.direct()
         path = f"/containers/{lease.container_id}{action}"
         timeout = lease.timeout(http.timeout if limit is None else limit)
@@ -317,22 +303,20 @@ class Engine:
         return sock
 
     async def start(self, lease: Lease) -> str | None:
-        """Start the container; the engine's explanation if it refused (a 4xx). Removed
-        meanwhile (404) or an engine failure is a loss, raised."""
+        """Start the container; the engine's explanation if it refused (a 4xx but 404)."""
         refusals = tuple(status for status in range(400, 500) if status != 404)
         reply = await self._leased(lease, "POST", "/start", expected=(204, 304, *refusals))
         return reply.message if reply.status >= 400 else None
 
     async def inspect(self, lease: Lease) -> dict[str, Any]:
-        """The container's inspect document."""
         info = (await self._leased(lease, "GET", "/json", expected=(200,))).json()
         if not isinstance(info, dict):
             raise lease.loss("the engine's inspect document is not a JSON object")
         return info
 
     async def kill(self, lease: Lease) -> bool:
-        """SIGKILL the container; ``False`` if it was not running. Answered within
-        :data:`KILL_ANSWER` seconds, or :class:`CallStalled` (see there)."""
+        """SIGKILL the container; ``False`` if it was not running. :class:`CallStalled`
+        past :data:`KILL_ANSWER` seconds."""
         reply = await self._leased(
             lease, "POST", "/kill", expected=(204, 409), limit=KILL_ANSWER, stalls=True
         )
@@ -359,12 +343,9 @@ class Engine:
 
     async def read_archive(self, image_id: str, path: str, max_bytes: int) -> IO[bytes] | None:
         """The engine's tar of ``path`` in the image, in a temporary file the caller
-        closes, or ``None`` if the image lacks it; over ``max_bytes``: :class:`FilesTooLarge`.
-
-        Read from a container created (network none) but never started, so no code of
-        the image runs; labelled as a run's, so ``flow-runner gc`` sweeps it if this
-        process dies. The tar goes to disk: the files taken out are the reader's one copy.
-        """
+        closes; ``None`` if the image lacks it; over ``max_bytes``: :class:`FilesTooLarge`.
+        Read from a container never started (no code of the image runs), labelled so
+        ``flow-runner gc`` sweeps it if this process dies."""
         import tempfile
 
         import docker.errors

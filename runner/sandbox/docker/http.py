@@ -1,18 +1,12 @@
 """The engine's HTTP API, spoken directly for the calls every run makes.
 
-Each call is one HTTP/1.1 request on a connection of its own (``Connection: close``),
-written and read in the event loop, the reply read by h11: docker-py's client costs a
-cold start its import and each call CPU a loaded engine needs. The attach request, whose
-connection becomes the component's stdio, is made on a blocking socket in a worker thread.
-
-Only a unix socket or a plain ``tcp://`` address is spoken (the attach connection must be
-a plain socket); docker-py makes the rare calls and serves any address
-:func:`plain_address` cannot read as docker-py would.
+Each call is one HTTP/1.1 request on a connection of its own, read by h11 in the event
+loop (docker-py costs a cold start its import and each call CPU). Only a unix socket or
+a plain ``tcp://`` address is spoken: the attach connection must be a plain socket.
 
 A call runs to its end, shielded from cancellation and bounded by a timeout: a create
-whose answer is lost would leave a container nobody knows. The engine's answer is a
-:class:`Reply`, whatever its status; no answer (refused, reset, closed early, too slow,
-garbled) is :class:`NoAnswer`.
+whose answer is lost would leave a container nobody knows. Any status is a
+:class:`Reply`; no answer (refused, reset, too slow, garbled) is :class:`NoAnswer`.
 """
 
 from __future__ import annotations
@@ -76,8 +70,8 @@ class Reply:
 
 @dataclass(frozen=True)
 class EngineHttp:
-    """Where the engine listens (a unix socket path, or a TCP host and port), the API
-    version, and the client's timeout in seconds."""
+    """Where the engine listens (a unix socket, or a TCP host and port), its API version
+    and the client's timeout in seconds."""
 
     unix_path: str | None
     host: str
@@ -88,8 +82,8 @@ class EngineHttp:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> EngineHttp | None:
         """The engine ``docker.from_env()`` would talk to, with the API version it would
-        negotiate (blocking); ``None`` where :func:`plain_address` cannot say. No answer,
-        or an engine older than docker-py accepts, is :class:`NoAnswer`."""
+        negotiate (blocking); ``None`` where :func:`plain_address` cannot say;
+        :class:`NoAnswer` if it does not answer or is older than docker-py accepts."""
         address = plain_address(environ)
         if address is None:
             return None
@@ -131,8 +125,7 @@ class EngineHttp:
         body: object = None,
         timeout: float | None = None,
     ) -> Reply:
-        """One request (``body`` as JSON) and its whole reply, within ``timeout``
-        seconds (default: the client's)."""
+        """One request (``body`` as JSON) and its reply within ``timeout`` (or the client's)."""
         exchange = self._exchange_of(method, path, query, body)
         limit = self.timeout if timeout is None else timeout
         try:
@@ -247,7 +240,6 @@ class EngineHttp:
             sock.close()
 
     async def _connect(self) -> socket.socket:
-        """A connected non-blocking socket to the engine."""
         if self.unix_path is None:
             address = (self.host, self.port)
             sock = await anyio.to_thread.run_sync(socket.create_connection, address, self.timeout)
@@ -362,13 +354,9 @@ class Exchange:
 
 
 def plain_address(environ: Mapping[str, str]) -> tuple[str | None, str, int] | None:
-    """Where ``docker.from_env(environment=environ)`` connects, if certain without
-    docker-py: a unix socket path, or a TCP host and port, no TLS. ``None`` for anything
-    else (TLS, another ``DOCKER_HOST`` form, a CLI context other than ``default``).
-
-    As docker-py: a non-empty ``DOCKER_HOST``; else the context named by
-    ``DOCKER_CONTEXT`` or the first CLI configuration file's ``currentContext``.
-    """
+    """Where ``docker.from_env(environment=environ)`` connects, read as docker-py reads
+    it: a unix socket path, or a TCP host and port. ``None`` for anything else (TLS,
+    another ``DOCKER_HOST`` form, a CLI context other than ``default``)."""
     if environ.get("DOCKER_CERT_PATH") or environ.get("DOCKER_TLS_VERIFY", "") != "":
         return None
     host = (environ.get("DOCKER_HOST") or "").strip()

@@ -33,17 +33,6 @@ _NEVER = 1 << 62
 """A usage threshold no cgroup reaches: an event signalled only when the cgroup goes."""
 
 
-def cgroup_candidates(root: Path, container_id: str) -> list[tuple[str, Path]]:
-    """Where Docker puts a container's memory cgroup, per layout and cgroup driver."""
-    scope = f"docker-{container_id}.scope"
-    return [
-        ("v1", root / "memory" / "docker" / container_id),
-        ("v1", root / "memory" / "system.slice" / scope),
-        ("v2", root / "docker" / container_id),
-        ("v2", root / "system.slice" / scope),
-    ]
-
-
 def oom_kills(text: str) -> int:
     """The ``oom_kill`` count in ``memory.oom_control`` (v1) or ``memory.events`` (v2)."""
     for line in text.splitlines():
@@ -64,11 +53,9 @@ class OomWatch:
         self._lock = threading.Lock()
         self._kills = kills
         self._notified = False
-        """A v1 signal taken while the cgroup existed: the kernel ran its OOM path there
-        (its kill may not be counted yet when the count is read)."""
+        """A v1 signal taken while the cgroup existed: the kernel ran its OOM path."""
         self._unread_signals = 0
-        """v1 OOM-eventfd signals taken after the cgroup was gone: its removal and any
-        OOM not read in time."""
+        """v1 OOM-eventfd signals taken after the cgroup was gone (its removal, and OOMs)."""
         self._gone = False
         self._settled = False
         self._thread = threading.Thread(target=self._run, name="flow-runner-oom", daemon=True)
@@ -84,9 +71,8 @@ class OomWatch:
             return False if self._settled else None
 
     def settle(self, timeout: float = _SETTLE + 1) -> None:
-        """Block until a v1 watch has its exact verdict: the cgroup was removed and its
-        removal signal came. Call once the container has stopped (the engine removes the
-        cgroup before it reports the stop)."""
+        """Block until a v1 watch has its exact verdict (the cgroup's removal signal
+        came); call once the engine reports the container stopped."""
         if len(self._fds) > 1:
             self._thread.join(timeout)
 
@@ -97,8 +83,8 @@ class OomWatch:
         return 0
 
     def _step(self) -> None:
-        """Take the v1 signals and read the count (under the lock); a count that cannot
-        be read (ENODEV) means the cgroup is gone."""
+        """Take the v1 signals and read the count (under the lock); an unreadable count
+        means the cgroup is gone."""
         signals = self._take(self._fds[1]) if len(self._fds) > 1 else 0
         try:
             text = os.pread(self._fds[0], 4096, 0).decode()
@@ -132,7 +118,14 @@ class OomWatch:
 def watch_oom(container_id: str, root: Path = CGROUP_ROOT) -> OomWatch | None:
     """Begin watching a started container's memory cgroup; ``None`` if it is not visible
     here, cannot be registered with, or is already gone."""
-    for layout, directory in cgroup_candidates(root, container_id):
+    scope = f"docker-{container_id}.scope"
+    candidates = [  # where Docker puts it, per cgroup layout and driver
+        ("v1", root / "memory" / "docker" / container_id),
+        ("v1", root / "memory" / "system.slice" / scope),
+        ("v2", root / "docker" / container_id),
+        ("v2", root / "system.slice" / scope),
+    ]
+    for layout, directory in candidates:
         name = "memory.oom_control" if layout == "v1" else "memory.events"
         try:
             counter = os.open(directory / name, os.O_RDONLY | os.O_CLOEXEC)

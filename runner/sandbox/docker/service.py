@@ -46,8 +46,7 @@ class DockerSandboxEngine:
         return sweep(runs=runs)
 
     def transient(self, exc: BaseException) -> bool:
-        """A :class:`SandboxError` says so itself; a failed connection, or docker-py's
-        error for an engine that failed or did not answer (not a missing image), is."""
+        """As a :class:`SandboxError` says; else a failed connection or engine is."""
         if isinstance(exc, SandboxError):
             return exc.transient
         if isinstance(exc, ConnectionError):
@@ -75,10 +74,9 @@ def read_through_sibling(
     target: str,
     filename: str,
 ) -> str:
-    """What ``cat TARGET/FILENAME`` prints in a container of ``image`` that mounts
-    ``source`` (a host path or a volume, as the engine names it) read-only at ``target``:
-    no network, no capabilities, this process's uid and gid (it reads what this process
-    could write), removed after. A missing image or a refused mount is said instead."""
+    """What ``cat TARGET/FILENAME`` prints in a container of ``image`` mounting ``source``
+    read-only at ``target`` (no network nor capabilities, this process's ids, removed
+    after); a missing image or a refused mount is said instead."""
     import docker.errors
     from docker.types import Mount
 
