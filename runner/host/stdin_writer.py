@@ -40,12 +40,11 @@ class StdinWriter(RunState):
         elif self.write_handle is None:
             self.write_handle = self.loop.call_soon(self._write_out)
 
-    def _charge_owed(self) -> int:
-        """Bring the tree's charge for the answers this run owes up to date; return them."""
+    def _charge_owed(self) -> None:
+        """Bring the tree's charge for the answers this run owes up to date."""
         owed = self.session.outbox_bytes + self.output_bytes
         self.tree.held += owed - self.owed_charged
         self.owed_charged = owed
-        return owed
 
     def _held_back(self) -> bool:
         """Whether the pump must wait before it runs a call or reads more: more than
