@@ -60,14 +60,17 @@ def preload() -> Callable[[], object]:
 def _pool_backend() -> None:
     """Give the warm runner's pool the Docker backend's prepare, remove and claim."""
     from runner.sandbox.docker import sandbox
-    from runner.sandbox.labels import Process
+    from runner.sandbox.labels import Process, record_claim
     from runner.warm import pool
 
     def prepare(config: Mapping[str, Any], owner: object) -> tuple[str, str, socket.socket]:
         assert isinstance(owner, Process)
         return sandbox.prepare_pooled(config, owner)
 
-    pool.register(pool.Backend(Process.current, prepare, sandbox.remove_pooled, sandbox.use_pool))
+    backend = pool.Backend(
+        Process.current, prepare, sandbox.remove_pooled, sandbox.use_pool, record_claim
+    )
+    pool.register(backend)
 
 
 @daemon_app.command("start")
@@ -84,7 +87,7 @@ def start(
             "command, profile and mounts, every host path read-only), each used by one "
             "later run; 0: none.",
         ),
-    ] = 0,
+    ] = 1,
     pool_idle: Annotated[
         str,
         typer.Option("--pool-idle", help="Remove a waiting container unused this long."),

@@ -1,27 +1,22 @@
 """Sweep up containers whose flow-runner process died before it could remove them.
 
-Cleanup in ``runner.sandbox.docker.sandbox`` is shielded from cancellation, but a SIGKILL, an OOM
-kill or a power cut of the host process still leaves its containers behind. Every ``exec``
-sweeps before it starts, so a sweep must never take a live run's container: it removes
-only what is provably abandoned, and anything it cannot prove dead is alive.
+Cleanup in ``runner.sandbox.docker.sandbox`` is shielded, but a SIGKILL, an OOM kill or a
+power cut still leaves containers behind. Every ``exec`` sweeps before it starts, so a
+sweep removes only what is provably abandoned: what it cannot prove dead is alive.
 
 A container is judged only if its labels carry a valid MAC under this machine's key
-(``runner.sandbox.labels``): labels anyone else put on a container, copied or forged, are
-not ours to judge. Its owner, named by boot id, pid namespace, pid and start time, is dead
-when
+(``runner.sandbox.labels``): forged or copied labels are not ours to judge. Its owner,
+named by boot id, pid namespace, pid and start time, is dead when
 
-* it ran in this boot and in the sweeper's own pid namespace, and its pid is gone, or is
-  another process now (a different start time: the pid was reused), or is a zombie
-  (killed, not yet reaped by its parent);
+* it ran in this boot and in the sweeper's pid namespace, and its pid is gone, another
+  process now (another start time), or a zombie;
 * it ran in another boot, and the container is not running and was created before this
-  boot began: a container of a past boot of this machine, stopped by the reboot. (A signed
-  container is this machine's, since the key is; see ``runner.sandbox.labels``.)
+  boot began (stopped by the reboot; a signed container is this machine's).
 
-Anything else is left alone: a container of another pid namespace (a runner in a container
-or pod on the same engine, whose pids this sweeper cannot see), of another boot that still
-runs or is younger than this boot, or with the labels of an older flow-runner (owner
-``host:pid`` only, no MAC: the format that let hostname collisions and forged labels
-through); remove those by hand.
+A pooled container claimed by a run (``labels.record_claim``) is dead only once the run's
+process is dead too. Anything else is left alone: another pid namespace's runner (its pids
+are not ours to see), another boot's container that runs or is younger than this boot,
+an older flow-runner's unsigned labels; remove those by hand.
 """
 
 from __future__ import annotations
@@ -43,10 +38,12 @@ from runner.sandbox.labels import (
     LABEL_RUN_ID,
     LABEL_RUNNER_CONTAINER,
     Process,
+    drop_claim,
     is_signed,
     machine_key,
     own_container,
     process_stat,
+    read_claim,
 )
 
 if TYPE_CHECKING:
@@ -54,7 +51,7 @@ if TYPE_CHECKING:
 
 _CONFLICT = 409
 _CLOCK_SLACK_MS = 2_000
-"""The boot time in /proc/stat has one-second granularity; allow for it and then some."""
+"""The boot time in /proc/stat has one-second granularity."""
 _STOPPED = frozenset({"created", "exited", "dead"})
 """Engine states of a container that does not run (a missing state proves nothing)."""
 
@@ -80,17 +77,18 @@ class Sweeper:
         """True only if these are our labels and their owner is provably dead.
 
         A container made by a runner in another container (``flow-runner.runner-container``)
-        is judged by that container: abandoned once it no longer exists or runs (``docker
-        kill``, ``docker rm -f``), since nothing is left in it to clean up; never while it
-        runs, since only its own runner can judge its pids. ``gone`` is what asks the
-        engine whether a container id no longer runs.
+        is abandoned once that container no longer runs (``gone`` asks the engine): nothing
+        is left in it to clean up; while it runs, only its own runner can judge its pids.
         """
         if not is_signed(labels, self.key):
             return False
         runner = labels.get(LABEL_RUNNER_CONTAINER)
         if runner and gone is not None and runner != own_container():
             return gone(runner)
-        owner = Process.parse(labels.get(LABEL_PROCESS, ""))
+        return self.dead(Process.parse(labels.get(LABEL_PROCESS, "")), labels, state)
+
+    def dead(self, owner: Process | None, labels: Mapping[str, str], state: str | None) -> bool:
+        """Whether ``owner`` (of a container with these labels and state) is provably dead."""
         if owner is None:
             return False
         if owner.boot_id != self.here.boot_id:
@@ -111,11 +109,10 @@ class Sweeper:
     def made_here_for(
         self, runs: Collection[str], summaries: Sequence[Mapping[str, Any]]
     ) -> Removable:
-        """Whether labels are ours, name this very process as the owner, and name as the
-        run one of ``runs`` or a run below one of them (a child flow's, at any depth), as
-        the parent run ids on this process's listed containers (``summaries``) link them.
-        A run whose own container is gone links none of its children to its parent: a
-        caller that knows such runs names them in ``runs`` too."""
+        """Whether labels are ours, name this very process as the owner, and name one of
+        ``runs`` or a run below one (a child flow's, at any depth, as the parent run ids
+        on this process's listed containers, ``summaries``, link them; a run whose own
+        container is gone links none: a caller names such runs in ``runs`` too)."""
         here = self.here.label()
         parents: dict[str, str] = {}
         for summary in summaries:
@@ -146,8 +143,7 @@ class Sweeper:
 
 
 Removable = Callable[[Mapping[str, str], "str | None", Callable[[str], bool]], bool]
-"""Whether a container (its labels, its state; ``gone`` asks the engine about another
-container) is one a sweep removes."""
+"""Whether a container (labels, state; ``gone`` asks about another) is one to remove."""
 
 
 def sweep(
@@ -155,17 +151,12 @@ def sweep(
 ) -> list[str]:
     """Force-remove (with anonymous volumes) the provably abandoned containers; return ids.
 
-    With ``runs``, the containers this very process made for those runs (and for the runs
-    below them: child flows at any depth) instead, once the runs are over (a batch, at
-    its end, for the runs that failed on the engine's side and for its flow rows).
-    The run does not try its removal again when it failed (the engine slow or away then),
-    an engine that never answered a create may still have made the container, and a
-    sweep spares a live owner's containers: without this they would stay until the
-    process exits and some later sweep runs.
+    With ``runs``, instead the containers this very process made for those runs and the
+    runs below them, once over (a batch's end: a removal that failed is not tried again,
+    and an unanswered create may have made one; a sweep spares a live owner's).
 
-    The engine is asked directly (blocking calls, ``http.py``): no docker-py on the way to
-    an ``exec``. An engine reached only through docker-py (TLS, ssh) is refused, as a run
-    on it is.
+    The engine is asked directly (``http.py``, blocking): no docker-py on the way to an
+    ``exec``. An engine reached only through docker-py (TLS, ssh) is refused, as a run is.
     """
     engine = default_engine() if client is None else engine_for(client)
     return sweep_engine(engine.direct(), runs=runs)
@@ -185,14 +176,21 @@ def sweep_engine(http: EngineHttp, *, runs: Collection[str] | None = None) -> li
     removable = sweeper.abandoned if runs is None else sweeper.made_here_for(runs, summaries)
     removed: list[str] = []
     for summary in summaries:
-        labels = summary.get("Labels") or {}
-        if not removable(labels, summary.get("State"), lambda id: _gone(http, id)):
+        labels, state, container_id = (
+            summary.get("Labels") or {},
+            summary.get("State"),
+            str(summary["Id"]),
+        )
+        # The labels first: once their owner is dead, no claim record can come after.
+        if not removable(labels, state, lambda id: _gone(http, id)):
             continue
-        container_id = str(summary["Id"])
+        claimer = read_claim(container_id, sweeper.key)
+        if claimer is not None and not sweeper.dead(Process.parse(claimer), labels, state):
+            continue
         reply = _call(http, "DELETE", f"/containers/{container_id}", {"v": "1", "force": "1"})
-        if reply.status in (404, _CONFLICT):
-            # 404: removed meanwhile, by its owner's cleanup or another sweep; 409:
-            # "removal already in progress", another sweep got there first
+        if reply.status in (204, 404):
+            drop_claim(container_id)
+        if reply.status in (404, _CONFLICT):  # removed meanwhile; another sweep removes it
             continue
         if reply.status != 204:
             raise DockerSandboxError(
@@ -211,8 +209,7 @@ def _call(http: EngineHttp, method: str, path: str, query: Mapping[str, str]) ->
 
 
 def _json(reply: Reply) -> Any:
-    """The JSON of a 200 reply; any other is an engine that failed (as docker-py's
-    ``APIError`` was)."""
+    """The JSON of a 200 reply; any other is an engine that failed."""
     try:
         if reply.status == 200:
             return reply.json()

@@ -1,26 +1,26 @@
 """The labels on every container flow-runner makes, and the proof of who made it.
 
-``runner.sandbox.gc`` removes a container only when its owner is provably dead, and only a
-container this machine's runners provably made. So every container carries, besides the
-run's labels:
+``runner.sandbox.gc`` removes only a container this machine's runners provably made, once
+its owner is provably dead. So every container carries, besides the run's labels:
 
 * ``flow-runner.owner = <hostname>:<pid>``, for people and ``docker ps --filter`` (a
   hostname proves nothing: containers and pods share names);
 * ``flow-runner.process = <boot id>/<pid-namespace inode>/<pid>/<start ticks>``, which names
-  one process for good: a pid is only unique within its pid namespace and, with its start
-  time (clock ticks since boot, from ``/proc/self/stat``), within one boot;
+  one process for good (a pid is unique only within its namespace and, with its start
+  time, within one boot);
 * ``flow-runner.created`` (unix ms, the owner's clock);
-* ``flow-runner.mac``, an HMAC-SHA256 over all of these (and the run's labels) keyed with
-  this machine's secret. Anyone who can reach the engine can put any label on a container;
-  without the key they cannot make one that gc accepts. A copied label set (labels are
-  readable by anyone who can reach the engine) only ever gets its copier's own container
-  removed: labels cannot be changed after a container is created.
+* ``flow-runner.mac``, an HMAC-SHA256 over these and the run's labels, keyed with this
+  machine's secret: without it nobody makes labels gc accepts, and a copied label set only
+  gets its copier's own container removed (labels cannot change after create).
+
+Labels cannot name a later owner, so a pooled container's claim is a signed record of its
+own in the state directory (:func:`record_claim`).
 
 The secret is 32 random bytes, made once with mode 0600 in the state directory:
 ``$FLOW_RUNNER_STATE_DIR``, else ``/var/lib/flow-runner`` for root, else
-``$XDG_STATE_HOME/flow-runner`` (``~/.local/state/flow-runner``). That directory must be
-this machine's and this user's alone: whoever can read the key can forge labels, and gc
-treats a different boot of a signed owner as a past boot of this machine.
+``$XDG_STATE_HOME/flow-runner`` (``~/.local/state/flow-runner``). It must be this machine's
+and this user's alone: whoever reads the key can forge labels, and gc takes a signed
+owner's other boot for a past boot of this machine.
 """
 
 from __future__ import annotations
@@ -63,6 +63,9 @@ SIGNED = (
 inherits and which anyone can choose."""
 _MAC_DOMAIN = "flow-runner container labels/1"
 KEY_FILE = "gc.key"
+CLAIMS_DIR = "claims"
+"""Where the claim records of pooled containers are kept, in :func:`state_dir`."""
+_CLAIM_DOMAIN = "flow-runner container claim/1"
 _KEY_BYTES = 32
 
 
@@ -110,26 +113,30 @@ def process_stat(pid: int) -> tuple[str, int] | None:
 
 @functools.lru_cache(maxsize=1)
 def _current(pid: int) -> Process:
-    """Cached per pid: a forked child is another process and gets its own name."""
+    """Cached per pid: a forked child gets its own name."""
     found = process_stat(pid)
     assert found is not None, "a running process has a /proc entry"
     return Process(boot_id(), os.stat("/proc/self/ns/pid").st_ino, pid, found[1])
 
 
-def run_labels(run_id: str, parent_run_id: str | None = None) -> dict[str, str]:
-    """Labels that let ``flow-runner gc`` find and judge a run's container."""
+def run_labels(
+    run_id: str, parent_run_id: str | None = None, owner: Process | None = None
+) -> dict[str, str]:
+    """Labels that let ``flow-runner gc`` find and judge a run's container, made by
+    ``owner`` (this process unless given)."""
     labels = {LABEL_RUN_ID: run_id}
     if parent_run_id:
         labels[LABEL_PARENT_RUN_ID] = parent_run_id
-    return signed(
-        labels | owner_labels(Process.current()) | runner_container_labels(), machine_key()
-    )
+    return _owned(labels, owner or Process.current())
 
 
 def inspect_labels() -> dict[str, str]:
     """Labels of a never-started container that only reads an image's package."""
-    owner = owner_labels(Process.current()) | runner_container_labels()
-    return signed({LABEL_INSPECT: "1"} | owner, machine_key())
+    return _owned({LABEL_INSPECT: "1"}, Process.current())
+
+
+def _owned(labels: dict[str, str], owner: Process) -> dict[str, str]:
+    return signed(labels | owner_labels(owner) | runner_container_labels(), machine_key())
 
 
 def owner_labels(process: Process, created_ms: int | None = None) -> dict[str, str]:
@@ -152,9 +159,49 @@ def is_signed(labels: Mapping[str, str], key: bytes) -> bool:
 
 
 def _mac(labels: Mapping[str, str], key: bytes) -> str:
-    covered = [[name, labels.get(name)] for name in SIGNED]
-    message = json.dumps([_MAC_DOMAIN, covered], separators=(",", ":")).encode()
+    return _digest(key, _MAC_DOMAIN, [[name, labels.get(name)] for name in SIGNED])
+
+
+def _digest(key: bytes, *parts: object) -> str:
+    message = json.dumps(parts, separators=(",", ":")).encode()
     return hmac.new(key, message, hashlib.sha256).hexdigest()
+
+
+def record_claim(container_id: str, claimer: str) -> None:
+    """Record, signed, that the process ``claimer`` (a label text) names holds the pooled
+    container ``container_id``: gc spares it while that process lives, whatever became of
+    its labels' owner. Written whole (a rename), before the claim is answered."""
+    if Process.parse(claimer) is None:
+        raise ValueError(f"not a process label: {claimer!r}")
+    path = _claim_path(container_id)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    partial = path.with_name(f".{container_id}.{os.getpid()}")
+    partial.write_text(f"{claimer} {_digest(machine_key(), _CLAIM_DOMAIN, container_id, claimer)}")
+    os.replace(partial, path)
+
+
+def read_claim(container_id: str, key: bytes) -> str | None:
+    """The claimer's label text in ``container_id``'s claim record; None: no record; ""
+    for one that is unreadable or not signed with ``key`` (nobody to prove dead)."""
+    try:
+        claimer, _, mac = _claim_path(container_id).read_bytes().decode("ascii").partition(" ")
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return ""
+    valid = hmac.compare_digest(mac, _digest(key, _CLAIM_DOMAIN, container_id, claimer))
+    return claimer if valid else ""
+
+
+def drop_claim(container_id: str) -> None:
+    """Remove ``container_id``'s claim record (the container is gone); none is fine."""
+    _claim_path(container_id).unlink(missing_ok=True)
+
+
+def _claim_path(container_id: str) -> Path:
+    if not container_id.isalnum():
+        raise ValueError(f"not a container id: {container_id!r}")
+    return state_dir() / CLAIMS_DIR / container_id
 
 
 def state_dir() -> Path:
@@ -193,9 +240,8 @@ def label_key(directory: Path) -> bytes:
 
 
 def _create_key(path: Path) -> None:
-    """Write a new key so that no reader ever sees a partial one, and only one key wins.
-
-    Once per state directory: ``secrets`` is imported here, not by every run's labels."""
+    """Write a new key so that no reader sees a partial one, and only one key wins
+    (``secrets`` is imported here: once per state directory, not per run)."""
     import secrets
 
     partial = path.with_name(f".{KEY_FILE}.{os.getpid()}.{secrets.token_hex(4)}")

@@ -1,13 +1,7 @@
-"""The engine's container this process runs in, if any, read from ``/proc/self/mountinfo``.
-
-Every container a run makes is labelled with it (``runner.sandbox.labels``), so this is
-on every run's path; the translation of bind sources that a runner in a container also
-needs (``runner.sandbox.pathmap``) is only on the path of a run with host paths, and is
-imported there.
-
-The engine bind-mounts its ``/etc/hostname``, ``/etc/hosts`` and ``/etc/resolv.conf``
-from ``<data-root>/containers/<id>/``, which names the id whatever the hostname was set
-to.
+"""The engine's container this process runs in, if any, read from ``/proc/self/mountinfo``:
+the engine bind-mounts ``/etc/hostname``, ``hosts`` and ``resolv.conf`` from
+``<data-root>/containers/<id>/``, whatever the hostname. Kept apart from
+``runner.sandbox.pathmap``: every run's labels need it, only runs with host paths that.
 """
 
 from __future__ import annotations
@@ -28,12 +22,8 @@ def in_container() -> bool:
 
 
 def own_container_id(mountinfo: Path = MOUNTINFO) -> str | None:
-    """The id of the engine's container this process runs in, from mountinfo, or ``None``.
-
-    The hostname is not used: ``--hostname`` sets it to anything. This is also what the
-    owner label records (``runner_container_labels``) so that gc can tell the containers
-    of a runner container that is gone.
-    """
+    """The id of the engine's container this process runs in, or ``None`` (the hostname
+    proves nothing: ``--hostname`` sets it to anything)."""
     try:
         text = mountinfo.read_text()
     except OSError:

@@ -1,30 +1,23 @@
 """The warm runner's pool: containers created, attached and started ahead, used once.
 
-After a run whose launch could have used one (:meth:`DockerSandbox.poolable`: read-only
-host paths only, so that a waiting component can write to no one's directory), the server
-keeps up to ``size`` containers of that run's *launch configuration*
-(the image's id, command, user and the engine's ``HostConfig``: everything that makes the
-container) waiting: each started, its component blocked on its first read of stdin, our
-end of its attach socket held by the server. A later run of the same configuration claims
-one over its *channel* (a socket pair the server makes per connection; the forked run
-inherits its end) and runs in it as in a fresh container; one claim takes one container,
-so of two runs racing for the last one, the other launches fresh; a claimed one whose
-mounts are not the files the run judged and holds is removed, and the run launches fresh.
-A replacement is
-prepared once a run that used or wanted a configuration has ended, so preparing competes
-with no run's own start.
+After a run that could have used one (:meth:`DockerSandbox.poolable`: read-only host paths
+only, so a waiting component can write to no one's directory), the server keeps up to
+``size`` containers of its *launch configuration* (image id, command, user, ``HostConfig``)
+started, each component blocked on its first read of stdin, our end of its attach socket
+held. A later run of the same configuration claims one over its *channel* (a socket pair
+per connection, whose end the forked run inherits); one claim takes one container, so of
+two runs racing for the last one, the other launches fresh. A replacement is prepared once
+a run that used or wanted a configuration has ended: preparing competes with no run's start.
 
-A waiting container is removed when its attach socket says anything (its component wrote
-before its ``flow/run``, or exited), when it has waited ``idle`` seconds, when another
-configuration needs its place (``most`` wait or are being prepared in all), and when the
-server stops. Every pool container carries the server's own labels: ``flow-runner gc``
-leaves them alone while the server lives and takes them once it is dead, however it died.
-A claimed container is the run's to remove; one the run did not say it removed (the run
-was killed) is removed when the run's channel closes.
+A waiting container is removed when its attach socket says anything (it wrote before its
+``flow/run``, or exited), after ``idle`` seconds, when another configuration needs its place
+(``most`` in all), when its configuration goes stale, and when the server stops. Labelled
+as the server's, it is spared by gc while the server lives; a claimed one is recorded as
+held by the run's process before the claim is answered, and spared while either lives.
+The run removes it; if it did not (killed), it goes when the run's channel closes.
 
-Engine work never runs in the server (it has one thread and forks): each preparation and
-each removal is a forked child, whose answer comes back over a socket pair. The engine's
-side (:class:`Backend`) is given by the CLI layer: the warm runner imports no sandbox.
+Engine work runs in forked children, never in the server's one thread. The engine's side
+(:class:`Backend`) is given by the CLI layer: the warm runner imports no sandbox.
 """
 
 from __future__ import annotations
@@ -52,8 +45,8 @@ if TYPE_CHECKING:
 CLAIM_SECONDS = 5.0
 """Time the server has to answer a claim; a claim not answered launches fresh."""
 CLOSE_SECONDS = 30.0
-"""Time, when the server stops, that a container being prepared has to be handed over
-(so that it is removed with the rest)."""
+"""Time a container being prepared has, when the server stops, to be handed over (and
+removed with the rest)."""
 
 
 @dataclass(frozen=True)
@@ -69,6 +62,9 @@ class Backend:
     """Force-remove containers by id (gone already is fine). Blocking."""
     use: Callable[[Claims], None]
     """Make this process's launches claim through ``Claims`` (in a run)."""
+    record: Callable[[str, str], None]
+    """Record that the process a label text names holds a container (id, text): gc spares
+    it while that process lives. Quick (a file's write), in the server."""
 
 
 _backend: Backend | None = None
@@ -109,19 +105,18 @@ class Claims:
         self._lock = threading.Lock()  # a batch's launches claim from several threads
         self._broken = False
 
-    def claim(self, config: Mapping[str, Any]) -> Claimed | None:
-        """A container of ``config``, now ours (with our descriptor of its attach socket),
-        or None: none waits, or the server did not answer (the launch goes fresh)."""
+    def claim(self, config: Mapping[str, Any], claimer: str) -> Claimed | None:
+        """A container of ``config``, recorded as held by the process ``claimer`` (a label
+        text) names, or None: none waits, or the server did not answer (go fresh)."""
         with self._lock:
             if self._broken:
                 return None
             try:
-                wire.send(self._channel, {"op": "claim", "config": dict(config)})
+                message = {"op": "claim", "config": dict(config), "claimer": claimer}
+                wire.send(self._channel, message)
                 reply, fds = wire.receive(self._channel, 1)
             except (OSError, wire.WireError):
-                # A reply that comes late would answer the next claim with this one's
-                # container: no claim is made on this channel again.
-                self._broken = True
+                self._broken = True  # a late reply would answer the next claim
                 return None
         found = reply.get("claimed")
         if not isinstance(found, dict) or len(fds) != 1:
@@ -235,9 +230,7 @@ class Pool:
                     ids.append(str(answer["id"]))
         self.preparing.clear()
         for channel in self.channels.values():
-            # Not channel.claimed: those containers are runs in progress, which remove
-            # their own (a stopping server never touches a run in progress).
-            channel.sock.close()
+            channel.sock.close()  # not channel.claimed: runs in progress remove their own
         self.channels.clear()
         if ids:
             with suppress(Exception):
@@ -259,24 +252,40 @@ class Pool:
         elif op == "claim" and isinstance(message.get("config"), dict):
             config = message["config"]
             name = digest(config)
+            self._forget_stale(name, config)
             self.configs[name] = config
             channel.wanted.add(name)
-            self._claim(channel, name)
+            self._claim(channel, name, str(message.get("claimer")))
         else:
             self._ended(channel)  # a run speaks only these: not one of ours any more
 
-    def _claim(self, channel: Channel, name: str) -> None:
+    def _forget_stale(self, name: str, config: Message) -> None:
+        """Forget the configurations of ``config``'s ``source`` other than ``name`` (a
+        moved tag, an edited profile): their waiting containers go now, not when idle."""
+        source = config.get("source")
+        if source is None:
+            return
+        stale = {old for old, known in self.configs.items() if known.get("source") == source}
+        stale.discard(name)
+        for old in stale:
+            del self.configs[old]
+        self._remove([entry for entry in self.waiting if entry.config in stale])
+
+    def _claim(self, channel: Channel, name: str, claimer: str) -> None:
         found = next((entry for entry in self.waiting if entry.config == name), None)
         if found is None:
             self._answer(channel, {"claimed": None})
             return
         self.waiting.remove(found)
-        claimed = {
-            "id": found.container_id,
-            "run_id": found.run_id,
-            "waited": time.monotonic() - found.since,
-        }
-        answered = self._answer(channel, {"claimed": claimed}, [found.attach.fileno()])
+        claimed: Message = {"id": found.container_id, "run_id": found.run_id}
+        claimed["waited"] = time.monotonic() - found.since
+        answer: Message = {"claimed": claimed}
+        fds = [found.attach.fileno()]
+        try:  # before the answer: from here gc spares it while the claimer lives
+            self.backend.record(found.container_id, claimer)
+        except Exception:  # unrecorded, it would be gc's to take from the run
+            answer, fds = {"claimed": None}, []
+        answered = self._answer(channel, answer, fds) and bool(fds)
         found.attach.close()
         if answered:
             channel.claimed.add(found.container_id)
@@ -341,9 +350,11 @@ class Pool:
                 answer, fds = wire.receive(preparing.reply, 1)
             except (OSError, wire.WireError):
                 return  # the child died before it created anything, or while it did
-        if "id" not in answer or len(fds) != 1:
+        if "id" not in answer or len(fds) != 1 or preparing.config not in self.configs:
             for fd in fds:
                 os.close(fd)
+            if "id" in answer:  # of a configuration gone stale meanwhile
+                self._removal([str(answer["id"])])
             return
         attach = socket.socket(fileno=fds[0])
         attach.setblocking(False)

@@ -1,23 +1,20 @@
 """The Docker backend: one container per invocation, driven through ``engine.py``.
 
 A launch judges and holds every bind source (``runner.sandbox.attachments``), creates the
-container (never pulling: a missing image is an error that says how to build it),
-attaches to its stdio *before* starting it so no early output is lost, starts it,
-verifies that the engine mounted the very files that were held, and hands the host a
-:class:`~runner.sandbox.docker.container.Container` while the run's bounded host
-directories are watched (``runner.sandbox.disk``).
+container (never pulling), attaches to its stdio *before* starting it so no early output
+is lost, starts it, verifies that the engine mounted the very files that were held, and
+hands the host a :class:`~runner.sandbox.docker.container.Container` while the run's
+bounded host directories are watched (``runner.sandbox.disk``).
 
 Leaving the ``async with`` block always kills (if needed), records the container's state
-and removes it with its anonymous volumes, shielded from cancellation: a deadline, Ctrl-C
-or a crash in the host cannot leak a container. Every container carries labels naming the
-run and the owning process (``runner.sandbox.labels``), so ``runner.sandbox.gc`` can sweep
-up after a killed host. A loss of the container or the engine after creation is kept in
-the container's lease; cleanup still runs, and the launch then ends with the first loss,
-which the API reports as the run's failure rather than a traceback.
+and removes it, shielded from cancellation: a deadline, Ctrl-C or a crash in the host
+cannot leak a container; labels naming the run and its process
+(``runner.sandbox.labels``) let ``runner.sandbox.gc`` sweep up after a killed host. A loss
+of the container or the engine after creation ends the launch with that loss once cleanup
+has run, which the API reports as the run's failure.
 
-What only a launch with host paths uses (holding them, the disk watch, the path map) and
-the tar reader of an image's files are imported where they are used: a plain run of an
-image, the common case, does not pay for their modules and record classes at start-up.
+What only a launch with host paths uses, and the tar reader of an image's files, are
+imported where used: a plain run of an image does not pay for them at start-up.
 """
 
 from __future__ import annotations
@@ -50,15 +47,7 @@ from runner.sandbox.docker.attach import AttachConnection, open_connection
 from runner.sandbox.docker.container import ATTACHMENTS_DIR, SCRATCH_PATH, Container
 from runner.sandbox.docker.engine import CallStalled, Engine, Lease, open_engine
 from runner.sandbox.errors import DockerSandboxError, RuntimeMissing, SandboxLost
-from runner.sandbox.labels import (
-    LABEL_RUN_ID,
-    Process,
-    machine_key,
-    owner_labels,
-    run_labels,
-    runner_container_labels,
-    signed,
-)
+from runner.sandbox.labels import Process, drop_claim, run_labels
 from runner.sandbox.profiles import SandboxProfile
 from runner.sandbox.registry import SandboxSpec, StopGraces, load_spec_profile
 
@@ -95,8 +84,7 @@ class DockerImage:
     labels: Mapping[str, str]
 
     async def files(self, path: str, *, max_bytes: int) -> list[ImageEntry] | None:
-        """The entries under ``path``, from the engine's archive of a never-started
-        container (see :meth:`Engine.read_archive`)."""
+        """The entries under ``path`` (:meth:`Engine.read_archive`)."""
         archive = await self.engine.read_archive(self.image_id, path, max_bytes)
         if archive is None:
             return None
@@ -141,8 +129,7 @@ class DockerSandbox:
         self.command = command
         self._client = client
         self.record_engine = record_engine
-        """Inspect once started and keep what the engine put in effect in
-        ``facts.details["engine"]`` (``policy verify``'s engine column)."""
+        """Keep what the engine put in effect in ``facts.details["engine"]``."""
 
     async def image_source(self) -> DockerImage:
         """The image on the engine (asked once per call), to read its files inertly."""
@@ -176,8 +163,7 @@ class DockerSandbox:
     async def _fresh(self, request: LaunchRequest) -> AsyncIterator[RunningComponent]:
         """Create, attach and start a new container for ``request``."""
         with contextlib.ExitStack() as held:
-            # Each path is opened, judged and held until the component runs (see _verify_mounts);
-            # a launch with no host path at all has nothing to hold or to measure.
+            # Each path is opened, judged and held until the component runs (_verify_mounts).
             mounts: dict[str, HeldPath] = {}
             bounds: tuple[DiskBound, ...] = ()
             if request.attachments or request.scratch_dir is not None:
@@ -216,16 +202,14 @@ class DockerSandbox:
                     cleanup = _cleanup(engine, lease, connection, container)
                     await _timed(facts, "cleanup", cleanup)
                 # The run's failure, in place of what it caused in the host; never in
-                # place of a cancellation (or an interrupt) on its way out, which the
-                # scope that cancelled must still receive.
+                # place of a cancellation or an interrupt, which its scope must receive.
                 if lease.lost is not None and isinstance(sys.exc_info()[1], Exception | None):
                     raise lease.lost
 
     def poolable(self, request: LaunchRequest) -> bool:
         """Whether this launch may use a container prepared ahead: read-only host paths
-        only (a component waiting in a pool must not write to anyone's directory before
-        anyone asked for its run), a root run (no parent whose tree its labels would name),
-        the process-wide engine, nothing recorded."""
+        only (a waiting component must write to no one's directory), a root run (its
+        labels name no parent), the process-wide engine, nothing recorded."""
         return not (
             any(attachment.access != "read" for attachment in request.attachments)
             or request.scratch_dir is not None
@@ -238,26 +222,28 @@ class DockerSandbox:
         self, engine: Engine, mounts: Mapping[str, HeldPath] | None = None
     ) -> dict[str, Any]:
         """Everything that makes this sandbox's container for a poolable launch with the
-        held ``mounts``, as JSON: the image's id (a moved tag is another configuration),
-        the command, the user and the engine's ``HostConfig`` (the profile's effective
-        settings, its seccomp policy's text included, every bind mount with its source).
-        Two launches with equal configurations make equal containers."""
+        held ``mounts``, as JSON: the image's id, command, user and ``HostConfig`` (the
+        profile's effective settings, seccomp text and bind mounts included): equal
+        configurations make equal containers. ``source`` is what was asked for (image
+        reference, profile name, command, mounts): one source with another configuration
+        is a moved tag or an edited profile, and the old one is stale."""
         held = mounts or {}
         info = await engine.inspect_image(self.image)
-        sources = await _host_sources(engine, held)
+        host_config = _host_config(self.profile, held, await _host_sources(engine, held))
         return {
             "image": str(info["Id"]),
             "command": self.command,
             "user": self.profile.user,
-            "host_config": _host_config(self.profile, held, sources),
+            "host_config": host_config,
+            "source": [self.image, self.profile.name, self.command, host_config.get("Mounts")],
         }
 
     async def _claim(
         self, request: LaunchRequest, held: contextlib.ExitStack
     ) -> tuple[PooledContainer, dict[str, HeldPath]] | None:
-        """A container prepared ahead for this very launch configuration, and the mounts
-        judged and held for it (as for a fresh launch, closed by ``held``); or None (then
-        the pool notes the configuration, to prepare one for a later launch)."""
+        """A container prepared ahead for this launch's configuration, and the mounts
+        judged and held for it (closed by ``held``); or None (the pool notes the
+        configuration, for a later launch)."""
         if _pool is None or not self.poolable(request):
             return None
         began = time.perf_counter()
@@ -266,7 +252,7 @@ class DockerSandbox:
             mounts = await anyio.to_thread.run_sync(self._hold, request, held)
         engine = await open_engine(self._client)
         config = await self.launch_config(engine, mounts)
-        claimed = await anyio.to_thread.run_sync(_pool.claim, config)
+        claimed = await anyio.to_thread.run_sync(_pool.claim, config, Process.current().label())
         if claimed is None:
             return None
         claimed.timings["claim"] = time.perf_counter() - began
@@ -280,12 +266,9 @@ class DockerSandbox:
         mounts: Mapping[str, HeldPath],
         held: contextlib.ExitStack,
     ) -> AsyncIterator[RunningComponent]:
-        """Run in a claimed container (created, attached and started ahead, its component
-        waiting for its first byte); on exit, as a fresh launch: kill if needed, remove.
-
-        Its mounts are checked to be the very files judged and held now, as a fresh
-        launch's are (:func:`_verify_mounts`); on a difference it is removed before a byte
-        is sent, and the run launches fresh."""
+        """Run in a claimed container; on exit, as a fresh launch: kill if needed, remove.
+        Mounts that are not the files judged and held now (:func:`_mounts_hold`): it is
+        removed before a byte is sent, and the run launches fresh."""
         assert _pool is not None
         engine = await open_engine(self._client)
         facts = SandboxFacts(timings=dict(claimed.timings))
@@ -295,14 +278,7 @@ class DockerSandbox:
         swapped = False
         try:
             connection = await open_connection(socket.socket(fileno=claimed.attach_fd))
-            facts.details.update(
-                container_id=claimed.container_id,
-                run_id=claimed.run_id,
-                image=self.image,
-                profile=self.profile.name,
-                runtime=self.profile.runtime,
-                pooled=True,
-            )
+            self._note(facts, claimed.container_id, claimed.run_id, pooled=True)
             swapped = not await _mounts_hold(engine, lease, mounts, facts)
             if not swapped:
                 held.close()  # the mounts are what was judged; the descriptors can go
@@ -314,6 +290,7 @@ class DockerSandbox:
                 cleanup = _cleanup(engine, lease, connection, container)
                 await _timed(facts, "cleanup", cleanup)
                 if lease.lost is None and "container_left" not in facts.details:
+                    drop_claim(claimed.container_id)  # gone: nothing left for gc to spare
                     await anyio.to_thread.run_sync(_pool.released, claimed.container_id)
             if lease.lost is not None and isinstance(sys.exc_info()[1], Exception | None):
                 raise lease.lost
@@ -382,14 +359,14 @@ class DockerSandbox:
             host_config=_host_config(self.profile, mounts, sources),
         )
         container_id = await _timed(facts, "create", create)
-        facts.details.update(
-            container_id=container_id,
-            run_id=run_id,
-            image=self.image,
-            profile=self.profile.name,
-            runtime=self.profile.runtime,
-        )
+        self._note(facts, container_id, run_id)
         return container_id
+
+    def _note(self, facts: SandboxFacts, container_id: str, run_id: str, **more: object) -> None:
+        """Name the run's container in the facts (the report's details)."""
+        profile = self.profile
+        names = {"image": self.image, "profile": profile.name, "runtime": profile.runtime}
+        facts.details.update(container_id=container_id, run_id=run_id, **names, **more)
 
 
 class PooledContainer(Protocol):
@@ -397,19 +374,20 @@ class PooledContainer(Protocol):
 
     container_id: str
     run_id: str
-    """Its ``flow-runner.run-id`` label (made when it was prepared)."""
+    """Its ``flow-runner.run-id`` label."""
     attach_fd: int
-    """Our descriptor of its attach socket: the launch owns it from here on."""
+    """Our descriptor of its attach socket, the launch's to close."""
     timings: dict[str, float]
-    """``pool_wait``: seconds it waited started; ``claim`` is added: the claim's time."""
+    """``pool_wait``: seconds it waited started (the launch adds ``claim``)."""
 
 
 class LaunchPool(Protocol):
     """Where a launch claims a prepared container (``runner.warm.pool`` in a warm run)."""
 
-    def claim(self, config: Mapping[str, Any]) -> PooledContainer | None:
-        """A container of launch configuration ``config`` (:meth:`DockerSandbox.launch_config`),
-        now this caller's alone; None: none waits (the pool notes ``config``). Blocking."""
+    def claim(self, config: Mapping[str, Any], claimer: str) -> PooledContainer | None:
+        """A container of ``config`` (:meth:`DockerSandbox.launch_config`), this caller's
+        alone, recorded as held by the process ``claimer`` names (``labels.record_claim``);
+        None: none waits (the pool notes ``config``). Blocking."""
         ...
 
     def released(self, container_id: str) -> None:
@@ -427,14 +405,11 @@ def use_pool(pool: LaunchPool | None) -> None:
 
 
 def prepare_pooled(config: Mapping[str, Any], owner: Process) -> tuple[str, str, socket.socket]:
-    """Create, attach and start a container of launch configuration ``config`` whose
-    labels name ``owner`` (the process that keeps it waiting); its id, run id and our
-    end of its attach socket. Blocking: runs its own event loop. Removed again on failure.
-    """
+    """Create, attach and start a container of ``config`` labelled as ``owner``'s (the
+    process that keeps it waiting): its id, run id and our end of its attach socket.
+    Blocking (its own event loop); removed again on failure."""
     run_id = uuid.uuid4().hex
-    labels = signed(
-        {LABEL_RUN_ID: run_id} | owner_labels(owner) | runner_container_labels(), machine_key()
-    )
+    labels = run_labels(run_id, owner=owner)
 
     async def prepare() -> tuple[str, str, socket.socket]:
         engine = await open_engine(None)
@@ -458,42 +433,38 @@ def prepare_pooled(config: Mapping[str, Any], owner: Process) -> tuple[str, str,
             with anyio.CancelScope(shield=True):
                 if sock is not None:
                     sock.close()
-                lease.spend_within(CLEANUP_BUDGET)
-                with contextlib.suppress(SandboxLost, CallStalled):
-                    await engine.remove(lease)
+                await _remove_quietly(engine, lease)
             raise
 
     return anyio.run(prepare)
 
 
 def remove_pooled(container_ids: list[str]) -> None:
-    """Force-remove these containers (gone already is fine). Blocking."""
+    """Force-remove these containers and their claim records (gone is fine). Blocking."""
 
     async def remove() -> None:
         engine = await open_engine(None)
         async with anyio.create_task_group() as group:
             for container_id in container_ids:
                 lease = Lease(container_id, time.perf_counter(), step="cleanup")
-                lease.spend_within(CLEANUP_BUDGET)
                 group.start_soon(_remove_quietly, engine, lease)
 
     anyio.run(remove)
 
 
 async def _remove_quietly(engine: Engine, lease: Lease) -> None:
+    lease.spend_within(CLEANUP_BUDGET)
     with contextlib.suppress(SandboxLost, CallStalled):
         await engine.remove(lease)
+        drop_claim(lease.container_id)
 
 
 @asynccontextmanager
 async def _disk_watch(
     container: Container, bounds: tuple[DiskBound, ...], interval: float
 ) -> AsyncIterator[None]:
-    """Poll the run's bounded host directories while it runs; kill it on a breach.
-
-    The breach is recorded in the facts before the kill, so the run is reported as
-    having exceeded its disk bound (by ``runner.api``), not as a plain kill.
-    """
+    """Poll the run's bounded host directories while it runs; on a breach, record it in
+    the facts, then kill (so the run is reported as over its disk bound, not killed)."""
     if not bounds:
         yield
         return
@@ -525,11 +496,8 @@ def _scratch_attachment(request: LaunchRequest) -> Attachment | None:
 
 
 async def _host_sources(engine: Engine, held: Mapping[str, HeldPath]) -> dict[str, HostSource]:
-    """Each held path's bind source as the engine's host names it (see ``pathmap``).
-
-    The judged path, not the one asked for, is translated: the kernel's name for the held
-    descriptor. Outside a container this is that path itself, and the engine is not asked.
-    """
+    """Each held path's bind source as the engine's host names it (``pathmap``): the
+    judged path (the kernel's name for the held descriptor), not the one asked for."""
     if not held:
         return {}
     path_map = await engine.host_paths()
@@ -540,9 +508,8 @@ def _host_config(
     profile: SandboxProfile, held: Mapping[str, HeldPath], sources: Mapping[str, HostSource]
 ) -> dict[str, Any]:
     """The engine's ``HostConfig`` for the profile and the held mounts (target -> path, and
-    its source on the engine's host); ``/tmp`` and ``/dev/shm`` are tmpfs of ``tmp_size``,
-    and so is the scratch without a held scratch directory. No log driver: the output goes
-    to the host, not to disk too."""
+    its source on the engine's host); ``/tmp``, ``/dev/shm`` and a scratch with no held
+    directory are tmpfs. No log driver: the output goes to the host, not to disk too."""
     # /dev/shm too: the engine's own is a 64 MiB tmpfs with no bound on its entries.
     tmpfs = {path: _tmpfs(profile.tmp_size, profile) for path in ("/tmp", "/dev/shm")}
     mounts = [
@@ -583,16 +550,13 @@ async def _verify_mounts(
 ) -> None:
     """Refuse the run unless every bind mount is the very file that was judged and held.
 
-    The engine resolves a bind source by name when the container starts, and a name can
-    be swapped after :meth:`HeldPath.recheck`; a descriptor cannot be given instead (runc
-    refuses ``/proc/PID/fd/N`` as a source: EINVAL, the mount belongs to another mount
-    namespace). So the started container's mount points are looked at through
-    ``/proc/<its pid>/root`` and compared by device and inode with the held descriptors;
-    on any difference the caller's cleanup kills the container before a single protocol
-    byte is sent. A runner without the right to look (not root: the container's user is
-    another), or one in a container of its own that sees none of the engine's pids (a
-    pid there names some other process, or none), records ``mounts_verified = False``
-    instead; a container already gone has nothing left to look at.
+    The engine resolves a bind source by name at start, and a name can be swapped after
+    :meth:`HeldPath.recheck`; runc refuses a descriptor (``/proc/PID/fd/N``) as a source.
+    So the started container's mount points are compared, through ``/proc/<its
+    pid>/root``, by device and inode with the held descriptors; on a difference the
+    caller's cleanup kills it before a protocol byte is sent. A runner without the right
+    to look (not root), or in a container that sees none of the engine's pids, records
+    ``mounts_verified = False`` instead; a container already gone has nothing to look at.
     """
     if not held:
         return
@@ -621,9 +585,8 @@ async def _mounts_hold(
     engine: Engine, lease: Lease, held: Mapping[str, HeldPath], facts: SandboxFacts
 ) -> bool:
     """:func:`_verify_mounts` for a claimed container: False where a mount is not the held
-    file (a path swapped since the container was prepared), and where it cannot be looked
-    at: the engine resolved the source by name when the container was prepared, perhaps
-    long before, and a fresh launch's recheck just before start does not cover that."""
+    file, or cannot be looked at (the engine resolved its source by name when it was
+    prepared, perhaps long before: no recheck covers that)."""
     if not held:
         return True
     from runner.sandbox.attachments import AttachmentError
@@ -654,13 +617,11 @@ async def _cleanup(
     """Kill, record, remove (with anonymous volumes) and close; run shielded, every engine
     call of it within one budget (:data:`CLEANUP_BUDGET`).
 
-    A loss on the way is kept in ``lease`` and the next step is still tried: a container
-    removed by someone else needs nothing more, and an engine that went away refuses the
-    removal at once, which leaves the container for the next sweep (``flow-runner gc``).
-    The attach stream is let go before the removal unless the container was seen to stop:
-    an engine removes a container only once its output has been handed over. A removal
-    that a live engine does not answer within the budget leaves the container for the
-    sweep too, noted in the facts (``container_left``), and is not a loss of the run.
+    A loss on the way is kept in ``lease`` and the next step still tried; a container the
+    engine could not remove is left for the next sweep (``flow-runner gc``). The attach
+    stream is let go before the removal unless the container was seen to stop: an engine
+    removes a container only once its output is handed over. A removal a live engine does
+    not answer within the budget is noted (``container_left``), not a loss of the run.
     """
     lease.step = "cleanup"
     lease.spend_within(CLEANUP_BUDGET)
