@@ -25,11 +25,9 @@ another run spent is slowed, never stalled. So, with the default limits:
 Not counted: what a provider or child run does with a call while it runs, including the
 result it hands back; and raised limits, which scale the per-run terms.
 
-**Time.** Work a component can make expensive (Schema/1 evaluation of a channel item,
-encoding a large value, a large result's identity) runs in a worker thread through
-:func:`offload`, at most :data:`WORKERS` at once per loop, or on the loop in slices of
-:data:`SLICE_UNITS` work units, so the deadline, cancellation and signals are served on
-time.
+**Time.** Work a component can make expensive (Schema/1 checks, encoding a large value,
+a large result's identity) runs in a worker thread through :func:`offload`, or on the
+loop in slices of :data:`SLICE_UNITS`, so the deadline and signals are served on time.
 """
 
 from __future__ import annotations

@@ -44,12 +44,9 @@ async def drive(
     retained_bytes: int = RETAINED_BYTES,
     channels: ChannelParty | None = None,
 ) -> RunOutcome:
-    """Run the Run/1 exchange with ``component`` to its judged end.
-
-    ``retained_bytes`` bounds what the operations kept for replay hold (new ones beyond
-    it are ``RESOURCE_EXHAUSTED``). ``channels`` serves the invocation's ``channel/*``
-    requests; without it they are ``UNAVAILABLE``.
-    """
+    """Run the Run/1 exchange with ``component`` to its judged end. ``retained_bytes``
+    bounds what operations keep for replay; ``channels`` serves ``channel/*`` requests
+    (without it they are ``UNAVAILABLE``)."""
     session = HostSession(params)
     deadline = session.params["deadlineUnixMs"]
     assert isinstance(deadline, int)

@@ -5,14 +5,12 @@ flight or replays its settled result or error without dispatching again; changed
 or params is ``OPERATION_CONFLICT`` before dispatch.
 
 The work runs in the task of the request that dispatched it (no task per call: the hot
-path). When the component cancels that request, its task keeps running the work while
-another waiter is attached; with none left the work is cancelled, and since it may have
-had effects the operation settles ``UNCERTAIN`` for good.
+path), and goes on while another waiter is attached when that request is cancelled; with
+none left it is cancelled, and as it may have had effects the operation is ``UNCERTAIN``.
 
 Every operation is kept until the Run ends, so it keeps little: the SHA-256 of its
-identity (never the params) and its encoded result or bare error, charged to the Run's
-budget and its tree's (:class:`~runner.host.bounds.TreeBudget`). Joins and replays are
-answered with those bytes as they are.
+identity and its encoded result or bare error, charged to the Run's budget and its
+tree's (:class:`~runner.host.bounds.TreeBudget`); joins and replays answer those bytes.
 """
 
 from __future__ import annotations
@@ -139,14 +137,11 @@ class OperationLedger:
         scope: anyio.CancelScope | None = None,
         digest: bytes | None = None,
     ) -> Ticket:
-        """Decide at once, in arrival order, whether ``request_id`` dispatches or joins,
-        so a cancel right behind a join cannot abandon work the join still waits for.
-
-        Raises ``OPERATION_CONFLICT`` before anything is dispatched. ``scope``: the cancel
-        scope the caller settles this request in, through which abandoned work is cancelled
-        (sparing the ledger a scope of its own). ``digest``: :meth:`digest` of the call,
-        if the caller worked it out already.
-        """
+        """Decide at once, in arrival order, whether ``request_id`` dispatches or joins
+        (so a cancel right behind a join cannot abandon work it waits for); raise
+        ``OPERATION_CONFLICT`` before any dispatch. Abandoned work is cancelled through
+        ``scope``, the caller's for this request, if given (else the ledger's own).
+        ``digest``: :meth:`digest` of the call, if the caller worked it out already."""
         operation_id = params["operationId"]
         assert isinstance(operation_id, str)
         if digest is None:
