@@ -286,27 +286,33 @@ def main() -> None:
     minutes = (time.time() - started) / 60
     print(f"{args.rounds} rounds of {runs} runs per way, {minutes:.0f} min, load average "
           f"{' '.join(f'{x:.1f}' for x in os.getloadavg())} at the end\n")  # fmt: skip
-    ratio = {  # throughput vs xargs, per round: xargs wall / way wall
-        name: [x.wall / w.wall for x, w in zip(ways["xargs"].rounds, way.rounds, strict=True)]
+    baselines = [name for name in ("xargs", "secure") if name in ways]
+    ratio = {  # throughput vs a baseline way, per round: its wall / the way's wall
+        (name, base): [b.wall / w.wall for b, w in zip(ways[base].rounds, way.rounds, strict=True)]
         for name, way in ways.items()
-        if "xargs" in ways
+        for base in baselines
     }
-    print("| way | wall s (median) | runs/s | ÷ xargs (median of rounds) | rounds | "
-          "client CPU ms/run | engine CPU ms/run |")  # fmt: skip
-    print("|---|---:|---:|---:|---|---:|---:|")
+    print("| way | wall s (median) | runs/s | "
+          + "".join(f"÷ {base} (median; rounds) | " for base in baselines)
+          + "client CPU ms/run | engine CPU ms/run |")  # fmt: skip
+    print("|---|---:|---:|" + "---:|" * len(baselines) + "---:|---:|")
     for name, way in ways.items():
         wall = median([c.wall for c in way.rounds])
-        per_round = ", ".join(f"{r:.2f}" for r in ratio.get(name, []))
+        ratios = "".join(
+            f"{median(r):.2f}x ({', '.join(f'{x:.2f}' for x in r)}) | "
+            for r in (ratio[name, base] for base in baselines)
+        )
         client = median([c.cpu / runs * 1000 for c in way.rounds])
         engine = median([c.engine_cpu / runs * 1000 for c in way.rounds])
-        print(f"| {way.label} | {wall:.1f} | {runs / wall:.2f} | "
-              f"{median(ratio.get(name, [])):.2f}x | {per_round} | {client:.1f} | "
+        print(f"| {way.label} | {wall:.1f} | {runs / wall:.2f} | {ratios}{client:.1f} | "
               f"{engine:.0f} |")  # fmt: skip
     if loop is not None:
         rate = args.loop_runs / loop.wall
         print(f"| shell loop of flow-runner exec ({args.loop_runs} runs) | {loop.wall:.1f} | "
-              f"{rate:.2f} | {rate / (runs / median([c.wall for c in ways['xargs'].rounds])):.2f}x "
-              f"| | {loop.cpu / args.loop_runs * 1000:.0f} | "
+              f"{rate:.2f} | "
+              + "".join(f"{rate / (runs / median([c.wall for c in ways[base].rounds])):.2f}x | "
+                        for base in baselines)
+              + f"{loop.cpu / args.loop_runs * 1000:.0f} | "
               f"{loop.engine_cpu / args.loop_runs * 1000:.0f} |")  # fmt: skip
     print()
     print("| batch tree | CPU ms/run without start-up (median; rounds) | start-up + 2 runs, "
