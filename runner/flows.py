@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -76,12 +76,11 @@ class FlowHost:
         cap = flow.deadline_seconds
         seconds = min(deadline_seconds, cap) if cap is not None else deadline_seconds
         deadline = int((time.time() + seconds) * 1000)
-        budget = ChildBudget(self.config.limits.max_children)
-        hub = ChannelHub(self.config.limits.channels.limits())
+        limits = self.config.limits
+        tree = _Tree(ChildBudget(limits.max_children), ChannelHub(limits.channels.limits()))
         return await self._run(
-            name, input, deadline, budget, hub, depth=0, parent=None, control=control,
-            scratch_dir=scratch_dir, reports=_Kept(CHILD_REPORTS), run_id=run_id,
-            from_launch=seconds,
+            name, input, deadline, tree, depth=0, parent=None, control=control,
+            scratch_dir=scratch_dir, run_id=run_id, from_launch=seconds,
         )  # fmt: skip
 
     async def _run(
@@ -89,8 +88,7 @@ class FlowHost:
         name: str,
         input: JSONValue,
         deadline_unix_ms: int,
-        budget: ChildBudget,
-        hub: ChannelHub,
+        tree: _Tree,
         *,
         depth: int,
         parent: str | None,
@@ -100,7 +98,6 @@ class FlowHost:
         stop_grace: float | None = None,
         giver: ChannelParty | None = None,
         mapping: Mapping[str, str] | None = None,
-        reports: _Kept,
         run_id: str | None = None,
         from_launch: float | None = None,
     ) -> Execution:
@@ -108,9 +105,9 @@ class FlowHost:
         killed ``stop_grace`` seconds (``None``: its own cancel grace) after its task is
         cancelled. A root's deadline is ``from_launch`` seconds from its launch."""
         flow = self.config.flow(name)
-        children = _Children(reports)
+        children = _Children(tree)
         run_id = run_id or new_run_id()
-        party = hub.party(run_id)
+        party = tree.hub.party(run_id)
         control = control or RunControl()
         running: set[RunControl] = set()
         """The controls of this run's children while they run: its kill kills them."""
@@ -128,10 +125,10 @@ class FlowHost:
             running.add(own)
             try:
                 execution = await self._run(
-                    child, child_input, deadline, budget, hub, depth=call.depth + 1,
+                    child, child_input, deadline, tree, depth=call.depth + 1,
                     parent=call.run_id, control=own, stop_grace=graces.cancel,
                     on_stopped=lambda stopped: children.add(stopped.report),
-                    giver=party, mapping=channels, reports=reports,
+                    giver=party, mapping=channels,
                 )  # fmt: skip
             except (InvocationRefused, PackageError) as exc:  # the parent cannot fix this
                 raise OperationError(
@@ -155,7 +152,7 @@ class FlowHost:
             children=flow.children,
             capabilities=self._capabilities(name, flow),
             run_child=run_child,
-            budget=budget,
+            budget=tree.budget,
             max_depth=self.config.limits.max_depth,
             channels=party,
         )
@@ -374,27 +371,30 @@ def _nest(children: _Children, report_to: Callable[[Execution], None], stopped: 
     report_to(stopped)
 
 
-class _Kept:
-    """How many more child reports a run tree keeps (:data:`CHILD_REPORTS` in all)."""
+@dataclass
+class _Tree:
+    """What one run tree shares: its budget of children running at once, its channel hub,
+    and how many more child reports it keeps (:data:`CHILD_REPORTS` in all)."""
 
-    def __init__(self, left: int) -> None:
-        self.left = left
+    budget: ChildBudget
+    hub: ChannelHub
+    reports_left: int = CHILD_REPORTS
 
 
 class _Children:
     """A run's children's reports within the tree's bound, each stderr cut to
     :data:`CHILD_STDERR`; the rest counted."""
 
-    def __init__(self, tree: _Kept) -> None:
+    def __init__(self, tree: _Tree) -> None:
         self.tree = tree
         self.kept: list[RunReport] = []
         self.omitted = 0
 
     def add(self, report: RunReport) -> None:
-        if self.tree.left <= 0:
+        if self.tree.reports_left <= 0:
             self.omitted += 1
             return
-        self.tree.left -= 1
+        self.tree.reports_left -= 1
         if len(report.stderr) > CHILD_STDERR:
             tail = report.stderr[-CHILD_STDERR:]
             report = replace(report, stderr=tail, stderr_truncated=True)
