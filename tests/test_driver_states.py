@@ -37,7 +37,5 @@ def test_the_writer_always_gets_to_close() -> None:
     for state in Stdin:
         assert STDIN_MOVES[state, "close"] is Stdin.CLOSING
     assert STDIN_MOVES[Stdin.CLOSING, "break"] is Stdin.CLOSING
-    assert {new for (old, _), new in STDIN_MOVES.items() if old is Stdin.CLOSING} == {
-        Stdin.CLOSING
-    }
+    assert {new for (old, _), new in STDIN_MOVES.items() if old is Stdin.CLOSING} == {Stdin.CLOSING}
     assert (Stdin.BROKEN, "send") not in STDIN_MOVES, "nothing is written once broken"
