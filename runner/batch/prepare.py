@@ -6,6 +6,7 @@ The slot that admits the row hands ``runner.api.execute`` that launch
 (:class:`PreparedSandbox`), so the run, its deadline included, begins with ``flow/run``.
 A row refused before launch, a stopped batch and a retry (a new run id) never take it;
 discarding it removes the container.
+
 It relies on ``Sandbox.launch`` starting on entry and cleaning up on exit, its component
 usable from another task, and on ``LaunchRequest`` comparing by value.
 """
