@@ -119,43 +119,32 @@ def classify(obj: JSONValue) -> Message:
             raise _invalid_envelope(None, "a JSON-RPC batch is not allowed in Run/1")
         raise _invalid_envelope(None, "a frame must be a JSON object")
     if "method" in obj:
-        if "id" in obj:
-            return _classify_request(obj)
-        return _classify_notification(obj)
+        return _classify_call(obj)
     if "id" in obj:
         return _classify_response(obj)
     raise _invalid_envelope(None, "a message needs a method or an id")
 
 
-def _classify_request(obj: JSONObject) -> Request:
-    request_id = obj["id"]
-    if not is_wire_id(request_id):
-        raise _invalid_envelope(
-            None,
-            "a request id must be a string of 1-128 ASCII bytes "
-            "matching ^[A-Za-z0-9][A-Za-z0-9._:/-]*$",
-        )
-    # With result/error as well it is not clear that this is a request: answer id null.
-    reply_id = None if "result" in obj or "error" in obj else request_id
-    method, params = _call_parts(obj, _REQUEST_MEMBERS, reply_id, request_id)
-    return Request(request_id, method, params)
-
-
-def _classify_notification(obj: JSONObject) -> Notification:
-    method, params = _call_parts(obj, _NOTIFICATION_MEMBERS, None, None)
-    if method == REQUEST_CANCEL:
-        reason = validate_params(REQUEST_CANCEL, params)
-        if reason is not None:
-            raise _invalid_envelope(None, f"malformed request/cancel: {reason}")
-    return Notification(method, params)
-
-
-def _call_parts(
-    obj: JSONObject, allowed: frozenset[str], reply_id: str | None, params_reply_id: str | None
-) -> tuple[str, JSONObject | JSONArray | None]:
-    """The method and params of a request or notification; the ids are those its
-    failures answer (a request's params failure names its id even beside result/error)."""
-    _check_jsonrpc(obj, allowed, reply_id)
+def _classify_call(obj: JSONObject) -> Request | Notification:
+    request_id: str | None = None
+    params_reply_id = reply_id = request_id
+    allowed = _NOTIFICATION_MEMBERS
+    if "id" in obj:
+        wire_id = obj["id"]
+        if not is_wire_id(wire_id):
+            raise _invalid_envelope(
+                None,
+                "a request id must be a string of 1-128 ASCII bytes "
+                "matching ^[A-Za-z0-9][A-Za-z0-9._:/-]*$",
+            )
+        allowed = _REQUEST_MEMBERS
+        request_id = params_reply_id = wire_id
+        # With result/error as well it is not clear that this is a request: answer id null.
+        reply_id = None if "result" in obj or "error" in obj else request_id
+    if not obj.keys() <= allowed:
+        raise _invalid_envelope(reply_id, f"unknown member {show(min(obj.keys() - allowed))}")
+    if obj.get("jsonrpc") != JSONRPC_VERSION:
+        raise _invalid_envelope(reply_id, 'jsonrpc must be "2.0"')
     method = obj["method"]
     if not isinstance(method, str):
         raise _invalid_envelope(reply_id, "method must be a string")
@@ -165,14 +154,13 @@ def _call_parts(
             raise _invalid_envelope(params_reply_id, "params must be an object or an array")
     elif not isinstance(params, dict | list):
         raise _invalid_envelope(params_reply_id, "params must be an object or an array")
-    return method, params
-
-
-def _check_jsonrpc(obj: JSONObject, allowed: frozenset[str], reply_id: str | None) -> None:
-    if not obj.keys() <= allowed:
-        raise _invalid_envelope(reply_id, f"unknown member {show(min(obj.keys() - allowed))}")
-    if obj.get("jsonrpc") != JSONRPC_VERSION:
-        raise _invalid_envelope(reply_id, 'jsonrpc must be "2.0"')
+    if request_id is not None:
+        return Request(request_id, method, params)
+    if method == REQUEST_CANCEL:
+        reason = validate_params(REQUEST_CANCEL, params)
+        if reason is not None:
+            raise _invalid_envelope(None, f"malformed request/cancel: {reason}")
+    return Notification(method, params)
 
 
 def _classify_response(obj: JSONObject) -> Success | ErrorResponse:
@@ -180,7 +168,10 @@ def _classify_response(obj: JSONObject) -> Success | ErrorResponse:
     if has_result == ("error" in obj):
         raise _invalid_envelope(None, "a response needs exactly one of result and error")
     allowed = _SUCCESS_MEMBERS if has_result else _ERROR_RESPONSE_MEMBERS
-    _check_jsonrpc(obj, allowed, None)
+    if not obj.keys() <= allowed:
+        raise _invalid_envelope(None, f"unknown member {show(min(obj.keys() - allowed))}")
+    if obj.get("jsonrpc") != JSONRPC_VERSION:
+        raise _invalid_envelope(None, 'jsonrpc must be "2.0"')
     response_id = obj["id"]
     if has_result:
         if not is_wire_id(response_id):
