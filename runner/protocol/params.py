@@ -150,34 +150,23 @@ def check_grant(
     return None
 
 
-def _check_grants(channels: JSONValue) -> str | None:
+def _check_channels(channels: JSONValue, *, grants: bool) -> str | None:
+    """A ``channels`` map of at most 256 LocalNames to grants (``flow/run``, distinct
+    endpoints) or to endpoint references (the calls)."""
     if not isinstance(channels, dict):
         return "channels must be an object"
     if len(channels) > MAX_CHANNEL_ENTRIES:
         return "channels has more than 256 entries"
-    endpoints: set[str] = set()
-    for name, grant in channels.items():
+    for name, value in channels.items():
         if not is_local_name(name):
             return f"channel name {show(name)} is not a LocalName"
-        reason = check_grant(grant)
-        if reason is not None:
+        if not grants:
+            if not is_wire_id(value):
+                return f"channels[{name!r}] must be an endpoint reference string"
+        elif (reason := check_grant(value)) is not None:
             return f"channels[{name!r}]: {reason}"
-        endpoints.add(cast(str, cast(JSONObject, grant)["endpoint"]))
-    if len(endpoints) != len(channels):
+    if grants and len({cast(JSONObject, g)["endpoint"] for g in channels.values()}) < len(channels):
         return "channels grants must have distinct endpoint references"
-    return None
-
-
-def _check_references(channels: JSONValue) -> str | None:
-    if not isinstance(channels, dict):
-        return "channels must be an object"
-    if len(channels) > MAX_CHANNEL_ENTRIES:
-        return "channels has more than 256 entries"
-    for name, reference in channels.items():
-        if not is_local_name(name):
-            return f"channel name {show(name)} is not a LocalName"
-        if not is_wire_id(reference):
-            return f"channels[{name!r}] must be an endpoint reference string"
     return None
 
 
@@ -198,7 +187,7 @@ def _check_flow_run(params: JSONObject) -> str | None:
     if not is_integer_in(params["deadlineUnixMs"], 0, MAX_SAFE_INTEGER):
         return "deadlineUnixMs must be an integer 0..2^53-1"
     if "channels" in params:
-        return _check_grants(params["channels"])
+        return _check_channels(params["channels"], grants=True)
     return None
 
 
@@ -214,7 +203,7 @@ def _check_operation(
     if not is_local_name(params["slot"]):
         return "slot must be a LocalName"
     if "channels" in params:
-        return _check_references(params["channels"])
+        return _check_channels(params["channels"], grants=False)
     return None
 
 
