@@ -739,6 +739,7 @@ def test_the_console_script_imports_little_before_it_hands_off() -> None:
         "runner", "runner.exits", "runner.launch", "runner.warm", "runner.warm.client",
         "runner.warm.rundir", "runner.warm.key", "_blake2", "fcntl",
         "gc",  # built in: the launcher pauses the collector for start-up
+        "__future__",  # what `from __future__ import annotations` reads: 0.2 ms
     }, imported  # fmt: skip
 
 

@@ -15,7 +15,6 @@ ends by itself: this process waits for it, says so, and exits with :data:`EXIT_L
 
 from __future__ import annotations
 
-import contextlib
 import os
 import stat
 import sys
@@ -192,8 +191,9 @@ def _signal(pidfd: int, signum: int) -> None:
 def _die_by(signum: int) -> NoReturn:
     """End as the run ended: by the same signal, as a shell and a supervisor see it."""
     import signal
+    from contextlib import suppress
 
-    with contextlib.suppress(OSError):  # SIGKILL (the OOM killer, kill -9) has no handler
+    with suppress(OSError):  # SIGKILL (the OOM killer, kill -9) has no handler
         signal.signal(signum, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, [signum])
     os.kill(os.getpid(), signum)

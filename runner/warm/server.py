@@ -65,7 +65,7 @@ class Options:
 
     idle: float
     detach: bool = False
-    pool: int = 0
+    pool: int = 1
     """Containers kept waiting per launch configuration (0: no pool)."""
     pool_idle: float = 60.0
     pool_max: int = 4
