@@ -590,6 +590,24 @@ def test_a_killed_command_cancels_its_warm_run(
 
 
 @pytest.mark.docker
+@pytest.mark.timeout(120)
+def test_a_warm_exec_has_its_handler_sweep_what_a_killed_runner_left(
+    warm: Server, install: Install, engine: Any
+) -> None:
+    """A command the warm runner serves does not sweep before its launch; its handler
+    sweeps alongside the run, and is done before the command hears how the run ended."""
+    args = ("exec", "--input", '{"seconds": 30}', "flow-runner/examples-slow:latest")
+    killed = install.start(*args, env={"FLOW_RUNNER_WARM": "0"})
+    left = wait_running(engine, os.getpid(), killed)
+    killed.kill()
+    killed.communicate(timeout=60)
+    assert engine.containers.list(all=True, filters={"label": of_runner(left)})
+    ran = install.run("exec", *fake("echo"))
+    assert (ran.where, ran.returncode) == ("warm", 0), ran.stderr
+    assert engine.containers.list(all=True, filters={"label": of_runner(left)}) == []
+
+
+@pytest.mark.docker
 def test_the_server_dying_under_a_run_changes_nothing(
     install: Install, engine: Any, tmp_path: Path
 ) -> None:

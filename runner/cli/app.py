@@ -9,6 +9,7 @@ heavy modules (docker-py, anyio, pydantic) inside the commands, so that ``--help
 
 from __future__ import annotations
 
+import functools
 import gc
 import importlib
 import os
@@ -159,11 +160,17 @@ def _fail_usage(message: str) -> NoReturn:
     raise typer.Exit(EXIT_USAGE)
 
 
+@functools.cache
+def root() -> click.Command:
+    """The root command, built once (ahead, in a warm runner: its runs parse at once)."""
+    return typer.main.get_command(app)
+
+
 def main() -> NoReturn:
     """Console-script entry point. Ends with ``os._exit`` once the output is flushed: every
     container is removed and child reaped by then, and the interpreter's teardown is slow."""
     try:
-        app()
+        root()()
         code: object = 0
     except SystemExit as exit_:
         code = exit_.code

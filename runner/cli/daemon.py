@@ -30,8 +30,9 @@ STOP_SECONDS = 10.0
 
 
 def preload() -> Callable[[], object]:
-    """Import every module of flow-runner and what its commands import late; the CLI's
-    main, which the warm runner's runs call."""
+    """Import every module of flow-runner and what its commands import late, build the
+    command tree, and have handlers sweep alongside runs; the CLI's main, which the warm
+    runner's runs call."""
     import importlib
     import pkgutil
 
@@ -52,8 +53,13 @@ def preload() -> Callable[[], object]:
         except ModuleNotFoundError:  # another version of a dependency: imported when used
             continue
     _pool_backend()
-    from runner.cli.app import main
+    from runner.cli import exec as exec_command
+    from runner.cli.app import main, root
+    from runner.warm.handler import sweep_alongside
 
+    exec_command.SWEEP_BEFORE_RUN = False
+    sweep_alongside(exec_command.sweep_for)
+    root()  # the command tree, built once for every run
     return main
 
 

@@ -429,12 +429,28 @@ def _warn_unsandboxed(flow: str, command: list[str]) -> None:
     )
 
 
+SWEEP_BEFORE_RUN = True
+"""Whether ``exec`` sweeps before its run. A warm runner's handler sweeps alongside each
+run it serves instead (:func:`sweep_for`), off the run's path: set by
+:func:`runner.cli.daemon.preload`."""
+
+
 def _sweep() -> None:
     """Remove containers of runners that died (even by kill -9) before starting more."""
     from runner.sandbox.errors import DockerSandboxError
     from runner.sandbox.gc import sweep
 
+    if not SWEEP_BEFORE_RUN:
+        return
     try:
         sweep()
     except DockerSandboxError as exc:
         raise refusal(exc) from exc
+
+
+def sweep_for(argv: list[str]) -> None:
+    """The sweep that the command ``argv`` would have made before its run: ``exec``'s."""
+    from runner.sandbox.gc import sweep
+
+    if argv[1:2] == ["exec"]:
+        sweep()

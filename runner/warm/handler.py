@@ -11,7 +11,8 @@ the run but those the client forwards), and forks the run. The run waits until t
 client has been told it started (with a pidfd for its signals): a handler killed before
 that leaves a run that ends without running anything, so a client that heard nothing
 runs the command in its own process and it runs once. Then the handler waits for the run
-to exit and reports its status; when the client goes away first (killed), the handler
+to exit and reports its status (having swept, meanwhile, what ``exec`` would have swept
+before its launch: :func:`sweep_alongside`); when the client goes away first (killed), the handler
 sends the run SIGTERM: it cancels, removing its container, as a run in process does on
 SIGTERM.
 
@@ -41,6 +42,18 @@ from runner.warm.pool import Claims
 
 if TYPE_CHECKING:
     from runner.warm.wire import Message
+
+_sweep: Callable[[list[str]], object] | None = None
+
+
+def sweep_alongside(sweep: Callable[[list[str]], object]) -> None:
+    """Have each handler call ``sweep(argv)`` once its run has started, so that a command
+    the warm runner serves does not sweep before it launches (the CLI layer gives the
+    sweep, and decides by the command's argv whether it would have swept: the warm runner
+    imports no sandbox). What the sweep raises is ignored: the run meets the same engine."""
+    global _sweep
+    _sweep = sweep
+
 
 REQUEST_SECONDS = 30.0
 """Time a client has to send its request once connected."""
@@ -169,6 +182,10 @@ def _start(
         os.write(go_write, b"go")
     except OSError:
         pass  # the client is gone: the run reads no "go" and ends having run nothing
+    else:
+        if _sweep is not None:
+            with suppress(Exception):
+                _sweep(list(request["argv"]))
     finally:
         os.close(go_write)
     return _watch(conn, pid, pidfd)
