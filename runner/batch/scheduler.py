@@ -109,8 +109,7 @@ class BatchOptions:
     ``None``: the Docker backend's (the process-wide engine)."""
     prepare: int | None = None
     """Containers prepared ahead of their runs (started, not yet sent ``flow/run``), at
-    most this many beyond the runs in flight; ``None``: twice ``jobs`` (a container's
-    start takes the engine several times as long as a short run); 0: none."""
+    most this many beyond the runs in flight; ``None``: ``jobs``; 0: none."""
 
 
 @dataclass
@@ -197,7 +196,7 @@ class _Batch:
         self._engine = options.engine or sandbox_engine("docker")
         self._flows: FlowHost | None = None
         jobs = self._jobs = max(1, options.jobs)
-        ahead = self._ahead = 2 * jobs if options.prepare is None else max(0, options.prepare)
+        ahead = self._ahead = jobs if options.prepare is None else max(0, options.prepare)
         self._lookahead = anyio.Semaphore(ahead) if ahead > 0 else None
         """Tokens for containers prepared and not yet admitted; ``None``: none prepared."""
         self._removals = anyio.Semaphore(jobs)
