@@ -262,13 +262,13 @@ async def test_retained_results_count_against_the_tree_and_leave_with_the_run() 
     def params(operation: str) -> dict[str, JSONValue]:
         return {"operationId": operation, "slot": "s", "method": "m", "input": None}
 
-    ticket = ledger.admit("c:1", "capability/call", params("a"))
+    ticket = ledger.admit("c:1", "capability/call", params("a"), anyio.CancelScope())
     kept = await ledger.settle_encoded(ticket, work)
     assert tree.held == ledger.retained > 900
     with pytest.raises(OperationError) as refused:
-        ledger.admit("c:2", "capability/call", params("b"))
+        ledger.admit("c:2", "capability/call", params("b"), anyio.CancelScope())
     assert refused.value.code == "RESOURCE_EXHAUSTED"
-    replay = ledger.admit("c:3", "capability/call", params("a"))
+    replay = ledger.admit("c:3", "capability/call", params("a"), anyio.CancelScope())
     assert await ledger.settle_encoded(replay, work) is kept
     ledger.close()
     assert tree.held == 0

@@ -16,8 +16,12 @@ CALL = "capability/call"
 async def run(
     ledger: OperationLedger, rid: str, method: str, params: dict[str, JSONValue], work: Work
 ) -> JSONValue:
-    """Join, replay or dispatch the operation named by ``params["operationId"]``."""
-    return json1.loads(await ledger.settle_encoded(ledger.admit(rid, method, params), work))
+    """Join, replay or dispatch the operation named by ``params["operationId"]``, in the
+    request's own cancel scope as the driver does (None: that scope was cancelled)."""
+    with anyio.CancelScope() as scope:
+        ticket = ledger.admit(rid, method, params, scope)
+        return json1.loads(await ledger.settle_encoded(ticket, work))
+    return None
 
 
 def params(**extra: JSONValue) -> dict[str, JSONValue]:
@@ -26,7 +30,7 @@ def params(**extra: JSONValue) -> dict[str, JSONValue]:
 
 
 def test_op04_identity_uses_json1_equality_and_ignores_operation_id() -> None:
-    same = OperationLedger.identity
+    same = OperationLedger.digest
     assert same(CALL, params(input={"a": 1, "b": [1.0, -0.0]})) == same(
         CALL, {"input": {"b": [1, 0], "a": 1.0}, "method": "m", "slot": "s", "operationId": "x"}
     )
@@ -107,19 +111,16 @@ def test_work_abandoned_by_every_waiter_is_cancelled_and_uncertain() -> None:
                 cancelled.set()
             return None
 
-        outcome: list[str] = []
+        outcome: list[JSONValue] = []
 
-        async def dispatcher() -> None:
-            try:
-                await run(ledger, "c:1", CALL, params(), work)
-            except OperationError as exc:  # its own answer was CANCELLED on the wire
-                outcome.append(exc.code)
+        async def dispatcher() -> None:  # its own answer is CANCELLED on the wire
+            outcome.append(await run(ledger, "c:1", CALL, params(), work))
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(dispatcher)
             await anyio.wait_all_tasks_blocked()
             assert not ledger.cancel_waiter("c:1"), "no other waiter: let the task go"
-        assert outcome == ["UNCERTAIN"]
+        assert outcome == [None], "the abandoned work's own request was cancelled"
         assert cancelled.is_set()
         with pytest.raises(OperationError) as replay:
             await run(ledger, "c:2", CALL, params(), work)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Awaitable, Callable
-from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Final, NamedTuple
 
@@ -33,7 +32,6 @@ Check = Callable[[JSONValue], "str | None"]
 """Judges a settled result: the reason it is invalid, or None."""
 Encode = Callable[[JSONValue], Awaitable[bytes]]
 """Encodes a valid result for keeping (``json1.dumps``, maybe away from the loop)."""
-_UNSCOPED: Final = nullcontext()  # the caller runs the work in the operation's scope
 RETAINED_BYTES: Final = 64 << 20
 """Default budget of one Run's ledger: 65,535 small operations (a channel's lifetime
 request limit, PROTOCOL.md §12) fit, or 150 results of 400 KiB."""
@@ -48,8 +46,7 @@ class _Operation:
     """SHA-256 of the canonical identity: enough to tell a conflict, 32 bytes to keep."""
     runner: str
     scope: anyio.CancelScope | None
-    """The work runs in it and is cancelled through it when abandoned; dropped once done."""
-    own_scope: bool  # the ledger enters `scope` (else the caller settles inside it)
+    """The dispatching request's: cancelled when the work is abandoned; dropped once done."""
     runner_attached: bool = True
     waiters: set[str] | None = None  # made for the first joiner: an empty set is 216 bytes
     done: bool = False
@@ -88,11 +85,6 @@ class Ticket(NamedTuple):
     operation: _Operation
     dispatch: bool
 
-    def encoded_result(self) -> bytes:
-        """Once :meth:`OperationLedger.settle_encoded` returned a result for this ticket: that
-        result, as encoded for keeping."""
-        return self.operation.result
-
 
 class OperationLedger:
     """The operations of one root Run, keyed by ``operationId``.
@@ -112,17 +104,13 @@ class OperationLedger:
         self.dispatches = 0
 
     @staticmethod
-    def identity(method: str, params: dict[str, JSONValue]) -> bytes:
-        """Canonical identity: the method plus RFC 8785 bytes of params minus operationId."""
+    def digest(method: str, params: dict[str, JSONValue]) -> bytes:
+        """The SHA-256 of the canonical identity: the method plus RFC 8785 bytes of params
+        minus operationId. Pure, so a caller may work it out in a worker thread and hand
+        it to :meth:`admit`."""
         rest = params.copy()
         rest.pop("operationId", None)
-        return method.encode() + b"\n" + json1.canonical(rest)
-
-    @classmethod
-    def digest(cls, method: str, params: dict[str, JSONValue]) -> bytes:
-        """The SHA-256 of :meth:`identity`; pure, so a caller may work it out in a worker
-        thread and hand it to :meth:`admit`."""
-        return hashlib.sha256(cls.identity(method, params)).digest()
+        return hashlib.sha256(method.encode() + b"\n" + json1.canonical(rest)).digest()
 
     def close(self) -> None:
         """The Run ended: what its operations kept leaves the tree's budget."""
@@ -134,14 +122,14 @@ class OperationLedger:
         request_id: str,
         method: str,
         params: dict[str, JSONValue],
-        scope: anyio.CancelScope | None = None,
+        scope: anyio.CancelScope,
         digest: bytes | None = None,
     ) -> Ticket:
         """Decide at once, in arrival order, whether ``request_id`` dispatches or joins
         (so a cancel right behind a join cannot abandon work it waits for); raise
-        ``OPERATION_CONFLICT`` before any dispatch. Abandoned work is cancelled through
-        ``scope``, the caller's for this request, if given (else the ledger's own).
-        ``digest``: :meth:`digest` of the call, if the caller worked it out already."""
+        ``OPERATION_CONFLICT`` before any dispatch. ``scope`` is the one the caller settles
+        this request in: abandoned work is cancelled through it. ``digest``: :meth:`digest`
+        of the call, if the caller worked it out already."""
         operation_id = params["operationId"]
         assert isinstance(operation_id, str)
         if digest is None:
@@ -158,7 +146,7 @@ class OperationLedger:
             if not self.tree.fits(ENTRY_BYTES):
                 raise OperationError("RESOURCE_EXHAUSTED", self.tree.refusal("a new operationId"))
             self._keep(ENTRY_BYTES)
-            operation = _Operation(digest, request_id, scope or anyio.CancelScope(), scope is None)
+            operation = _Operation(digest, request_id, scope)
             self._operations[operation_id] = operation
             self._by_request[request_id] = operation
             self.dispatches += 1
@@ -212,20 +200,16 @@ class OperationLedger:
     async def _execute(
         self, operation: _Operation, work: Work, check: Check, encode: Encode | None
     ) -> None:
-        scope = operation.scope if operation.own_scope else None
         try:
-            with scope or _UNSCOPED:
-                result = await work()
-                reason = check(result)
-                if reason is not None:
-                    raise OperationError("INVALID_RESULT", reason)
-                if encode is None:
-                    operation.result = json1.dumps(result)
-                else:
-                    operation.result = await encode(result)
-                self._keep(len(operation.result))
-                return
-            raise _uncertain()  # our own scope was cancelled
+            result = await work()
+            reason = check(result)
+            if reason is not None:
+                raise OperationError("INVALID_RESULT", reason)
+            if encode is None:
+                operation.result = json1.dumps(result)
+            else:
+                operation.result = await encode(result)
+            self._keep(len(operation.result))
         except OperationError as exc:
             self._keep_error(operation, exc)
             raise
@@ -235,8 +219,9 @@ class OperationLedger:
             )
             self._keep_error(operation, error)
             raise error from exc
-        except BaseException:  # cancelled from outside: effects unknown
-            self._keep_error(operation, _uncertain())
+        except BaseException:  # cancelled: effects unknown
+            stopped = "the operation was stopped after dispatch; its effects are unknown"
+            self._keep_error(operation, OperationError("UNCERTAIN", stopped))
             raise
         finally:
             self._by_request.pop(operation.runner, None)
@@ -250,12 +235,6 @@ class OperationLedger:
     def _keep(self, size: int) -> None:
         self.retained += size
         self.tree.held += size
-
-
-def _uncertain() -> OperationError:
-    return OperationError(
-        "UNCERTAIN", "the operation was stopped after dispatch; its effects are unknown"
-    )
 
 
 def _bare(error: OperationError) -> OperationError:

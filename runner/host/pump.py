@@ -25,11 +25,9 @@ import anyio.lowlevel
 from runner import json1
 from runner.host.bounds import SMALL_REQUEST, offload
 from runner.host.operations import Check, OperationLedger, Ticket
-from runner.host.run_state import Phase
 from runner.host.stdin_writer import OWED_FREELY, STREAM_ERRORS, StdinWriter
 from runner.json1 import JSONValue
 from runner.protocol.codes import LOCAL_CODES, LocalProtocolError, OperationError, bounded_message
-from runner.protocol.names import CHANNEL_METHODS
 from runner.protocol.results import validate_capability_result, validate_run_result
 from runner.protocol.session import (
     CallCancelled,
@@ -114,12 +112,13 @@ class Pump(StdinWriter):
                     await anyio.lowlevel.checkpoint()
                     self._resume()
                 event, ticket = queued.popleft()
-                waiting = None
-                if event.method in CHANNEL_METHODS:
-                    waiting = self._answer_now(event)
-                    if waiting is None:
+                if ticket is None:  # a channel call
+                    work = self._answer_now(event)
+                    if work is None:
                         continue
-                call = _Eager(self._call(event, ticket, waiting), self._hand_off)
+                else:
+                    work = self._dispatch(event, ticket)
+                call = _Eager(self._call(event.request_id, work), self._hand_off)
                 await call
                 if call.suspended:
                     return False
@@ -165,7 +164,7 @@ class Pump(StdinWriter):
         """Decide the call's place in its operation now, in arrival order, and queue it
         with its cancel scope, which a cancel arriving while it is queued cancels."""
         rid = event.request_id
-        if self.phase is Phase.STOPPING:  # only settlement can arrive; nothing serves it
+        if self.stopping:  # only settlement can arrive; nothing serves it
             self.session.respond_error(
                 rid, OperationError("OWNER_CLOSED", "the run is being stopped")
             )
@@ -221,19 +220,12 @@ class Pump(StdinWriter):
         self._flush()
         return None
 
-    async def _call(
-        self,
-        event: CallRequested,
-        ticket: Ticket | None,
-        waiting: Coroutine[Any, Any, bytes] | None = None,
-    ) -> None:
-        """Run one call in its cancel scope and answer it; ``waiting`` is a channel call's
-        wait, begun by :meth:`_answer_now`. A large answer made while the pump is held
-        back waits for room too."""
-        rid = event.request_id
+    async def _call(self, rid: str, work: Coroutine[Any, Any, bytes]) -> None:
+        """Run one call's ``work`` in its cancel scope and answer it. A large answer made
+        while the pump is held back waits for room too."""
         with self.calls[rid] as scope:
             try:
-                result = await (self._dispatch(event, ticket) if waiting is None else waiting)
+                result = await work
                 if len(result) > OWED_FREELY and self._held_back():
                     await self._room()
             except Exception as exc:
@@ -262,14 +254,12 @@ class Pump(StdinWriter):
             message = bounded_message(f"{type(exc).__name__}: {exc}")
             self.session.respond_error(rid, OperationError("EXECUTION_FAILED", message))
 
-    async def _dispatch(self, event: CallRequested, ticket: Ticket | None) -> bytes:
+    async def _dispatch(self, event: CallRequested, ticket: Ticket) -> bytes:
         """An operation's success result, encoded once, as the ledger keeps it: a child's
         away from the loop unless small, a provider's in the call, so it counts as owed
         before the pump runs the next call."""
         method = event.method
         work = partial(self.broker.handle, method, event.params, self.context)
-        if ticket is None:
-            return json1.dumps(await work())
         if method == "flow/run-child":
             return await self.ledger.settle_encoded(ticket, work, _RUN_PROBLEM, _encode)
         return await self.ledger.settle_encoded(ticket, work, _CAPABILITY_PROBLEM)

@@ -54,14 +54,6 @@ a failed write or the host's kill); nothing leaves CLOSING, so the writer always
 close. Any other pair is a driver bug and raises :class:`LocalProtocolError`."""
 
 
-class Phase(Enum):
-    """Whether the caller still drives the run."""
-
-    DRIVING = "DRIVING"
-    STOPPING = "STOPPING"
-    """The caller's task was cancelled: the run's tasks serve the grace; no new work."""
-
-
 class RunControl:
     """Lets the caller stop a run: ``cancel()`` gracefully, ``kill()`` at once."""
 
@@ -164,7 +156,7 @@ class RunState:
     unwritten: bool = False  # the session queued frames during that pass
     resumed: float = 0.0  # when the pump last came back from the loop (PUMP_SLICE)
     task_group: TaskGroup | None = None
-    phase: Phase = Phase.DRIVING
+    stopping: bool = False  # the caller's task was cancelled: the grace is served, no new work
 
     def __post_init__(self) -> None:
         self.tree: TreeBudget = self.ledger.tree  # the run tree's

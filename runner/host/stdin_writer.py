@@ -93,7 +93,7 @@ class StdinWriter(RunState):
                 if self.write_now(data):
                     return
             except STREAM_ERRORS:
-                self._stdin_move("break")
+                self._break_stdin()
                 return
             pieces = [data]
         self.output.extend(pieces)
@@ -137,8 +137,7 @@ class StdinWriter(RunState):
                     self.output_ready = ready = anyio.Event()
                     await ready.wait()
         except STREAM_ERRORS:
-            self._stdin_move("break")  # nothing more can be written: nothing more is kept
-            self._output_taken()
+            self._break_stdin()
         with suppress(*STREAM_ERRORS):
             await stdin.aclose()
 
@@ -167,8 +166,10 @@ class StdinWriter(RunState):
         self._charge_owed()
         self._wake_pump()
 
-    def _output_taken(self) -> None:
-        """What waited for stdin is dropped: the pump may read again."""
+    def _break_stdin(self) -> None:
+        """Nothing more can be written, so nothing more is kept: what waited for stdin is
+        dropped and the pump may read again."""
+        self._stdin_move("break")
         self.output_drops += 1
         self.output.clear()
         self.output_offset = 0

@@ -10,10 +10,8 @@ import time
 import anyio
 
 from runner.host.pump import Pump
-from runner.host.run_state import Phase
-from runner.protocol.codes import LocalProtocolError, OperationError
+from runner.protocol.codes import OperationError
 from runner.protocol.completion import HostKill
-from runner.protocol.session import Condition
 
 DRAIN_AFTER_EXIT = 2.0
 """Seconds to wait for stdout EOF once the process has exited."""
@@ -40,12 +38,7 @@ class StopSequence(Pump):
         self.timings["total"] = time.monotonic() - self.started
 
     async def _cancel_root(self) -> None:
-        condition: Condition = self.condition or "CANCELLED"
-        self.condition = condition
-        if self.session.cancel_root(condition):
-            self._flush()
-        for scope in list(self.calls.values()):
-            scope.cancel()
+        self._cancel_all()
         if not self.control.kill_requested.is_set():
             await _wait_any(
                 (self.settled, self.exited, self.stdout_done, self.control.kill_requested),
@@ -61,9 +54,13 @@ class StopSequence(Pump):
         cooperatively and is judged by its answer, not as a lost channel."""
         if self.exited.is_set():
             return
-        self._enter_stopping()
-        if self.session.cancel_root(self.condition or "CANCELLED"):
-            self._flush()
+        self.stopping = True
+        for event, _ in self.queued:  # calls not yet started are answered here
+            rid = event.request_id
+            self.session.respond_error(rid, OperationError("CANCELLED", "the run was stopped"))
+            self._finished(rid)
+        self.queued.clear()
+        self._cancel_all()
         # A kill the host had already decided is not given a second grace.
         grace = 0 if self.host_kill is not None else self.graces.cancel
         with anyio.move_on_after(grace):
@@ -81,18 +78,12 @@ class StopSequence(Pump):
             await stream.aclose()
         self.exit_code = await self.component.wait()
 
-    def _enter_stopping(self) -> None:
-        """Move to :attr:`Phase.STOPPING`: the condition is set (``CANCELLED`` unless one
-        was recorded), calls not yet started are answered here, running ones stopped."""
-        if self.phase is not Phase.DRIVING:
-            raise LocalProtocolError(f"a run cannot stop while {self.phase.name}")
-        self.phase = Phase.STOPPING
+    def _cancel_all(self) -> None:
+        """Record the condition (``CANCELLED`` unless one was), send ``request/cancel``
+        for the root, stop every running call."""
         self.condition = self.condition or "CANCELLED"
-        for event, _ in self.queued:
-            rid = event.request_id
-            self.session.respond_error(rid, OperationError("CANCELLED", "the run was stopped"))
-            self._finished(rid)
-        self.queued.clear()
+        if self.session.cancel_root(self.condition):
+            self._flush()
         for scope in list(self.calls.values()):
             scope.cancel()
 
@@ -104,8 +95,7 @@ class StopSequence(Pump):
         # Before the kill: nothing written now can arrive, so what waits is dropped and a
         # held-back pump reads stdout again; an engine finishes a kill only once the
         # container's output has been taken, so it would otherwise wait for itself.
-        self._stdin_move("break")
-        self._output_taken()
+        self._break_stdin()
         await self.component.kill()
         if first and not self.component.facts.killed_by_host:
             self.host_kill = None
