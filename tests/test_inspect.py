@@ -25,9 +25,10 @@ from execkit import FAKE_SCRIPT, LABEL_OWNER, LABEL_RUN_ID, exec_run, flow_runne
 from runner.api import Execution, Invocation, execute
 from runner.config import ConfigError, load_config
 from runner.flows import FlowHost
+from runner.package import reader
 from runner.package.errors import InvocationRefused
 from runner.package.parse import Package
-from runner.package.reader import forget_packages, sandbox_package
+from runner.package.reader import sandbox_package
 from runner.sandbox.docker.sandbox import DockerSandbox
 from runner.sandbox.profiles import load_profile
 
@@ -46,9 +47,9 @@ pytestmark = pytest.mark.docker
 
 @pytest.fixture(autouse=True)
 def engine(docker_client: Any, no_leaks: None) -> Iterator[Any]:
-    forget_packages()
+    reader._cache.clear()
     yield docker_client
-    forget_packages()
+    reader._cache.clear()
 
 
 class Counting:
@@ -115,7 +116,7 @@ def test_inspecting_the_same_image_twice_reads_it_once(
     # The inspection container was created (never started) and is gone again.
     assert docker_client.containers.list(all=True, filters={"label": "flow-runner.inspect"}) == []
     # A new process (here: a forgotten in-process cache) reads the disk cache, not the image.
-    forget_packages()
+    reader._cache.clear()
     third = read_image_package(docker_client, HELLO)
     assert third is not None and third.digest == first.digest
     assert (len(archives.calls), len(creates.calls)) == (1, 1)

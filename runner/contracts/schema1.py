@@ -11,7 +11,7 @@ Validation under the work meter is :mod:`runner.contracts.schema1_eval`.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any, Final
 
 from runner import json1
@@ -34,9 +34,7 @@ from runner.contracts.schema1_meta import (
     EMBEDDED_SCHEMA_URI,
     KEYWORDS,
     SCHEMA_1_URI,
-    SUBSCHEMA,
-    SUBSCHEMA_LISTS,
-    SUBSCHEMA_MAPS,
+    map_subschemas,
     meta_violation,
 )
 from runner.json1 import JSONValue, pointer_segment
@@ -97,8 +95,6 @@ class Schema1Graph:
     ) -> None:
         file_mode = defs is None
         if defs is None:
-            if list(roots) != [""]:
-                raise ValueError("a Schema/1 file is a single root schema at pointer ''")
             defs = _file_definitions(roots[""])
         checker = _Checker(defs)
         for pointer, schema in roots.items():
@@ -178,8 +174,10 @@ class _Checker:
         if "$ref" in schema:
             self.reference(schema["$ref"], f"{pointer}/$ref", owner)
         _check_shape(schema, pointer, file_root=file_root)
-        for child, at in _subschemas(schema, pointer):
-            self.walk(child, at, depth + 1, owner, file_root=False)
+        map_subschemas(
+            schema,
+            lambda child, at: self.walk(child, pointer + at, depth + 1, owner, file_root=False),
+        )
 
     def definitions(self, defs: Mapping[str, JSONValue], *, depth: int) -> None:
         for name, schema in defs.items():
@@ -254,20 +252,6 @@ def _file_definitions(document: JSONValue) -> Mapping[str, JSONValue]:
     return defs
 
 
-def _subschemas(schema: dict[str, Any], pointer: str) -> Iterator[tuple[Any, str]]:
-    """Each schema-valued position directly under ``schema`` (where its shape allows one)."""
-    for key, value in schema.items():
-        at = f"{pointer}/{key}"
-        if key in SUBSCHEMA:
-            yield value, at
-        elif key in SUBSCHEMA_LISTS and isinstance(value, list):
-            for index, item in enumerate(value):
-                yield item, f"{at}/{index}"
-        elif key in SUBSCHEMA_MAPS and isinstance(value, dict):
-            for name, item in value.items():
-                yield item, f"{at}/{pointer_segment(name)}"
-
-
 def _definition_pointer(name: str) -> str:
     return f"/$defs/{pointer_segment(name)}"
 
@@ -282,14 +266,9 @@ def _check_shape(schema: dict[str, Any], pointer: str, *, file_root: bool) -> No
     """One schema node's keyword values against ``schema-1.json`` (``SCHEMA_INVALID``), its
     subschemas replaced by ``true``: each is checked as a node of its own, and left in place
     they make the meta-schema's ``unevaluatedProperties`` cost time exponential in depth."""
-    shallow = dict(schema)
-    for key, value in schema.items():
-        if key in SUBSCHEMA:
-            shallow[key] = True
-        elif key in SUBSCHEMA_LISTS and isinstance(value, list):
-            shallow[key] = [True] * len(value)
-        elif (key in SUBSCHEMA_MAPS or key == "$defs") and isinstance(value, dict):
-            shallow[key] = dict.fromkeys(value, True)
+    shallow = {**schema, **map_subschemas(schema, lambda _child, _at: True)}
+    if isinstance(schema.get("$defs"), dict):
+        shallow["$defs"] = dict.fromkeys(schema["$defs"], True)
     found = meta_violation(shallow, SCHEMA_1_URI if file_root else EMBEDDED_SCHEMA_URI)
     if found is not None:
         where, message = found

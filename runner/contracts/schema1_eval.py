@@ -18,7 +18,7 @@ from runner.contracts.schema1_errors import (
     SchemaError,
     show,
 )
-from runner.contracts.schema1_meta import SUBSCHEMA, SUBSCHEMA_LISTS, SUBSCHEMA_MAPS
+from runner.contracts.schema1_meta import map_subschemas
 from runner.json1 import JSONValue, json_pointer, pointer_segment
 
 _NUMBER_BOUNDS: Final[tuple[tuple[str, Callable[[float, float], bool], str], ...]] = (
@@ -80,20 +80,9 @@ def compile_node(schema: Any, pointer: str, referring: list[Node], *, memo: bool
     if isinstance(schema, dict):
         if "$ref" in schema:
             referring.append(node)
-        for key, value in schema.items():
-            at = f"{pointer}/{key}"
-            if key in SUBSCHEMA:
-                node.children[key] = compile_node(value, at, referring)
-            elif key in SUBSCHEMA_LISTS:
-                node.children[key] = [
-                    compile_node(item, f"{at}/{index}", referring)
-                    for index, item in enumerate(value)
-                ]
-            elif key in SUBSCHEMA_MAPS:
-                node.children[key] = {
-                    name: compile_node(item, f"{at}/{pointer_segment(name)}", referring)
-                    for name, item in value.items()
-                }
+        node.children = map_subschemas(
+            schema, lambda child, at: compile_node(child, pointer + at, referring)
+        )
     return node
 
 

@@ -8,10 +8,10 @@ a LocalName.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import cache
 from importlib import resources
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from jsonschema import Draft202012Validator, ValidationError, validators
 from jsonschema.exceptions import best_match
@@ -20,7 +20,9 @@ from referencing import Registry
 from referencing.jsonschema import DRAFT202012
 
 from runner import json1
-from runner.json1 import JSONValue, json_pointer
+from runner.json1 import JSONValue, json_pointer, pointer_segment
+
+T = TypeVar("T")
 
 SCHEMA_1_URI: Final = "https://flow.jig.md/schemas/schema-1.json"
 """The ``$schema`` a Schema/1 file declares at its root (and the meta-schema's ``$id``)."""
@@ -34,6 +36,25 @@ SUBSCHEMA: Final = frozenset(
 SUBSCHEMA_LISTS: Final = frozenset({"allOf", "anyOf", "oneOf", "prefixItems"})
 SUBSCHEMA_MAPS: Final = frozenset({"properties", "dependentSchemas"})
 """Keywords whose value is one schema, a list of schemas, or a map of names to schemas."""
+
+
+def map_subschemas(
+    schema: dict[str, Any], apply: Callable[[Any, str], T]
+) -> dict[str, T | list[T] | dict[str, T]]:
+    """Keyword -> ``apply`` of each schema-valued position under ``schema`` (given the
+    position's pointer relative to ``schema``), in the shape of the keyword's value: one,
+    a list or a map. Keywords whose value has the wrong shape are left out."""
+    mapped: dict[str, T | list[T] | dict[str, T]] = {}
+    for key, value in schema.items():
+        if key in SUBSCHEMA:
+            mapped[key] = apply(value, f"/{key}")
+        elif key in SUBSCHEMA_LISTS and isinstance(value, list):
+            mapped[key] = [apply(item, f"/{key}/{index}") for index, item in enumerate(value)]
+        elif key in SUBSCHEMA_MAPS and isinstance(value, dict):
+            mapped[key] = {
+                name: apply(item, f"/{key}/{pointer_segment(name)}") for name, item in value.items()
+            }
+    return mapped
 
 
 def meta_violation(instance: JSONValue, schema_uri: str) -> tuple[str, str] | None:

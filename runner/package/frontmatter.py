@@ -9,6 +9,7 @@ non-string or duplicate key is refused with a :class:`PackageError` naming its p
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
@@ -120,7 +121,7 @@ def _line_end(data: bytes, pos: int) -> int | None:
 def load_frontmatter(text: str, *, file: str = FLOW_MD) -> JSONValue:
     """The frontmatter's JSON/1 value under the strict YAML subset."""
     try:
-        events = _Events(list(yaml.parse(text, Loader=yaml.SafeLoader)))
+        events = iter(list(yaml.parse(text, Loader=yaml.SafeLoader)))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at frontmatter line {mark.line + 2}" if mark is not None else ""
@@ -128,8 +129,7 @@ def load_frontmatter(text: str, *, file: str = FLOW_MD) -> JSONValue:
         raise PackageError(
             file, "", f"the frontmatter is not valid YAML: {problem}{where}"
         ) from None
-    builder = _Builder(file)
-    event = next(events)  # StreamStartEvent
+    next(events)  # StreamStartEvent
     event = next(events)
     if isinstance(event, yaml.StreamEndEvent):
         raise PackageError(
@@ -139,8 +139,8 @@ def load_frontmatter(text: str, *, file: str = FLOW_MD) -> JSONValue:
         event.explicit or event.tags or event.version
     ):
         raise PackageError(file, "", "the frontmatter may not carry YAML directives or `---`")
-    value = builder.node(events, [], 1)
-    event = next(events)  # DocumentEndEvent
+    value = _Builder(file).node(next(events), events, [], 1)
+    next(events)  # DocumentEndEvent
     if not isinstance(next(events), yaml.StreamEndEvent):
         raise PackageError(file, "", "the frontmatter holds more than one YAML document")
     try:
@@ -150,22 +150,6 @@ def load_frontmatter(text: str, *, file: str = FLOW_MD) -> JSONValue:
             file, exc.pointer or "", f"the frontmatter is not JSON/1: {exc.reason}"
         ) from None
     return value
-
-
-class _Events:
-    """The parsed events with one event of lookahead."""
-
-    def __init__(self, events: list[yaml.Event]) -> None:
-        self._events = events
-        self._next = 0
-
-    def __next__(self) -> yaml.Event:
-        event = self._events[self._next]
-        self._next += 1
-        return event
-
-    def peek(self) -> yaml.Event:
-        return self._events[self._next]
 
 
 class _Builder:
@@ -178,8 +162,9 @@ class _Builder:
     def fail(self, path: list[str], rule: str) -> PackageError:
         return PackageError(self.file, ".".join(path), rule)
 
-    def node(self, events: _Events, path: list[str], depth: int) -> JSONValue:
-        event = next(events)
+    def node(
+        self, event: yaml.Event, events: Iterator[yaml.Event], path: list[str], depth: int
+    ) -> JSONValue:
         self.nodes += 1
         if self.nodes > MAX_NODES:
             raise self.fail(path, f"the frontmatter has more than {MAX_NODES:,} nodes")
@@ -199,23 +184,20 @@ class _Builder:
             raise self.fail(path, f"the frontmatter nests deeper than {MAX_DEPTH} levels")
         if isinstance(event, yaml.SequenceStartEvent):
             items: list[JSONValue] = []
-            while not isinstance(events.peek(), yaml.SequenceEndEvent):
+            while not isinstance(item := next(events), yaml.SequenceEndEvent):
                 if len(items) == MAX_ENTRIES:
                     raise self.fail(path, f"a sequence may hold at most {MAX_ENTRIES} items")
-                items.append(self.node(events, [*path, str(len(items))], depth + 1))
-            next(events)
+                items.append(self.node(item, events, [*path, str(len(items))], depth + 1))
             return items
         assert isinstance(event, yaml.MappingStartEvent)
         members: dict[str, JSONValue] = {}
-        while not isinstance(events.peek(), yaml.MappingEndEvent):
-            key_event = next(events)
+        while not isinstance(key_event := next(events), yaml.MappingEndEvent):
             key = self.key(key_event, path)
             if key in members:
                 raise self.fail([*path, key], "duplicate key; each key may appear once")
             if len(members) == MAX_ENTRIES:
                 raise self.fail(path, f"a mapping may hold at most {MAX_ENTRIES} entries")
-            members[key] = self.node(events, [*path, key], depth + 1)
-        next(events)
+            members[key] = self.node(next(events), events, [*path, key], depth + 1)
         return members
 
     def key(self, event: yaml.Event, path: list[str]) -> str:

@@ -43,12 +43,6 @@ _cache: dict[str, Package | None] = {}
 _cache_lock = threading.Lock()
 
 
-def forget_packages() -> None:
-    """Empty the per-process cache."""
-    with _cache_lock:
-        _cache.clear()
-
-
 async def sandbox_package(sandbox: Sandbox) -> Package | None:
     """The package of the image ``sandbox`` runs, or ``None``; raises :class:`PackageError`
     for a broken package, ``SandboxError`` for a missing image or engine."""
