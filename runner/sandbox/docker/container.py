@@ -5,6 +5,7 @@ of the attach stream, confirmed by one inspect; a removed container or a lost en
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -15,7 +16,7 @@ from anyio.abc import ByteReceiveStream, ByteSendStream
 from runner.sandbox.base import Attachment, SandboxFacts
 from runner.sandbox.docker.attach import AttachConnection
 from runner.sandbox.docker.engine import CallStalled, Engine, Lease
-from runner.sandbox.docker.oom import watch_oom
+from runner.sandbox.docker.oom import OomWatch, watch_oom
 
 SCRATCH_PATH = "/flow/scratch"
 ATTACHMENTS_DIR = "/flow/attachments"
@@ -46,7 +47,21 @@ class Container:
         }
         self.scratch_path = SCRATCH_PATH
         self.facts = facts
-        self._oom = watch_oom(lease.container_id)
+        self._oom: OomWatch | None = None
+        # Registering with the cgroup takes milliseconds of blocking writes: not on the loop.
+        # An OOM before the watch is registered is still counted (the cgroup's own counter).
+        self._watching = threading.Thread(
+            target=self._watch_oom, args=(lease.container_id,), name="flow-runner-oom-watch"
+        )
+        self._watching.start()
+
+    def _watch_oom(self, container_id: str) -> None:
+        self._oom = watch_oom(container_id)
+
+    async def _watched(self) -> None:
+        """Return once the OOM watch is registered (or known impossible)."""
+        if self._watching.is_alive():
+            await anyio.to_thread.run_sync(self._watching.join)
 
     async def wait(self) -> int:
         """Read the attach stream to its end (keeping unread output), then confirm exit."""
@@ -54,6 +69,7 @@ class Container:
             return self.facts.exit_code
         await self._connection.drain()
         state = await self._stopped_state()
+        await self._watched()
         if state["ExitCode"] == 137 and not self.facts.killed_by_host:
             # A SIGKILL nobody here sent: the OOM killer's, or another's. Ask the cgroup.
             if self._oom is not None:
@@ -90,7 +106,9 @@ class Container:
             return
         await self.kill()
         with anyio.move_on_after(STOP_TIMEOUT):
-            self._record(await self._stopped_state())
+            state = await self._stopped_state()
+            await self._watched()
+            self._record(state)
 
     async def _inspect(self) -> dict[str, Any]:
         state: dict[str, Any] = (await self._engine.inspect(self._lease))["State"]
