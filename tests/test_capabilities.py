@@ -22,7 +22,7 @@ from jsonschema import Draft202012Validator
 
 from runner import json1
 from runner.contracts import schema1
-from runner.contracts.capability import contract_digest, parse_contract
+from runner.contracts.capability import DIGEST_DOMAIN, domain_digest, parse_contract
 from runner.contracts.schema1 import (
     SchemaError,
     check_schema1,
@@ -281,7 +281,7 @@ def test_digest_reproduces_the_published_session_store_vector() -> None:
         },
         "$defs": {"ReadInput": session, "Session": session, "NotFound": session},
     }
-    assert contract_digest(descriptor) == (
+    assert domain_digest(DIGEST_DOMAIN, descriptor) == (
         "sha256:a8273fd117aa2f2aa8ee8805c0d598b3e1f3bad9036d368d8847bd41513158c5"
     )
 

@@ -303,7 +303,8 @@ PORTS = (
 
 
 def test_channel_ports_resolve_their_contract_identity_and_schema() -> None:
-    from runner.contracts.channel import channel_contract_digest
+    from runner.contracts.capability import domain_digest
+    from runner.contracts.channel import DIGEST_DOMAIN
 
     files = {"FLOW.md": flow_md(PORTS), "contracts/progress.json": PROGRESS}
     ports = channel_ports(package_from_files(files))
@@ -311,7 +312,7 @@ def test_channel_ports_resolve_their_contract_identity_and_schema() -> None:
     assert progress.identity == (
         "https://flow-runner.example/contracts/progress",
         "1.0.0",
-        channel_contract_digest(json1.loads(PROGRESS)),
+        domain_digest(DIGEST_DOMAIN, json1.loads(PROGRESS)),
     )
     assert progress.schema is not None and progress.delivery == "broadcast"
     assert progress.schema.first_error({"item": "a", "done": 1, "result": "A"}) is None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final, Literal, NamedTuple
 
@@ -91,11 +92,6 @@ class CapabilityContract:
         return methods
 
 
-def contract_digest(descriptor: JSONValue) -> str:
-    """The Capability Contract/1 digest of a descriptor (§15.1)."""
-    return domain_digest(DIGEST_DOMAIN, descriptor)
-
-
 def load_contract(path: str | os.PathLike[str]) -> CapabilityContract:
     """Read and validate the descriptor at ``path``; raise :class:`ContractError`."""
     try:
@@ -111,18 +107,23 @@ def load_contract(path: str | os.PathLike[str]) -> CapabilityContract:
 
 def parse_contract(data: bytes, *, source: str = "<descriptor>") -> CapabilityContract:
     """Validate descriptor bytes (≤262,144, JSON/1, Capability Contract/1, Schema/1)."""
-    descriptor = read_descriptor(data, source)
-    graph = checked_graph(
-        descriptor, _embedded_schemas(descriptor), CAPABILITY_CONTRACT_1_URI, source
-    )
-    identity = ContractIdentity(
-        str(descriptor["id"]), str(descriptor["version"]), contract_digest(descriptor)
+    descriptor, graph, identity = read_contract(
+        data, source, _embedded_schemas, CAPABILITY_CONTRACT_1_URI, DIGEST_DOMAIN
     )
     return CapabilityContract(identity, descriptor, source, graph)
 
 
-def read_descriptor(data: bytes, source: str) -> dict[str, JSONValue]:
-    """Contract descriptor bytes (either kind) as a JSON/1 object, or ContractError."""
+def read_contract(
+    data: bytes,
+    source: str,
+    roots: Callable[[dict[str, JSONValue]], dict[str, JSONValue]],
+    schema_uri: str,
+    domain: bytes,
+) -> tuple[dict[str, JSONValue], Schema1Graph, ContractIdentity]:
+    """Contract descriptor bytes (either kind) as a JSON/1 object, its embedded schemas
+    (pointer -> schema, from ``roots``) compiled, and its identity; or ContractError. The
+    schemas are compiled before the descriptor is checked against ``schema_uri``, so a
+    keyword outside Schema/1 is reported as such, not as a shape error."""
     if len(data) > MAX_CONTRACT_BYTES:
         too_large = f"the descriptor is over {MAX_CONTRACT_BYTES:,} bytes; split the interface"
         raise ContractError(source, "CONTRACT_LIMIT_EXCEEDED", "", too_large)
@@ -132,17 +133,9 @@ def read_descriptor(data: bytes, source: str) -> dict[str, JSONValue]:
         raise ContractError(source, "CONTRACT_INVALID_JSON", exc.pointer or "", str(exc)) from None
     if not isinstance(descriptor, dict):
         raise ContractError(source, "CONTRACT_INVALID", "", "a descriptor is a JSON object")
-    return descriptor
-
-
-def checked_graph(
-    descriptor: dict[str, JSONValue], roots: dict[str, JSONValue], schema_uri: str, source: str
-) -> Schema1Graph:
-    """Compile the descriptor's schemas, then check it against its descriptor schema:
-    in that order, so a keyword outside Schema/1 is reported as such, not as a shape error."""
     defs = descriptor.get("$defs")
     try:
-        graph = Schema1Graph(roots, defs if isinstance(defs, dict) else {})
+        graph = Schema1Graph(roots(descriptor), defs if isinstance(defs, dict) else {})
     except SchemaError as exc:
         raise ContractError(source, exc.code, exc.pointer, exc.message) from None
     found = meta_violation(descriptor, schema_uri)
@@ -151,7 +144,9 @@ def checked_graph(
         raise ContractError(
             source, "CONTRACT_INVALID", pointer, f"{message} (see the schema {schema_uri})"
         )
-    return graph
+    digest = domain_digest(domain, descriptor)
+    identity = ContractIdentity(str(descriptor["id"]), str(descriptor["version"]), digest)
+    return descriptor, graph, identity
 
 
 def domain_digest(domain: bytes, descriptor: JSONValue) -> str:

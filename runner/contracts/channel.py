@@ -9,12 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Final
 
-from runner.contracts.capability import (
-    ContractIdentity,
-    checked_graph,
-    domain_digest,
-    read_descriptor,
-)
+from runner.contracts.capability import ContractIdentity, read_contract
 from runner.contracts.schema1 import Schema1Validator
 from runner.json1 import JSONValue
 
@@ -33,17 +28,13 @@ class ChannelContract:
     source: str = field(compare=False, default="<descriptor>")
 
 
-def channel_contract_digest(descriptor: JSONValue) -> str:
-    """The Channel Contract/1 digest of a descriptor (§15.2)."""
-    return domain_digest(DIGEST_DOMAIN, descriptor)
-
-
 def parse_channel_contract(data: bytes, *, source: str = "<descriptor>") -> ChannelContract:
     """Validate descriptor bytes (≤262,144, JSON/1, Channel Contract/1, Schema/1 item)."""
-    descriptor = read_descriptor(data, source)
-    item = descriptor.get("item", True)
-    graph = checked_graph(descriptor, {"/item": item}, CHANNEL_CONTRACT_1_URI, source)
-    identity = ContractIdentity(
-        str(descriptor["id"]), str(descriptor["version"]), channel_contract_digest(descriptor)
+    descriptor, graph, identity = read_contract(
+        data,
+        source,
+        lambda d: {"/item": d.get("item", True)},
+        CHANNEL_CONTRACT_1_URI,
+        DIGEST_DOMAIN,
     )
-    return ChannelContract(identity, item, graph.validator("/item"), source)
+    return ChannelContract(identity, descriptor.get("item", True), graph.validator("/item"), source)

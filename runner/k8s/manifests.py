@@ -75,10 +75,6 @@ class Mount:
     subpath: str | None
     writable: bool
 
-    def as_json(self) -> JSONValue:
-        """The mount as an invocation key names it."""
-        return asdict(self)
-
     def volume(self, volume_name: str) -> dict[str, Any]:
         if self.kind == "pvc":
             source: dict[str, Any] = {"claimName": self.source}
@@ -161,7 +157,7 @@ class JobSpec:
         document = image_document(
             self.image, self.profile.as_json(),
             None if seccomp is None else hashlib.sha256(seccomp.encode()).hexdigest(),
-            self.command, [m.as_json() for m in self.mounts], value, settings, deadline,
+            self.command, [asdict(m) for m in self.mounts], value, settings, deadline,
         )  # fmt: skip
         return hashlib.sha256(json1.canonical(document)).hexdigest()
 
@@ -459,9 +455,9 @@ def _ids(profile: SandboxProfile) -> tuple[int, int]:
 def security_context(profile: SandboxProfile) -> dict[str, Any]:
     """The container's securityContext from the profile."""
     uid, gid = _ids(profile)
-    caps: dict[str, Any] = {"drop": [_cap(c) for c in profile.cap_drop]}
+    caps: dict[str, Any] = {"drop": [c.removeprefix("CAP_") for c in profile.cap_drop]}
     if profile.cap_add:
-        caps["add"] = [_cap(c) for c in profile.cap_add]
+        caps["add"] = [c.removeprefix("CAP_") for c in profile.cap_add]
     return {
         "runAsNonRoot": uid != 0,
         "runAsUser": uid,
@@ -472,10 +468,6 @@ def security_context(profile: SandboxProfile) -> dict[str, Any]:
         "capabilities": caps,
         "seccompProfile": _seccomp(profile),
     }
-
-
-def _cap(name: str) -> str:
-    return name.removeprefix("CAP_")
 
 
 def _seccomp(profile: SandboxProfile) -> dict[str, Any]:

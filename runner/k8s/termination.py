@@ -8,6 +8,7 @@ kubelet truncates it past 4096 bytes, so it is composed to fit.
 
 from __future__ import annotations
 
+import bisect
 import json
 from pathlib import Path
 
@@ -66,18 +67,13 @@ def message(
         body["code"] = code[:NAME_LIMIT]
     if report_digest is not None:
         body["reportDigest"] = report_digest
-    encoded = _encode(body)
-    if text:
-        # the longest prefix that fits: escapes make the bytes per character vary
-        low, high = 0, min(len(text), MESSAGE_LIMIT)
-        while low < high:
-            mid = (low + high + 1) // 2
-            if len(_encode({**body, "message": text[:mid]})) <= MESSAGE_LIMIT:
-                low = mid
-            else:
-                high = mid - 1
-        if low:
-            encoded = _encode({**body, "message": text[:low]})
+    # the longest prefix of text that fits: escapes make the bytes per character vary
+    fits = bisect.bisect_left(
+        range(1, min(len(text), MESSAGE_LIMIT) + 1),
+        True,
+        key=lambda size: len(_encode({**body, "message": text[:size]})) > MESSAGE_LIMIT,
+    )
+    encoded = _encode({**body, "message": text[:fits]} if fits else body)
     assert len(encoded) <= MESSAGE_LIMIT
     return encoded
 

@@ -8,6 +8,7 @@ non-string or duplicate key is refused with a :class:`PackageError` naming its p
 
 from __future__ import annotations
 
+import io
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -84,38 +85,28 @@ def split_frontmatter(data: bytes, *, file: str = FLOW_MD) -> tuple[str, bytes]:
         raise PackageError(
             file, "", f"is not UTF-8 (bad byte at offset {exc.start}); save it as UTF-8"
         ) from None
-    first = _line_end(data, 0)
-    opener = b"" if first is None else data[:first].removesuffix(b"\n").removesuffix(b"\r")
-    if first is None or opener != b"---":
+    lines = iter(io.BytesIO(data))
+    opener = next(lines, b"")
+    if opener not in (b"---\n", b"---\r\n"):
         raise PackageError(
             file, "", "must start with a line that is exactly `---` (the frontmatter opener)"
         )
-    pos = first
-    while pos < len(data):
-        end = _line_end(data, pos)
-        stop = len(data) if end is None else end
-        if stop > MAX_FRONTMATTER_BYTES:
-            break
-        line = data[pos:stop].removesuffix(b"\n").removesuffix(b"\r")
-        if line == b"---" and (end is not None or stop == len(data)):
-            return data[first:pos].decode("utf-8"), data[stop:]
-        pos = stop
-    if pos >= len(data):
-        raise PackageError(
-            file, "", "the frontmatter has no closing line that is exactly `---`; add one"
-        )
+    pos = len(opener)
+    for line in lines:
+        end = pos + len(line)
+        if end > MAX_FRONTMATTER_BYTES:
+            raise PackageError(
+                file,
+                "",
+                f"the frontmatter (through its closing `---`) exceeds {MAX_FRONTMATTER_BYTES:,} "
+                "bytes; move long text into the Markdown body",
+            )
+        if line.removesuffix(b"\n").removesuffix(b"\r") == b"---":
+            return data[len(opener) : pos].decode("utf-8"), data[end:]
+        pos = end
     raise PackageError(
-        file,
-        "",
-        f"the frontmatter (through its closing `---`) exceeds {MAX_FRONTMATTER_BYTES:,} bytes; "
-        "move long text into the Markdown body",
+        file, "", "the frontmatter has no closing line that is exactly `---`; add one"
     )
-
-
-def _line_end(data: bytes, pos: int) -> int | None:
-    """The offset just after the LF that ends the line at ``pos``, if there is one."""
-    index = data.find(b"\n", pos)
-    return None if index < 0 else index + 1
 
 
 def load_frontmatter(text: str, *, file: str = FLOW_MD) -> JSONValue:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from xml.etree import ElementTree
 
@@ -58,9 +59,7 @@ def table(title: str, rows: Sequence[Finding], width: int | None = None) -> None
 
 
 def summary(rows: Iterable[Finding]) -> str:
-    counts: dict[str, int] = {}
-    for row in rows:
-        counts[row.verdict] = counts.get(row.verdict, 0) + 1
+    counts = Counter(row.verdict for row in rows)
     return ", ".join(f"{counts[v]} {v}" for v in ("PASS", "FAIL", "SKIP", "ERROR") if v in counts)
 
 
@@ -71,13 +70,11 @@ def as_json(rows: Sequence[Finding]) -> str:
 
 def junit(suite: str, rows: Sequence[Finding], seconds: float) -> bytes:
     """A JUnit XML report: one testcase per row; FAIL a failure, ERROR an error, SKIP skipped."""
-    failures = sum(row.verdict == "FAIL" for row in rows)
-    errors = sum(row.verdict == "ERROR" for row in rows)
-    skipped = sum(row.verdict == "SKIP" for row in rows)
+    counts = Counter(row.verdict for row in rows)
     root = ElementTree.Element("testsuites")
     element = ElementTree.SubElement(
-        root, "testsuite", name=suite, tests=str(len(rows)), failures=str(failures),
-        errors=str(errors), skipped=str(skipped), time=f"{seconds:.3f}",
+        root, "testsuite", name=suite, tests=str(len(rows)), failures=str(counts["FAIL"]),
+        errors=str(counts["ERROR"]), skipped=str(counts["SKIP"]), time=f"{seconds:.3f}",
     )  # fmt: skip
     for row in rows:
         case = ElementTree.SubElement(
@@ -85,10 +82,9 @@ def junit(suite: str, rows: Sequence[Finding], seconds: float) -> bytes:
         )
         text = f"guarantee: {row.guarantee}\ndeclared: {row.declared}\nengine: {row.engine}\n"
         text += f"observed: {row.observed}\nevidence: {row.evidence}"
-        if row.verdict == "FAIL":
-            ElementTree.SubElement(case, "failure", message=row.reason).text = text
-        elif row.verdict == "ERROR":
-            ElementTree.SubElement(case, "error", message=row.reason).text = text
+        if row.verdict in ("FAIL", "ERROR"):
+            tag = "failure" if row.verdict == "FAIL" else "error"
+            ElementTree.SubElement(case, tag, message=row.reason).text = text
         elif row.verdict == "SKIP":
             ElementTree.SubElement(case, "skipped", message=row.reason)
         ElementTree.SubElement(case, "system-out").text = text

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Mapping
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,11 +58,8 @@ class _Recorder:
     def planned_paths(self, request: LaunchRequest) -> tuple[Mapping[str, str], str]:
         return self.sandbox.planned_paths(request)
 
-    def launch(self, request: LaunchRequest) -> AbstractAsyncContextManager[RunningComponent]:
-        return self._launch(request)
-
     @asynccontextmanager
-    async def _launch(self, request: LaunchRequest) -> AsyncIterator[RunningComponent]:
+    async def launch(self, request: LaunchRequest) -> AsyncIterator[RunningComponent]:
         async with self.sandbox.launch(request) as component:
             self.facts = component.facts
             yield component
