@@ -21,6 +21,7 @@ import pytest
 from hostkit import ScriptedBroker
 from memkit import MemoryComponent
 from runner.host import pump
+from runner.host.bounds import loop_limiter
 from runner.host.driver import RunControl, drive
 from runner.host.pump import DECODE_IN_THREAD
 from runner.json1 import JSONValue
@@ -222,7 +223,7 @@ async def test_large_decodes_of_all_the_runs_of_a_loop_take_turns(
 
             assert await anyio.to_thread.run_sync(two_decoding)
             await anyio.wait_all_tasks_blocked()
-            assert pump._decode_limiter().statistics().tasks_waiting == 1
+            assert loop_limiter(pump._big_decodes, pump.BIG_DECODES).statistics().tasks_waiting == 1
             release.set()
     assert peak == pump.BIG_DECODES == 2
 

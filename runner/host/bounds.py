@@ -88,19 +88,23 @@ class TreeBudget:
 
 
 async def offload(work: Callable[..., _T], *args: object) -> _T:
-    """``work(*args)`` in a worker thread, at most :data:`WORKERS` at once on this loop.
-    ``work`` must touch nothing the loop changes; cancelled, the caller returns at once
-    and the thread finishes alone, its result dropped."""
-    return await anyio.to_thread.run_sync(work, *args, abandon_on_cancel=True, limiter=_limiter())
+    """``work(*args)`` in a worker thread, at most :data:`WORKERS` at once on this loop,
+    the process's switch interval at most :data:`SWITCH_INTERVAL` from then on. ``work``
+    must touch nothing the loop changes; cancelled, the caller returns at once and the
+    thread finishes alone, its result dropped."""
+    if sys.getswitchinterval() > SWITCH_INTERVAL:
+        sys.setswitchinterval(SWITCH_INTERVAL)
+    limiter = loop_limiter(_workers, WORKERS)
+    return await anyio.to_thread.run_sync(work, *args, abandon_on_cancel=True, limiter=limiter)
 
 
-def _limiter() -> anyio.CapacityLimiter:
-    """This loop's limiter of :data:`WORKERS`; made with the first offload, which also
-    sets the process's switch interval to :data:`SWITCH_INTERVAL`."""
+def loop_limiter(
+    var: anyio.lowlevel.RunVar[anyio.CapacityLimiter], tokens: int
+) -> anyio.CapacityLimiter:
+    """The limiter of ``tokens`` that ``var`` keeps for this event loop, made on first use
+    (a limiter belongs to the loop it was made in)."""
     try:
-        return _workers.get()
+        return var.get()
     except LookupError:
-        sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL))
-        limiter = anyio.CapacityLimiter(WORKERS)
-        _workers.set(limiter)
+        var.set(limiter := anyio.CapacityLimiter(tokens))
         return limiter

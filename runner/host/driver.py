@@ -21,7 +21,7 @@ from runner.host.channels import ChannelParty
 from runner.host.operations import RETAINED_BYTES, OperationLedger
 from runner.host.run_state import RunControl, RunOutcome
 from runner.host.stdin_writer import STREAM_ERRORS
-from runner.host.stopping import StopSequence
+from runner.host.stopping import SIGKILL_EXIT, StopSequence
 from runner.json1 import JSONValue
 from runner.protocol.completion import Ending, judge
 from runner.protocol.session import HostSession
@@ -129,7 +129,10 @@ class RunDriver(StopSequence):
             self.control.cancel_requested.set()
 
     def outcome(self) -> RunOutcome:
-        ending = Ending(self.exit_code, self._kill_that_took(), self.component.facts.oom_killed)
+        # The host's kill only if it is what ended the component (SIGKILL exits 137; an
+        # engine also accepts a kill for a process already exiting by itself).
+        kill = self.host_kill if self.exit_code == SIGKILL_EXIT else None
+        ending = Ending(self.exit_code, kill, self.component.facts.oom_killed)
         return RunOutcome(
             judge(self.session, ending),
             self.session,

@@ -24,6 +24,7 @@ import anyio
 
 from runner import json1
 from runner.host.bounds import TreeBudget
+from runner.host.channels.queues import again
 from runner.json1 import JSONValue
 from runner.protocol.codes import OperationError
 
@@ -57,7 +58,7 @@ class _Operation:
     def answer(self) -> bytes:
         """The settled result, encoded; or its error, raised."""
         if self.error is not None:
-            raise _bare(self.error)  # raised anew: the kept one gathers no tracebacks
+            raise again(self.error)  # raised anew: the kept one gathers no tracebacks
         return self.result
 
     async def wait(self) -> None:
@@ -228,16 +229,10 @@ class OperationLedger:
             operation.finish()
 
     def _keep_error(self, operation: _Operation, error: OperationError) -> None:
-        operation.error = _bare(error)
+        operation.error = again(error)
         details = 0 if error.details is None else len(json1.dumps(error.details))
         self._keep(len(error.message.encode()) + details)
 
     def _keep(self, size: int) -> None:
         self.retained += size
         self.tree.held += size
-
-
-def _bare(error: OperationError) -> OperationError:
-    """A copy with no traceback, cause or context, which would hold the raising call's
-    frames and params for as long as the copy is kept."""
-    return OperationError(error.code, error.message, error.details)

@@ -23,7 +23,7 @@ import anyio
 import anyio.lowlevel
 
 from runner import json1
-from runner.host.bounds import SMALL_REQUEST, offload
+from runner.host.bounds import SMALL_REQUEST, loop_limiter, offload
 from runner.host.operations import Check, OperationLedger, Ticket
 from runner.host.stdin_writer import OWED_FREELY, STREAM_ERRORS, StdinWriter
 from runner.json1 import JSONValue
@@ -101,8 +101,9 @@ class Pump(StdinWriter):
                     self._handle(session.receive_decoded(decode(payload)))
                 else:
                     self._pause_pumping()
+                    limiter = loop_limiter(_big_decodes, BIG_DECODES)  # waits, holding no thread
                     frame = await anyio.to_thread.run_sync(
-                        _decode_held, payload, abandon_on_cancel=True, limiter=_decode_limiter()
+                        _decode_held, payload, abandon_on_cancel=True, limiter=limiter
                     )
                     self._resume()
                     self._handle(session.receive_decoded(frame))
@@ -249,7 +250,9 @@ class Pump(StdinWriter):
 
     def _respond_failure(self, rid: str, exc: Exception) -> None:
         if isinstance(exc, OperationError):
-            self.session.respond_error(rid, _wire(exc))
+            if exc.code in LOCAL_CODES:  # local-only codes never cross the wire (§9.2)
+                exc = OperationError("EXECUTION_FAILED", exc.message, {"cause": exc.code})
+            self.session.respond_error(rid, exc)
         else:
             message = bounded_message(f"{type(exc).__name__}: {exc}")
             self.session.respond_error(rid, OperationError("EXECUTION_FAILED", message))
@@ -279,29 +282,22 @@ class _Eager(Generic[_T]):
         self.suspended = False
 
     def __await__(self) -> Generator[Any, Any, _T]:
-        coro = self._coro
-        try:
-            signal = coro.send(None)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
-        self.suspended = True
-        self._on_suspend()
+        coro, sent, thrown = self._coro, None, None
         while True:
             try:
-                sent = yield signal
+                signal = coro.send(sent) if thrown is None else coro.throw(thrown)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            if not self.suspended:
+                self.suspended = True
+                self._on_suspend()
+            try:
+                sent, thrown = (yield signal), None
             except GeneratorExit:
                 coro.close()
                 raise
             except BaseException as exc:  # cancellation, thrown in by the task
-                try:
-                    signal = coro.throw(exc)
-                except StopIteration as stop:
-                    return stop.value  # type: ignore[no-any-return]
-            else:
-                try:
-                    signal = coro.send(sent)
-                except StopIteration as stop:
-                    return stop.value  # type: ignore[no-any-return]
+                thrown = exc
 
 
 def _decode_held(payload: bytes) -> Decoded:
@@ -323,31 +319,16 @@ def _decode_held(payload: bytes) -> Decoded:
         return Decoded(value, None, frame.size, digest)
 
 
-def _decode_limiter() -> anyio.CapacityLimiter:
-    """This event loop's limiter of :data:`BIG_DECODES`, where a task waits its turn
-    without holding a worker thread (a limiter belongs to the loop it was made in)."""
-    try:
-        return _big_decodes.get()
-    except LookupError:
-        limiter = anyio.CapacityLimiter(BIG_DECODES)
-        _big_decodes.set(limiter)
-        return limiter
+def _problem(
+    method: str, validate: Callable[[JSONValue], str | None], result: JSONValue
+) -> str | None:
+    """``validate(result)``, its reason worded as a bounded message about ``method``'s result."""
+    reason = validate(result)
+    return None if reason is None else bounded_message(f"the {method} result is invalid: {reason}")
 
 
-def _checked(method: str, validate: Callable[[JSONValue], str | None]) -> Check:
-    """``validate``, its reason worded as a bounded message about ``method``'s result."""
-
-    def problem(result: JSONValue) -> str | None:
-        reason = validate(result)
-        if reason is None:
-            return None
-        return bounded_message(f"the {method} result is invalid: {reason}")
-
-    return problem
-
-
-_RUN_PROBLEM = _checked("flow/run-child", validate_run_result)
-_CAPABILITY_PROBLEM = _checked("capability/call", validate_capability_result)
+_RUN_PROBLEM: Check = partial(_problem, "flow/run-child", validate_run_result)
+_CAPABILITY_PROBLEM: Check = partial(_problem, "capability/call", validate_capability_result)
 
 
 async def _encode(result: JSONValue) -> bytes:
@@ -378,10 +359,3 @@ def _small(value: JSONValue) -> bool:
         if chars > SMALL_REQUEST:
             return False
     return True
-
-
-def _wire(error: OperationError) -> OperationError:
-    """Local-only classifications never cross the wire (PROTOCOL.md §9.2)."""
-    if error.code in LOCAL_CODES:
-        return OperationError("EXECUTION_FAILED", error.message, {"cause": error.code})
-    return error

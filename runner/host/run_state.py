@@ -54,14 +54,14 @@ a failed write or the host's kill); nothing leaves CLOSING, so the writer always
 close. Any other pair is a driver bug and raises :class:`LocalProtocolError`."""
 
 
+@dataclass(eq=False)
 class RunControl:
     """Lets the caller stop a run: ``cancel()`` gracefully, ``kill()`` at once."""
 
-    def __init__(self) -> None:
-        self.cancel_requested = anyio.Event()
-        self.kill_requested = anyio.Event()
-        self.stopped: RunOutcome | None = None
-        """The judged outcome, when the task driving the run was cancelled instead."""
+    cancel_requested: anyio.Event = field(default_factory=anyio.Event)
+    kill_requested: anyio.Event = field(default_factory=anyio.Event)
+    stopped: RunOutcome | None = None
+    """The judged outcome, when the task driving the run was cancelled instead."""
 
     def cancel(self) -> None:
         """Record cancellation, send request/cancel for the root, kill after the grace."""

@@ -100,13 +100,6 @@ class StopSequence(Pump):
         if first and not self.component.facts.killed_by_host:
             self.host_kill = None
 
-    def _kill_that_took(self) -> HostKill | None:
-        """The host's kill, if it is what ended the component (SIGKILL exits 137; an
-        engine also accepts a kill for a process already exiting by itself)."""
-        if self.host_kill is None or self.exit_code != SIGKILL_EXIT:
-            return None
-        return self.host_kill
-
 
 def _any_set(events: tuple[anyio.Event, ...]) -> bool:
     return any(event.is_set() for event in events)

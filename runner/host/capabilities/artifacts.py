@@ -110,7 +110,7 @@ class ArtifactsProvider(BlockingProvider):
             finally:
                 os.close(directory)
             self.usage.add(*change)
-        return {"uri": artifact_uri(path), "bytes": len(data)}
+        return {"uri": "artifact://" + quote(path, safe="/"), "bytes": len(data)}
 
     def _read(self, path: str, segments: list[str]) -> JSONValue:
         directory = self._parent(path, segments, create=False)
@@ -237,11 +237,6 @@ def _replace(directory: int, path: str, name: str, data: bytes) -> None:
             raise _invalid(path, f"{path!r} is a directory") from None
         raise
     os.fsync(directory)  # the rename itself survives a crash
-
-
-def artifact_uri(path: str) -> str:
-    """``artifact://`` and the path, percent-encoded (RFC 3986) except for ``/``."""
-    return "artifact://" + quote(path, safe="/")
 
 
 def _write_request(fields: dict[str, JSONValue], limit: int) -> tuple[str, list[str], bytes]:

@@ -87,9 +87,7 @@ class ChannelParty:
         if method == "channel/send":
             return self._send(_ref(params, "endpoint"), params["value"], size)
         if method == "channel/next":
-            receiver = self._begin_read(_ref(params, "endpoint"))
-            answer = self._read_now(receiver)
-            return self._read_later(receiver) if answer is None else _encoded(answer)
+            return self._next(_ref(params, "endpoint"))
         if method == "channel/create" and params.get("schema", True) is not True:
             return self._create_with_schema(params)
         return json1.dumps(self._settle(method, params))
@@ -264,15 +262,15 @@ class ChannelParty:
 
     async def next(self, token: str) -> dict[str, JSONValue]:
         """A provider's read: the answer a component would get, decoded."""
-        receiver = self._begin_read(token)
-        answer = self._read_now(receiver)
-        encoded = await self._read_later(receiver) if answer is None else _encoded(answer)
+        encoded = self._next(token)
+        if not isinstance(encoded, bytes):
+            encoded = await encoded
         small = len(encoded) <= SMALL_REQUEST
         decoded = json1.loads(encoded) if small else await offload(json1.loads, encoded)
         return cast(dict[str, JSONValue], decoded)
 
-    def _begin_read(self, token: str) -> Receiver:
-        """A ``channel/next`` on ``token``, checked; the room of the previous read freed."""
+    def _next(self, token: str) -> bytes | Coroutine[Any, Any, bytes]:
+        """A ``channel/next`` on ``token``: its encoded answer, or the wait for it."""
         receiver = self._claim(token, "receive")
         assert isinstance(receiver, Receiver)
         if receiver.disposed:
@@ -281,7 +279,8 @@ class ChannelParty:
             raise invalid("a channel/next is already pending here")
         receiver.committed = False  # this read frees the room of the previous one
         self._pump(receiver.source)
-        return receiver
+        answer = self._read_now(receiver)
+        return self._read_later(receiver) if answer is None else _encoded(answer)
 
     def _read_now(self, receiver: Receiver) -> tuple[int, bytes] | int | None:
         """The item (sequence, encoding), or at the end the last sequence; None: wait."""

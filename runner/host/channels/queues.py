@@ -247,7 +247,8 @@ def invalid(message: str) -> OperationError:
 
 
 def again(error: OperationError) -> OperationError:
-    """A fresh exception with a sticky failure's code, message and details."""
+    """A fresh copy of a kept error: one with no traceback, cause or context, which would
+    hold the raising call's frames and params for as long as it is kept."""
     return OperationError(error.code, error.message, error.details)
 
 
