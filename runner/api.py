@@ -6,7 +6,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from runner.contracts.ports import required_ports
 from runner.host.broker import Broker, UnavailableBroker
@@ -52,14 +52,12 @@ class Invocation:
         return cls(deadline_unix_ms=deadline, deadline_seconds=seconds, **kwargs)  # type: ignore[arg-type]
 
 
+@dataclass(slots=True, eq=False)
 class Execution:
     """The verdict of a run together with its report."""
 
-    __slots__ = ("report", "verdict")
-
-    def __init__(self, verdict: Verdict, report: RunReport) -> None:
-        self.verdict = verdict
-        self.report = report
+    verdict: Verdict
+    report: RunReport
 
     def report_json(self) -> str:
         """The report as ``--report`` writes it (indented JSON)."""
@@ -69,9 +67,6 @@ class Execution:
     def lost(self) -> str | None:
         """What went away under the run, ``container`` or ``engine``, or ``None``."""
         return None if self.report.lost is None else self.report.lost.what
-
-    def __repr__(self) -> str:
-        return f"Execution({self.verdict!r}, {self.report!r})"
 
 
 REFUSED_BEFORE_LAUNCH = "refused by the package before launch; no container was created"
@@ -116,8 +111,8 @@ async def execute(
             request.attachments, request.scratch_dir, new_run_id(), request.parent_run_id
         )
     package = invocation.package or await sandbox_package(sandbox)
-    backend = sandbox.name
     offer = invocation.channels or ChannelOffer(ChannelHub().party(request.run_id))
+    run = _RunRecord(request.run_id, target, sandbox.name, package)
     ports = None
     if package is not None:
         from runner.package.checks import (
@@ -142,10 +137,9 @@ async def execute(
         refused = input_failure(package, invocation.input)
         if refused is not None:
             offer.party.conclude(refused)
-            return _refused(refused, request.run_id, target, backend, package)
+            return _refused(refused, run)
     grants = offer.admit(ports)  # the last check: after it, rights have moved
     control = control or RunControl()
-    run = _RunRecord(request.run_id, target, backend, package)
     try:
         attachments, scratch = sandbox.planned_paths(request)
         _check_frame(_params(invocation, attachments, scratch, grants))
@@ -188,6 +182,27 @@ class _RunRecord:
     backend: str
     package: Package | None
     facts: SandboxFacts | None = None
+
+    def report(self, verdict: Verdict, **fields: Any) -> RunReport:
+        """The run's report for ``verdict`` (its error and reasons), with ``fields``."""
+        package, error = None, None
+        if self.package is not None:
+            source = self.package.image_id or self.package.root
+            package = ReportedPackage(self.package.name, self.package.digest, source)
+        if verdict.error is not None:
+            failure = verdict.error
+            error = ReportedError(failure.code, failure.message, failure.details)
+        return RunReport(
+            run_id=self.run_id,
+            target=self.target,
+            backend=self.backend,
+            package=package,
+            status="succeeded" if verdict.result is not None else "failed",
+            error=error,
+            reasons=list(verdict.reasons),
+            pooled=self.facts is not None and self.facts.details.get("pooled") is True,
+            **fields,
+        )
 
 
 def _judged(
@@ -266,32 +281,10 @@ def _settle_channels(channels: ChannelParty, verdict: Verdict) -> Verdict:
     return verdict
 
 
-def _reported_package(package: Package | None) -> ReportedPackage | None:
-    if package is None:
-        return None
-    source = package.image_id or package.root
-    return ReportedPackage(package.name, package.digest, source)
-
-
-def _reported_error(error: OperationError, details: JSONValue) -> ReportedError:
-    return ReportedError(error.code, error.message, details)
-
-
-def _refused(
-    error: OperationError, run_id: str, target: str, backend: str, package: Package
-) -> Execution:
+def _refused(error: OperationError, run: _RunRecord) -> Execution:
     """A Run that failed its package's checks before any container was created."""
-    reason = REFUSED_BEFORE_LAUNCH
-    report = RunReport(
-        run_id=run_id,
-        target=target,
-        backend=backend,
-        package=_reported_package(package),
-        status="failed",
-        error=_reported_error(error, error.details),
-        reasons=[reason],
-    )
-    return Execution(Verdict(None, error, (reason,)), report)
+    verdict = Verdict(None, error, (REFUSED_BEFORE_LAUNCH,))
+    return Execution(verdict, run.report(verdict))
 
 
 def _lost(lost: SandboxLost, run: _RunRecord) -> Execution:
@@ -306,18 +299,8 @@ def _lost(lost: SandboxLost, run: _RunRecord) -> Execution:
             "the container was left; `flow-runner gc` removes it once the engine answers"
         )
     loss = SandboxLoss(lost.what, lost.step, seconds, lost.container_id, lost.container_left)
-    report = RunReport(
-        run_id=run.run_id,
-        target=run.target,
-        backend=run.backend,
-        package=_reported_package(run.package),
-        status="failed",
-        error=_reported_error(error, details),
-        reasons=reasons,
-        lost=loss,
-        pooled=run.facts is not None and run.facts.details.get("pooled") is True,
-    )
-    return Execution(Verdict(None, error, tuple(reasons)), report)
+    verdict = Verdict(None, error, tuple(reasons))
+    return Execution(verdict, run.report(verdict, lost=loss))
 
 
 def _report(
@@ -326,23 +309,15 @@ def _report(
     """The report of a driven run; exit code and OOM kill are the sandbox's facts, read
     after cleanup (which may be what recorded them)."""
     session, ending = outcome.session, outcome.ending
-    error = verdict.error
     facts = run.facts or SandboxFacts()
-    return RunReport(
-        run_id=run.run_id,
-        target=run.target,
-        backend=run.backend,
-        package=_reported_package(run.package),
-        status="succeeded" if verdict.result is not None else "failed",
+    return run.report(
+        verdict,
         outcome=str(verdict.result["outcome"]) if verdict.result is not None else None,
-        error=_reported_error(error, error.details) if error is not None else None,
-        reasons=list(verdict.reasons),
         exit_code=facts.exit_code,
         oom_killed=facts.oom_killed,
         host_kill=ending.host_kill,
         condition=session.condition,
         timings={**outcome.timings, **sandbox_timings},
-        pooled=facts.details.get("pooled") is True,
         bytes_from_component=session.bytes_received,
         bytes_to_component=session.bytes_sent,
         component_requests=session.lifetime_requests,

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import (
     AfterValidator,
@@ -251,7 +251,6 @@ def _explain(path: Path, exc: ValidationError) -> str:
     for error in exc.errors():
         key = ".".join(_key(part) for part in error["loc"] if part != "[key]") or "(top level)"
         problem: str = error["msg"]
-        kind: Literal["extra_forbidden", "unexpected_keyword_argument", "value_error"] | str
         kind = error["type"]
         if kind in ("extra_forbidden", "unexpected_keyword_argument"):  # a model's, a dataclass's
             problem = "unknown key; check its spelling against the documented keys"

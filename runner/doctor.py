@@ -87,12 +87,10 @@ def _socket(socket_text: str) -> Finding:
         return Finding("socket", f"{path}: {exc.strerror}", False, _socket_fix(socket_text))
     if not stat.S_ISSOCK(info.st_mode):
         return Finding("socket", f"{path} is not a socket", False, _socket_fix(socket_text))
-    return Finding("socket", f"{path} (group {info.st_gid}; this process: {_groups()})")
-
-
-def _groups() -> str:
-    groups = sorted({os.getgid(), *os.getgroups()})
-    return f"uid {os.getuid()}, groups {','.join(str(g) for g in groups)}"
+    groups = ",".join(str(group) for group in sorted({os.getgid(), *os.getgroups()}))
+    return Finding(
+        "socket", f"{path} (group {info.st_gid}; this process: uid {os.getuid()}, groups {groups})"
+    )
 
 
 def _socket_fix(socket_text: str) -> str:
@@ -143,8 +141,10 @@ def _prove(client: Any, path_map: Any, directory: Path) -> Finding:
     except OSError as exc:
         fix = "name a directory this user can write"
         return Finding(name, f"cannot write there ({exc.strerror})", False, fix)
-    try:
-        image = _probe_image(client, path_map)
+    try:  # the runner's own image when it runs in a container (the engine surely has it)
+        image = _FALLBACK_PROBE_IMAGE
+        if path_map.container_id:
+            image = str(client.api.inspect_container(path_map.container_id)["Image"])
         seen = read_through_sibling(
             client, image, source.source, source.type, PROBE_TARGET, note.name
         )
@@ -160,10 +160,3 @@ def _prove(client: Any, path_map: Any, directory: Path) -> Finding:
         "mount the directory into the runner's container at the path it has here, "
         "from the host path the engine sees (`-v HOSTDIR:DIR`)",
     )
-
-
-def _probe_image(client: Any, path_map: Any) -> str:
-    """The runner's own image when it runs in a container (the engine surely has it)."""
-    if path_map.container_id:
-        return str(client.api.inspect_container(path_map.container_id)["Image"])
-    return _FALLBACK_PROBE_IMAGE

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal, cast
 
 import typer
 
@@ -110,9 +110,7 @@ def batch_run(
             raise UsageError(f"--user {user!r}: give numbers, UID or UID:GID (e.g. 1000:1000)")
         if rerun not in (None, "failed", "all"):
             raise UsageError(f"--rerun {rerun!r}: use failed or all")
-        again: Literal["none", "failed", "all"] = "all" if rerun == "all" else "none"
-        if rerun == "failed":
-            again = "failed"
+        again = cast(Literal["none", "failed", "all"], rerun or "none")
         if halt not in ("soon", "now"):
             raise UsageError(f"--halt {halt!r}: use soon or now")
         options = BatchOptions(

@@ -20,7 +20,7 @@ from runner.cli.inputs import (
     read_input,
     read_settings,
 )
-from runner.cli.running import Starter, _print_verdict, _run, refusal, refuse
+from runner.cli.running import Starter, _run, _verdict, print_line, refusal, refuse
 
 if TYPE_CHECKING:
     from runner.api import Execution
@@ -241,7 +241,7 @@ class ExecRequest:
         return start
 
     def _component_starter(self, value: JSONValue, seconds: float) -> Starter:
-        from runner.api import Invocation, execute
+        from runner.api import REFUSED_BEFORE_LAUNCH, Invocation, execute
         from runner.package.errors import PackageError
         from runner.package.reader import directory_package, sandbox_package
         from runner.sandbox.base import LaunchRequest
@@ -275,7 +275,10 @@ class ExecRequest:
                 )  # fmt: skip
             except ImageMissing as exc:
                 raise self._not_an_image(exc) from exc
-            if self.input_text is None and refused_input(execution):
+            verdict = execution.verdict
+            error = verdict.error
+            refused = verdict.reasons[:1] == (REFUSED_BEFORE_LAUNCH,)
+            if self.input_text is None and refused and error and error.code == "INVALID_INPUT":
                 package = invocation.package or await sandbox_package(sandbox)
                 raise _input_missing(label, package, execution)
             return execution
@@ -328,7 +331,10 @@ def exec_(request: ExecRequest) -> None:
         execution = _run(request.starter(), request.quiet)
     except UsageError as exc:
         refuse(exc)
-    status = _print_verdict(execution)
+    body, status, note = _verdict(execution)
+    print_line(body)
+    if note:
+        typer.echo(note, err=True)
     if request.report is not None:
         _write_report(request.report, execution)
     raise typer.Exit(status)
@@ -347,19 +353,6 @@ def _write_report(path: Path, execution: Execution) -> None:
             f"({exc.strerror or exc}); the result line above is the run's",
             err=True,
         )
-
-
-def refused_input(execution: Execution) -> bool:
-    """Whether the run's package refused its input before launch."""
-    from runner.api import REFUSED_BEFORE_LAUNCH
-
-    error = execution.verdict.error
-    reasons = execution.verdict.reasons
-    return (
-        error is not None
-        and error.code == "INVALID_INPUT"
-        and reasons[:1] == (REFUSED_BEFORE_LAUNCH,)
-    )
 
 
 def _input_missing(label: str, package: Package | None, execution: Execution) -> UsageError:
@@ -387,7 +380,8 @@ def describe_input(schema: dict[str, JSONValue]) -> str:
         [name for name in required if isinstance(name, str)] if isinstance(required, list) else []
     )
     if not isinstance(properties, dict):
-        return f": it takes {_a(kind)}" if isinstance(kind, str) else ""
+        article = "an" if str(kind)[:1] in "aeiou" else "a"
+        return f": it takes {article} {kind}" if isinstance(kind, str) else ""
     members = []
     for name, member in properties.items():
         member_type = member.get("type") if isinstance(member, dict) else None
@@ -397,10 +391,6 @@ def describe_input(schema: dict[str, JSONValue]) -> str:
     said += f"; required: {', '.join(needed)}" if needed else "; none required"
     example = {name: _placeholder(properties[name]) for name in needed or list(properties)[:1]}
     return f"{said}, e.g. --input '{json1.dumps(example).decode()}'"
-
-
-def _a(kind: str) -> str:
-    return f"an {kind}" if kind[:1] in "aeiou" else f"a {kind}"
 
 
 def _placeholder(member: JSONValue) -> JSONValue:

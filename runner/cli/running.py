@@ -14,8 +14,6 @@ from runner import exits
 from runner.cli.app import UsageError, collect_from_here
 
 if TYPE_CHECKING:
-    import signal
-
     from runner.api import Execution
     from runner.host.driver import RunControl
     from runner.json1 import JSONValue
@@ -95,7 +93,7 @@ def refusal(exc: Exception) -> UsageError:
 def refuse(exc: UsageError) -> NoReturn:
     """End ``exec`` refused: the error line on stdout (the shape a failed run's has), the
     message on stderr, exit status 2 (nothing ran)."""
-    _print_line(_error_line(exc.code, str(exc), exc.details))
+    print_line(_error_line(exc.code, str(exc), exc.details))
     label = "" if exc.code == "INVALID_USAGE" else f"{exc.code}: "
     typer.echo(f"flow-runner: {label}{exc}", err=True)
     raise typer.Exit(exits.EXIT_USAGE)
@@ -114,10 +112,15 @@ async def under_signals(
     import anyio
 
     outcome: T | Exception
+    # SIGHUP's default would end the process with the container still running; ignored,
+    # as `nohup` asks, it lets the run go on.
+    stops = [signal.SIGINT, signal.SIGTERM]
+    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
+        stops.append(signal.SIGHUP)
     async with anyio.create_task_group() as tg:
 
         async def signals() -> None:
-            with anyio.open_signal_receiver(*stop_signals()) as received:
+            with anyio.open_signal_receiver(*stops) as received:
                 async for signum in received:
                     if signum == signal.SIGHUP:
                         hung_up()
@@ -130,17 +133,6 @@ async def under_signals(
             outcome = exc
         tg.cancel_scope.cancel()
     return outcome
-
-
-def stop_signals() -> tuple[signal.Signals, ...]:
-    """SIGINT, SIGTERM, and SIGHUP (whose default would end the process with the
-    container still running) unless ignored, as ``nohup`` asks: then the run goes on."""
-    import signal
-
-    stops = (signal.SIGINT, signal.SIGTERM)
-    if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
-        return stops
-    return (*stops, signal.SIGHUP)
 
 
 def notice(text: str) -> None:
@@ -279,7 +271,7 @@ def _pipe_size(fd: int) -> int | None:
     return None
 
 
-def _print_line(body: dict[str, JSONValue]) -> None:
+def print_line(body: dict[str, JSONValue]) -> None:
     from runner import json1
 
     sys.stdout.buffer.write(json1.dumps(body) + b"\n")
@@ -291,14 +283,6 @@ def _error_line(code: str, message: str, details: JSONValue) -> dict[str, JSONVa
     if details is not None:
         body["details"] = details
     return {"error": body}
-
-
-def _print_verdict(execution: Execution) -> int:
-    body, status, note = _verdict(execution)
-    _print_line(body)
-    if note:
-        typer.echo(note, err=True)
-    return status
 
 
 def _verdict(execution: Execution) -> tuple[dict[str, JSONValue], int, str | None]:
