@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple
 
 from runner.contracts.meter import Unfinished
@@ -58,21 +59,19 @@ class Schema1Validator:
         return SchemaViolation(json_pointer(path), schema_pointer, keyword, message)
 
 
+@dataclass(slots=True, eq=False)
 class Node:
     """One schema of a graph with its subschemas compiled and its ``$ref`` linked."""
 
-    __slots__ = ("children", "height", "memo", "pointer", "ref", "schema")
-
-    def __init__(self, schema: Any, pointer: str, memo: bool) -> None:
-        self.schema = schema
-        self.pointer = pointer
-        self.memo = memo
-        """A definition: reachable from many places, so its results are memoised."""
-        self.children: dict[str, Any] = {}
-        """Keyword -> node, list of nodes or name -> node map."""
-        self.ref: Node | None = None
-        self.height = 0
-        """Depth with references expanded; set for definitions once computed."""
+    schema: Any
+    pointer: str
+    memo: bool
+    """A definition: reachable from many places, so its results are memoised."""
+    children: dict[str, Any] = field(default_factory=dict)
+    """Keyword -> node, list of nodes or name -> node map."""
+    ref: Node | None = None
+    height: int = 0
+    """Depth with references expanded; set for definitions once computed."""
 
 
 def compile_node(schema: Any, pointer: str, referring: list[Node], *, memo: bool = False) -> Node:

@@ -99,7 +99,10 @@ def _meta_schemas() -> tuple[type[Validator], Registry[Any]]:
         _shipped_schema("channel-contract-1.schema.json"),
     ]
     registry: Registry[Any] = Registry().with_resources(
-        (str(document["$id"]), DRAFT202012.create_resource(_without_dialect(document)))
+        (
+            str(document["$id"]),
+            DRAFT202012.create_resource({k: v for k, v in document.items() if k != "$schema"}),
+        )
         for document in documents
     )
     keywords = {"pattern": _ecma_pattern}
@@ -113,10 +116,6 @@ def _meta_validator(schema_uri: str) -> Validator:
     return validator_class({"$ref": schema_uri}, registry=registry)
 
 
-def _without_dialect(document: dict[str, JSONValue]) -> dict[str, JSONValue]:
-    return {name: value for name, value in document.items() if name != "$schema"}
-
-
 def _ecma_pattern(
     validator: Validator, pattern: str, instance: Any, schema: Any
 ) -> Iterator[ValidationError]:
@@ -125,24 +124,12 @@ def _ecma_pattern(
         yield ValidationError(f"{instance!r} does not match {pattern!r}")
 
 
+_ECMA_TOKEN: Final = re.compile(r"\\.|\[(?:\\.|[^\]\\])*\]|\$", re.DOTALL)
+"""An escape, a character class, or a ``$`` outside both."""
+
+
 @cache
 def _ecma_regex(pattern: str) -> re.Pattern[str]:
     """Compile an ECMA-262 pattern: ``$`` outside a class is the end of input (``\\Z``);
     the rest of what the shipped meta-schemas use means the same in Python."""
-    out: list[str] = []
-    index, in_class = 0, False
-    while index < len(pattern):
-        char = pattern[index]
-        if char == "\\":
-            out.append(pattern[index : index + 2])
-            index += 2
-            continue
-        if in_class:
-            in_class = char != "]"
-        elif char == "[":
-            in_class = True
-        elif char == "$":
-            char = r"\Z"
-        out.append(char)
-        index += 1
-    return re.compile("".join(out))
+    return re.compile(_ECMA_TOKEN.sub(lambda m: r"\Z" if m[0] == "$" else m[0], pattern))

@@ -87,10 +87,7 @@ def read_log(path: Path) -> tuple[dict[str, JSONValue], Attempt]:
     """The header and the attempt of one pod's log."""
     header: dict[str, JSONValue] | None = None
     try:
-        for line in _lines(path):
-            value = _object(line)
-            if value is None:
-                continue
+        for value in _objects(path):
             if header is None:
                 found = value.get(HEADER_KEY)
                 if isinstance(found, dict):
@@ -157,20 +154,19 @@ def _attempt(
     return attempt
 
 
-def _lines(path: Path) -> Iterator[bytes]:
+def _objects(path: Path) -> Iterator[dict[str, JSONValue]]:
+    """The JSON/1 objects of the log's lines that hold one."""
     with path.open("rb") as file:
         for line in file:
             stripped = line.strip()
-            if stripped.startswith(b"{"):
-                yield stripped
-
-
-def _object(line: bytes) -> dict[str, JSONValue] | None:
-    try:
-        value = json1.loads(line)
-    except json1.JSON1Error:
-        return None
-    return value if isinstance(value, dict) else None
+            if not stripped.startswith(b"{"):
+                continue
+            try:
+                value = json1.loads(stripped)
+            except json1.JSON1Error:
+                continue
+            if isinstance(value, dict):
+                yield value
 
 
 def import_runs(runs: list[ImportedRun], store_path: Path) -> dict[str, int]:

@@ -9,6 +9,7 @@ one sealed result line on stdout that ``batch import`` trusts), and the report.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 import secrets
 import time
@@ -86,19 +87,16 @@ def read_row(path: Path, index: int, manifest_name: str) -> JobRow:
     """Line ``index`` (0-based) of the normalized manifest, read one line at a time."""
     from runner.durations import parse_duration
 
-    raw = b""
     try:
         with path.open("rb") as file:
-            for number, raw in enumerate(file):  # noqa: B007 (the row is the last read)
-                if number == index:
-                    break
-            else:
-                raise JobUsageError(
-                    f"--manifest {path}: no row {index} (the manifest has {index} or fewer "
-                    "rows); the Job's completions must equal its rows"
-                )
+            raw = next(itertools.islice(file, index, None), None)
     except OSError as exc:
         raise JobUsageError(f"--manifest {path}: cannot read it: {exc.strerror}") from exc
+    if raw is None:
+        raise JobUsageError(
+            f"--manifest {path}: no row {index} (the manifest has {index} or fewer "
+            "rows); the Job's completions must equal its rows"
+        )
     where = f"--manifest {path} row {index}"
     try:
         value = json1.loads(raw.strip())

@@ -132,17 +132,12 @@ def _contract(files: dict[str, bytes], ref: str, key: str, parse: Callable[..., 
 
 def summary(package: Package) -> dict[str, JSONValue]:
     """What ``flow-runner inspect`` shows: declarations, contract identities, schemas."""
-    uses: dict[str, JSONValue] = {}
-    for slot, contract in package.uses.items():
-        uses[slot] = (
-            {"local": True}
-            if contract is None
-            else {
-                "contract": contract.identity.id,
-                "version": contract.identity.version,
-                "digest": contract.identity.digest,
-            }
-        )
+    uses: dict[str, JSONValue] = {
+        slot: {"local": True}
+        if c is None
+        else dict(zip(("contract", "version", "digest"), c.identity, strict=True))
+        for slot, c in package.uses.items()
+    }
     channels: dict[str, JSONValue] = {
         name: {
             key: value
@@ -178,8 +173,7 @@ def _channel_contract(package: Package, ref: str | None) -> JSONValue:
     """A port's contract as inspect shows it: where it is and its identity."""
     if ref is None:
         return None
-    identity = package.channel_contracts[ref].identity
-    return {"path": ref, "id": identity.id, "version": identity.version, "digest": identity.digest}
+    return {"path": ref, **package.channel_contracts[ref].identity._asdict()}
 
 
 def _schema_summary(document: JSONValue) -> JSONValue:
