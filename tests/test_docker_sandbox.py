@@ -145,13 +145,14 @@ def test_demuxer_reassembles_frames_fed_a_byte_at_a_time() -> None:
     pieces = [piece for i in range(len(stream)) for piece in demuxer.feed(stream[i : i + 1])]
     out = b"".join(p for fd, p in pieces if fd == 1)
     err = b"".join(p for fd, p in pieces if fd == 2)
-    assert (out, err, demuxer.mid_frame) == (b"hello world\n", b"oops\n", False)
+    assert (out, err) == (b"hello world\n", b"oops\n")
+    assert demuxer.feed(frame(2, b"next")) == [(2, b"next")]  # not left inside a frame
 
 
 def test_demuxer_hands_out_partial_payload_and_knows_it_is_mid_frame() -> None:
     demuxer = AttachDemuxer()
     assert demuxer.feed(frame(1, b"abcdef")[:10]) == [(1, b"ab")]
-    assert demuxer.mid_frame
+    assert demuxer.feed(b"cdef" + frame(2, b"x")) == [(1, b"cdef"), (2, b"x")]
 
 
 def test_demuxer_refuses_an_unknown_stream_type() -> None:

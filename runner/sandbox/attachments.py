@@ -215,7 +215,6 @@ class HeldPath:
 
 
 _READ, _WRITE, _SEARCH = 4, 2, 1
-_ACL_XATTRS = ("system.posix_acl_access",)
 
 
 def check_usable(held: HeldPath, user: str, *, shown_as: str | None = None) -> None:
@@ -279,13 +278,11 @@ def _missing_fix(path: Path) -> str:
 
 
 def _has_acl(fd: int) -> bool:
-    for name in _ACL_XATTRS:
-        try:
-            os.getxattr(f"/proc/self/fd/{fd}", name)
-        except OSError:
-            continue
-        return True
-    return False
+    try:
+        os.getxattr(f"/proc/self/fd/{fd}", "system.posix_acl_access")
+    except OSError:
+        return False
+    return True
 
 
 def hold(
@@ -305,11 +302,10 @@ def hold(
             f"not {'a directory' if directory else 'readable'}; create it or fix the path"
         ) from exc
     try:
-        held = _judge(att, fd, tuple(Path(p).resolve() for p in allowed_mounts))
+        return _judge(att, fd, tuple(Path(p).resolve() for p in allowed_mounts))
     except BaseException:
         os.close(fd)
         raise
-    return held
 
 
 def spec_of(att: Attachment) -> str:

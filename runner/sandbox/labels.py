@@ -136,7 +136,10 @@ def inspect_labels() -> dict[str, str]:
 
 
 def _owned(labels: dict[str, str], owner: Process) -> dict[str, str]:
-    return signed(labels | owner_labels(owner) | runner_container_labels(), machine_key())
+    """``labels`` signed, with the owner's and those naming the runner's own container."""
+    container_id = own_container()
+    runner = {LABEL_RUNNER_CONTAINER: container_id} if container_id else {}
+    return signed(labels | owner_labels(owner) | runner, machine_key())
 
 
 def owner_labels(process: Process, created_ms: int | None = None) -> dict[str, str]:
@@ -276,13 +279,5 @@ def _read_key(path: Path) -> bytes:
     return key
 
 
-def runner_container_labels() -> dict[str, str]:
-    """The owner label part that names the runner's own container (none outside one)."""
-    container_id = own_container()
-    return {LABEL_RUNNER_CONTAINER: container_id} if container_id else {}
-
-
-@functools.cache
-def own_container() -> str | None:
-    """The id of the container this runner runs in, read once per process."""
-    return own_container_id()
+own_container = functools.cache(own_container_id)
+"""The id of the container this runner runs in, read once per process."""

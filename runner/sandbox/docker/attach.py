@@ -41,11 +41,6 @@ class AttachDemuxer:
         self._stream = 0
         self._remaining = 0
 
-    @property
-    def mid_frame(self) -> bool:
-        """True if the bytes fed so far end inside a frame."""
-        return bool(self._header) or self._remaining > 0
-
     def feed(self, data: bytes | memoryview) -> list[tuple[int, bytes]]:
         """Consume ``data``; return the payload pieces it completes, in order, as bytes of
         their own (``data`` may be a view of a buffer that the next read overwrites)."""

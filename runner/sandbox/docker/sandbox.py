@@ -26,7 +26,7 @@ import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Mapping
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Protocol, TypeVar
@@ -143,19 +143,18 @@ class DockerSandbox:
         ``/flow/scratch``, whatever the host paths."""
         return {a.name: f"{ATTACHMENTS_DIR}/{a.name}" for a in request.attachments}, SCRATCH_PATH
 
-    def launch(self, request: LaunchRequest) -> AbstractAsyncContextManager[RunningComponent]:
-        """Create, attach and start a container; on exit, kill if needed and remove it."""
-        return self._launch(request)
-
     @asynccontextmanager
-    async def _launch(self, request: LaunchRequest) -> AsyncIterator[RunningComponent]:
+    async def launch(self, request: LaunchRequest) -> AsyncIterator[RunningComponent]:
+        """Create, attach and start a container (or claim one prepared ahead); on exit,
+        kill if needed and remove it."""
         if _pool is not None and self.poolable(request):
             with contextlib.ExitStack() as held:
                 found = await self._claim(request, held)
                 if found is not None:
                     async with self._claimed(request, *found, held) as pooled:
-                        yield pooled
-                    return
+                        if pooled is not None:
+                            yield pooled
+                            return
         async with self._fresh(request) as fresh:
             yield fresh
 
@@ -265,26 +264,24 @@ class DockerSandbox:
         claimed: PooledContainer,
         mounts: Mapping[str, HeldPath],
         held: contextlib.ExitStack,
-    ) -> AsyncIterator[RunningComponent]:
+    ) -> AsyncIterator[RunningComponent | None]:
         """Run in a claimed container; on exit, as a fresh launch: kill if needed, remove.
-        Mounts that are not the files judged and held now (:func:`_mounts_hold`): it is
-        removed before a byte is sent, and the run launches fresh."""
+        None where its mounts are not the files judged and held now (:func:`_mounts_hold`):
+        it is removed before a byte is sent, and the run launches fresh."""
         assert _pool is not None
         engine = await open_engine(self._client)
         facts = SandboxFacts(timings=dict(claimed.timings))
         lease = Lease(claimed.container_id, time.perf_counter(), step="start")
         connection: AttachConnection | None = None
         container: Container | None = None
-        swapped = False
         try:
             connection = await open_connection(socket.socket(fileno=claimed.attach_fd))
             self._note(facts, claimed.container_id, claimed.run_id, pooled=True)
-            swapped = not await _mounts_hold(engine, lease, mounts, facts)
-            if not swapped:
+            if await _mounts_hold(engine, lease, mounts, facts):
                 held.close()  # the mounts are what was judged; the descriptors can go
                 lease.step = "run"
                 container = Container(engine, lease, connection, request.attachments, facts)
-                yield container
+            yield container
         finally:
             with anyio.CancelScope(shield=True):
                 cleanup = _cleanup(engine, lease, connection, container)
@@ -294,10 +291,6 @@ class DockerSandbox:
                     await anyio.to_thread.run_sync(_pool.released, claimed.container_id)
             if lease.lost is not None and isinstance(sys.exc_info()[1], Exception | None):
                 raise lease.lost
-        if swapped:
-            held.close()
-            async with self._fresh(request) as fresh:
-                yield fresh
 
     def _hold(self, request: LaunchRequest, stack: contextlib.ExitStack) -> dict[str, HeldPath]:
         """Judge and hold every bind source: mount target -> held path (closed by ``stack``)."""
