@@ -1,7 +1,7 @@
 """What the Docker backend asks the engine for, written without docker-py, is what docker-py
 would write: the create body of every shipped profile and of a run with attachments and a
-scratch directory (``runner.sandbox.docker.body``), and the engine address read from the
-environment (``http.plain_address``, ``EngineHttp.from_env``)."""
+scratch directory (``sandbox._host_config``, ``engine.create_body``), and the engine address
+read from the environment (``http.plain_address``, ``EngineHttp.from_env``)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import docker
 import pytest
 from docker.types import LogConfig, Mount, Ulimit
 
-from runner.sandbox.docker.body import create_body
 from runner.sandbox.docker.container import ATTACHMENTS_DIR, SCRATCH_PATH
+from runner.sandbox.docker.engine import create_body
 from runner.sandbox.docker.http import EngineHttp, plain_address
 from runner.sandbox.docker.sandbox import _host_config, _tmpfs
 from runner.sandbox.labels import run_labels

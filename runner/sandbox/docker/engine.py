@@ -16,13 +16,12 @@ import socket
 import threading
 import time
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any, Final, TypeVar
 
 import anyio
 
-from runner.sandbox.docker.body import create_body
 from runner.sandbox.docker.http import EngineHttp, NoAnswer, Reply
 from runner.sandbox.errors import (
     ContainerGone,
@@ -114,6 +113,34 @@ def image_missing(image: str) -> ImageMissing:
         f"image {image!r} is not on this Docker engine and flow-runner never pulls; "
         "build it with `make images` (runs images/build.sh), or build and tag it yourself"
     )
+
+
+def create_body(
+    image: str,
+    command: Sequence[str] | None,
+    *,
+    user: str,
+    labels: Mapping[str, str],
+    host_config: Mapping[str, Any],
+) -> dict[str, Any]:
+    """A container of ``image`` (``command`` ``None``: the image's own) with stdin open
+    for one attach, stdout and stderr attached, no TTY, as docker-py writes it."""
+    body: dict[str, Any] = {
+        "User": user,
+        "Tty": False,
+        "OpenStdin": True,
+        "StdinOnce": True,
+        "AttachStdin": True,
+        "AttachStdout": True,
+        "AttachStderr": True,
+        "Image": image,
+        "NetworkDisabled": False,
+        "HostConfig": dict(host_config),
+        "Labels": dict(labels),
+    }
+    if command is not None:
+        body["Cmd"] = list(command)
+    return body
 
 
 @dataclass

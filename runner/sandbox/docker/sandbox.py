@@ -42,7 +42,6 @@ from runner.sandbox.base import (
     RunningComponent,
     SandboxFacts,
 )
-from runner.sandbox.docker import body
 from runner.sandbox.docker.attach import AttachConnection, open_connection
 from runner.sandbox.docker.container import ATTACHMENTS_DIR, SCRATCH_PATH, Container
 from runner.sandbox.docker.engine import CallStalled, Engine, Lease, open_engine
@@ -501,19 +500,12 @@ def _host_config(
     profile: SandboxProfile, held: Mapping[str, HeldPath], sources: Mapping[str, HostSource]
 ) -> dict[str, Any]:
     """The engine's ``HostConfig`` for the profile and the held mounts (target -> path, and
-    its source on the engine's host); ``/tmp``, ``/dev/shm`` and a scratch with no held
-    directory are tmpfs. No log driver: the output goes to the host, not to disk too."""
+    its source on the engine's host), as docker-py's ``create_host_config`` writes it (a
+    test holds the two equal): swap equal to the memory, ``nofile`` soft and hard;
+    ``/tmp``, ``/dev/shm`` and a scratch with no held directory are tmpfs. No log driver:
+    the output goes to the host, not to disk too."""
     # /dev/shm too: the engine's own is a 64 MiB tmpfs with no bound on its entries.
     tmpfs = {path: _tmpfs(profile.tmp_size, profile) for path in ("/tmp", "/dev/shm")}
-    mounts = [
-        body.bind_mount(
-            target,
-            sources[target].source,
-            sources[target].type,
-            read_only=path.attachment.access == "read",
-        )
-        for target, path in held.items()
-    ]
     if SCRATCH_PATH not in held:
         tmpfs[SCRATCH_PATH] = _tmpfs(profile.scratch_size, profile)
     security_opt = ["no-new-privileges"] if profile.no_new_privileges else []
@@ -521,21 +513,36 @@ def _host_config(
         security_opt.append(f"seccomp={profile.seccomp_json}")
     elif profile.seccomp == "unconfined":
         security_opt.append("seccomp=unconfined")
-    return body.host_config(
-        network_mode=profile.network,
-        read_only=profile.read_only_root,
-        memory=profile.memory,
-        nano_cpus=round(profile.cpus * 1e9),
-        pids_limit=profile.pids,
-        nofile=profile.nofile,
-        cap_drop=profile.cap_drop,
-        cap_add=profile.cap_add,
-        security_opt=security_opt,
-        init=profile.init,
-        runtime=profile.runtime,
-        tmpfs=tmpfs,
-        mounts=mounts,
-    )
+    nofile = profile.nofile
+    config: dict[str, Any] = {
+        "Memory": profile.memory,
+        "MemorySwap": profile.memory,
+        "ReadonlyRootfs": profile.read_only_root,
+        "NetworkMode": profile.network,
+        "SecurityOpt": security_opt,
+        "Ulimits": [{"Name": "nofile", "Soft": nofile, "Hard": nofile}],
+        "LogConfig": {"Type": "none", "Config": {}},
+        "Tmpfs": tmpfs,
+        "PidsLimit": profile.pids,
+        "Init": profile.init,
+        "Runtime": profile.runtime,
+        "Mounts": [
+            {
+                "Target": target,
+                "Source": sources[target].source,
+                "Type": sources[target].type,
+                "ReadOnly": path.attachment.access == "read",
+            }
+            for target, path in held.items()
+        ],
+    }
+    if profile.cap_add:
+        config["CapAdd"] = list(profile.cap_add)
+    if profile.cap_drop:
+        config["CapDrop"] = list(profile.cap_drop)
+    if nano_cpus := round(profile.cpus * 1e9):  # 0 is omitted, as docker-py does
+        config["NanoCpus"] = nano_cpus
+    return config
 
 
 async def _verify_mounts(
