@@ -25,7 +25,6 @@ from runner.contracts import schema1
 from runner.contracts.capability import DIGEST_DOMAIN, domain_digest, parse_contract
 from runner.contracts.schema1 import (
     SchemaError,
-    check_schema1,
     compile_schema1,
     compile_schema1_file,
 )
@@ -606,7 +605,7 @@ FORBIDDEN = [
 @pytest.mark.parametrize("keyword", FORBIDDEN)
 def test_keywords_outside_schema1_are_refused(keyword: str) -> None:
     with pytest.raises(SchemaError) as caught:
-        check_schema1({"type": "object", keyword: {}}, defs={})
+        compile_schema1({"type": "object", keyword: {}}, defs={})
     assert (caught.value.code, caught.value.pointer) == (
         "SCHEMA_KEYWORD_UNSUPPORTED",
         f"/{keyword}",
@@ -628,10 +627,10 @@ def test_keywords_outside_schema1_are_refused(keyword: str) -> None:
 )
 def test_unsupported_keywords_are_found_at_any_depth(schema: Any, pointer: str | None) -> None:
     if pointer is None:
-        check_schema1(schema, defs={})
+        compile_schema1(schema, defs={})
         return
     with pytest.raises(SchemaError) as caught:
-        check_schema1(schema, defs={})
+        compile_schema1(schema, defs={})
     assert caught.value.code == "SCHEMA_KEYWORD_UNSUPPORTED"
     assert caught.value.pointer == pointer
 
@@ -642,7 +641,7 @@ def test_unsupported_keywords_are_found_at_any_depth(schema: Any, pointer: str |
 )
 def test_bad_references_are_refused(ref: Any) -> None:
     with pytest.raises(SchemaError) as caught:
-        check_schema1({"properties": {"x": {"$ref": ref}}}, defs={"A": True})
+        compile_schema1({"properties": {"x": {"$ref": ref}}}, defs={"A": True})
     assert (caught.value.code, caught.value.pointer) == (
         "SCHEMA_REFERENCE_INVALID",
         "/properties/x/$ref",
@@ -665,7 +664,7 @@ def test_bad_references_are_refused(ref: Any) -> None:
 )
 def test_reference_cycles_are_refused(defs: Any, cycle: str) -> None:
     with pytest.raises(SchemaError) as caught:
-        check_schema1(True, defs=defs)  # unused definitions are checked too
+        compile_schema1(True, defs=defs)  # unused definitions are checked too
     assert caught.value.code == "SCHEMA_REFERENCE_INVALID"
     assert f"cycle {cycle}" in caught.value.message
     assert caught.value.pointer.startswith("/$defs/") and caught.value.pointer.endswith("/$ref")
@@ -679,17 +678,17 @@ def _nested(depth: int) -> Any:
 
 
 def test_depth_limit() -> None:
-    check_schema1(_nested(64), defs={})
+    compile_schema1(_nested(64), defs={})
     with pytest.raises(SchemaError) as caught:
-        check_schema1(_nested(65), defs={})
+        compile_schema1(_nested(65), defs={})
     assert caught.value.code == "SCHEMA_LIMIT_EXCEEDED"
     assert caught.value.pointer == "/items" * 64
 
 
 def test_node_limit() -> None:
-    check_schema1({"allOf": [True] * 4_095}, defs={})
+    compile_schema1({"allOf": [True] * 4_095}, defs={})
     with pytest.raises(SchemaError) as caught:
-        check_schema1({"allOf": [True] * 4_096}, defs={})
+        compile_schema1({"allOf": [True] * 4_096}, defs={})
     assert (caught.value.code, caught.value.pointer) == ("SCHEMA_LIMIT_EXCEEDED", "/allOf/4095")
 
 
@@ -697,7 +696,7 @@ def test_reference_chains_are_bounded() -> None:
     chain = {f"D{i}": {"$ref": f"#/$defs/D{i + 1}"} for i in range(200)}
     chain["D200"] = True
     with pytest.raises(SchemaError) as caught:
-        check_schema1({"$ref": "#/$defs/D0"}, defs=chain)
+        compile_schema1({"$ref": "#/$defs/D0"}, defs=chain)
     assert caught.value.code == "SCHEMA_LIMIT_EXCEEDED"
 
 
@@ -717,7 +716,7 @@ def test_reference_chains_are_bounded() -> None:
 )
 def test_malformed_keyword_values_are_schema_invalid(schema: Any, pointer: str) -> None:
     with pytest.raises(SchemaError) as caught:
-        check_schema1(schema, defs={})
+        compile_schema1(schema, defs={})
     assert (caught.value.code, caught.value.pointer) == ("SCHEMA_INVALID", pointer)
 
 

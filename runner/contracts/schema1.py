@@ -26,7 +26,6 @@ from runner.contracts.schema1_errors import (
 from runner.contracts.schema1_eval import (
     Node,
     Schema1Validator,
-    SchemaViolation,
     bound_expanded_depth,
     compile_node,
 )
@@ -46,8 +45,6 @@ __all__ = [
     "Schema1Validator",
     "SchemaError",
     "SchemaErrorCode",
-    "SchemaViolation",
-    "check_schema1",
     "compile_schema1",
     "compile_schema1_file",
     "meta_violation",
@@ -57,16 +54,11 @@ _REF: Final = re.compile(r"#/\$defs/([A-Za-z][A-Za-z0-9]{0,63})")
 _DEFINITION_NAME: Final = re.compile(r"[A-Za-z][A-Za-z0-9]{0,63}")
 
 
-def check_schema1(schema: JSONValue, *, defs: Mapping[str, JSONValue] | None = None) -> None:
-    """Refuse ``schema`` with a :class:`SchemaError` unless it is valid Schema/1: a file
-    (declaring ``$schema``, its own ``$defs``), or with ``defs`` an embedded schema."""
-    Schema1Graph({"": schema}, defs)
-
-
 def compile_schema1(
     schema: JSONValue, *, defs: Mapping[str, JSONValue] | None = None
 ) -> Schema1Validator:
-    """Check ``schema`` as :func:`check_schema1` does and return its validator."""
+    """The validator of ``schema``; a :class:`SchemaError` unless it is valid Schema/1: a
+    file (declaring ``$schema``, its own ``$defs``), or with ``defs`` an embedded schema."""
     return Schema1Graph({"": schema}, defs).validator("")
 
 
@@ -88,7 +80,7 @@ class Schema1Graph:
     """Schemas that share one definition map, checked and compiled together, so that the
     node, depth and acyclic-reference limits hold for the whole graph (an interface cannot
     evade them by spreading over many methods). ``roots``: JSON pointer -> schema;
-    ``defs`` as for :func:`check_schema1`."""
+    ``defs`` as for :func:`compile_schema1`."""
 
     def __init__(
         self, roots: Mapping[str, JSONValue], defs: Mapping[str, JSONValue] | None = None

@@ -210,8 +210,7 @@ class Evaluation:
             missing = [name for name in schema["required"] if name not in value]
             if first is None and missing:
                 first = _failure(path, node, "required", f"missing required member {missing[0]!r}")
-        first = _first(first, self.bound(node, path, len(value), "minProperties", "members"))
-        first = _first(first, self.bound(node, path, len(value), "maxProperties", "members"))
+        first = _first(first, self.bounds(node, path, len(value), "Properties", "members"))
         for trigger, names in schema.get("dependentRequired", {}).items():
             self.charge(1, node, path)
             if trigger in value:
@@ -254,16 +253,14 @@ class Evaluation:
             elif first is None and most is not None and matches > most:
                 message = f"{matches} items match 'contains'; at most {most} may"
                 first = _failure(path, node, "maxContains", message)
-        first = _first(first, self.bound(node, path, len(value), "minItems", "items"))
-        return _first(first, self.bound(node, path, len(value), "maxItems", "items"))
+        return _first(first, self.bounds(node, path, len(value), "Items", "items"))
 
     def string(self, node: Node, value: str, path: Path) -> _Failure | None:
         schema = node.schema
         if "minLength" not in schema and "maxLength" not in schema:
             return None
         self.charge(len(value), node, path)
-        first = self.bound(node, path, len(value), "minLength", "characters")
-        return _first(first, self.bound(node, path, len(value), "maxLength", "characters"))
+        return self.bounds(node, path, len(value), "Length", "characters")
 
     def number(self, node: Node, value: float, path: Path) -> _Failure | None:
         schema, first = node.schema, None
@@ -275,16 +272,17 @@ class Evaluation:
                     first = _failure(path, node, keyword, message)
         return first
 
-    def bound(self, node: Node, path: Path, size: int, keyword: str, unit: str) -> _Failure | None:
-        """``min*``/``max*`` size keywords: charge 1 and compare ``size``."""
-        if keyword not in node.schema:
-            return None
-        self.charge(1, node, path)
-        limit = node.schema[keyword]
-        if size < limit if keyword.startswith("min") else size > limit:
-            relation = "at least" if keyword.startswith("min") else "at most"
-            return _failure(path, node, keyword, f"has {size} {unit}; {relation} {limit} allowed")
-        return None
+    def bounds(self, node: Node, path: Path, size: int, name: str, unit: str) -> _Failure | None:
+        """The size keywords ``min<name>`` and ``max<name>``: charge 1 each and compare ``size``."""
+        first = None
+        for keyword, relation in ((f"min{name}", "at least"), (f"max{name}", "at most")):
+            if keyword in node.schema:
+                self.charge(1, node, path)
+                limit = node.schema[keyword]
+                if first is None and (size < limit if relation == "at least" else size > limit):
+                    message = f"has {size} {unit}; {relation} {limit} allowed"
+                    first = _failure(path, node, keyword, message)
+        return first
 
     def applicators(self, node: Node, value: Any, path: Path) -> _Failure | None:
         children, first = node.children, None

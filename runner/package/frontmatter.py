@@ -12,7 +12,7 @@ import io
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Final, Literal
+from typing import Final, Literal, cast
 
 import yaml  # type: ignore[import-untyped,unused-ignore]
 
@@ -265,8 +265,8 @@ def parse_metadata(value: JSONValue, body: bytes = b"", *, file: str = FLOW_MD) 
             raise PackageError(
                 file, key, 'must be exactly {contract: "./path.json"} or {local: true}'
             )
-    outcomes: dict[str, str] = {}
-    for outcome, text in _local_map(value, "outcomes", file).items():
+    outcomes = _local_map(value, "outcomes", file)
+    for outcome, text in outcomes.items():
         if outcome in RESERVED_OUTCOMES:
             raise PackageError(
                 file,
@@ -275,20 +275,16 @@ def parse_metadata(value: JSONValue, body: bytes = b"", *, file: str = FLOW_MD) 
             )
         if not isinstance(text, str) or not text:
             raise PackageError(file, f"outcomes.{outcome}", "must be a nonempty description")
-        outcomes[outcome] = text
-    attachments: dict[str, Access] = {}
-    for att, access in _local_map(value, "attachments", file).items():
-        if access == "read":
-            attachments[att] = "read"
-        elif access == "read-write":
-            attachments[att] = "read-write"
-        else:
+    attachments = _local_map(value, "attachments", file)
+    for att, access in attachments.items():
+        if access not in ("read", "read-write"):
             raise PackageError(file, f"attachments.{att}", "must be `read` or `read-write`")
     channels = {
         port: _port(spec, f"channels.{port}", file)
         for port, spec in _local_map(value, "channels", file).items()
     }
-    return Metadata(name, description, uses, outcomes, attachments, channels, extensions, body)
+    checked = cast("dict[str, str]", outcomes), cast("dict[str, Access]", attachments)
+    return Metadata(name, description, uses, *checked, channels, extensions, body)
 
 
 def _local_map(value: dict[str, JSONValue], key: str, file: str) -> dict[str, JSONValue]:

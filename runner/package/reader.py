@@ -44,14 +44,12 @@ _cache_lock = threading.Lock()
 
 
 async def sandbox_package(sandbox: Sandbox) -> Package | None:
-    """The package of the image ``sandbox`` runs, or ``None``; raises :class:`PackageError`
-    for a broken package, ``SandboxError`` for a missing image or engine."""
+    """The package of the image ``sandbox`` runs (cached per image id), or ``None`` when it
+    carries none; raises :class:`PackageError` for a broken package, ``SandboxError`` for
+    a missing image or engine."""
     source = await sandbox.image_source()
-    return None if source is None else await image_package(source)
-
-
-async def image_package(source: ImageSource) -> Package | None:
-    """The package of an image (cached per image id), or ``None`` when it carries none."""
+    if source is None:
+        return None
     image_id = source.image_id
     with _cache_lock:
         if image_id in _cache:
