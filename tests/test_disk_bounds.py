@@ -78,17 +78,17 @@ def test_measure_stops_at_its_entry_cap(tmp_path: Path) -> None:
 def test_a_bound_counts_only_what_the_run_added(tmp_path: Path) -> None:
     (tmp_path / "old").write_bytes(b"x" * (2 * MIB))
     bound = DiskBound.at_launch("scratch", tmp_path, MIB, 10, "scratch_size")
-    assert bound.check() is None  # 2 MiB were there before: not the run's
+    assert bound.reading()[1] is None  # 2 MiB were there before: not the run's
     (tmp_path / "new").write_bytes(b"x" * (MIB // 2))
-    assert bound.check() is None
+    assert bound.reading()[1] is None
     (tmp_path / "more").write_bytes(b"x" * MIB)
-    breach = bound.check()
+    breach = bound.reading()[1]
     assert breach is not None and breach.reason == "bytes"
     assert breach.added_bytes >= 3 * MIB // 2 and breach.limit_bytes == MIB
     for index in range(11):
         (tmp_path / f"e{index}").touch()
     (tmp_path / "more").unlink()
-    breach = bound.check()
+    breach = bound.reading()[1]
     assert breach is not None and breach.reason == "entries"
 
 
@@ -106,7 +106,7 @@ def test_a_tree_deeper_than_path_max_is_a_breach_not_a_dead_watch(tmp_path: Path
             fd = inner
     finally:
         os.close(fd)
-    breach = bound.check()
+    breach = bound.reading()[1]
     assert breach is not None and breach.reason == "unreadable", breach
 
 

@@ -114,10 +114,6 @@ class DiskBound:
             )
         return cls(name, path, limit_bytes, limit_entries, usage.bytes, usage.entries, knob)
 
-    def check(self) -> DiskBreach | None:
-        """Measure once; the breach, or ``None`` while within the bound."""
-        return self.reading()[1]
-
     def reading(self) -> tuple[int, DiskBreach | None]:
         """Measure once: the bytes added since launch, and the breach if any."""
         usage = measure(self.path, self.base_entries + self.limit_entries)
@@ -190,7 +186,8 @@ class DiskWatch:
         kill took effect counts too); the breach, if any."""
         self._stopping.set()
         self._thread.join()
-        self.breach = self._check() or self.breach
+        breaches = (bound.reading()[1] for bound in self._bounds)
+        self.breach = next((b for b in breaches if b is not None), None) or self.breach
         return self.breach
 
     def _run(self) -> None:
@@ -213,13 +210,6 @@ class DiskWatch:
                 last[i] = (now, added)
             walked = time.monotonic() - started
             pause = max(_FASTEST_POLL, _WALK_SHARE * walked, min(due, 2 * pause))
-
-    def _check(self) -> DiskBreach | None:
-        for bound in self._bounds:
-            breach = bound.check()
-            if breach is not None:
-                return breach
-        return None
 
 
 def _due(room: int, grown: int, seconds: float) -> float:
