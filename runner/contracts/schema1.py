@@ -101,8 +101,8 @@ class Schema1Graph:
         self._roots = {
             pointer: compile_node(schema, pointer, referring) for pointer, schema in roots.items()
         }
-        for node in referring:
-            node.ref = definitions[_reference_name(node.schema["$ref"])]
+        for node in referring:  # each $ref was checked to be exactly #/$defs/<name>
+            node.ref = definitions[node.schema["$ref"].removeprefix("#/$defs/")]
         for name in order:  # every definition after the ones it refers to
             bound_expanded_depth(definitions[name])
         for root in self._roots.values():
@@ -246,12 +246,6 @@ def _file_definitions(document: JSONValue) -> Mapping[str, JSONValue]:
 
 def _definition_pointer(name: str) -> str:
     return f"/$defs/{pointer_segment(name)}"
-
-
-def _reference_name(ref: str) -> str:
-    match = _REF.fullmatch(ref)
-    assert match is not None, "references are checked before they are compiled"
-    return match[1]
 
 
 def _check_shape(schema: dict[str, Any], pointer: str, *, file_root: bool) -> None:

@@ -8,7 +8,7 @@ invalid. Here each distinct (definition, instance path) pair is evaluated once.
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple
 
@@ -98,19 +98,11 @@ def bound_expanded_depth(node: Node) -> None:
 
 def _height(node: Node) -> int:
     deepest = node.ref.height if node.ref is not None else 0
-    for child in _child_nodes(node):
-        deepest = max(deepest, _height(child))
+    for value in node.children.values():  # a node, a list of nodes or a map of them
+        children = [value] if isinstance(value, Node) else value
+        for child in children if isinstance(children, list) else children.values():
+            deepest = max(deepest, _height(child))
     return deepest + 1
-
-
-def _child_nodes(node: Node) -> Iterator[Node]:
-    for value in node.children.values():
-        if isinstance(value, Node):
-            yield value
-        elif isinstance(value, list):
-            yield from value
-        else:
-            yield from value.values()
 
 
 Path = tuple[str | int, ...]

@@ -146,14 +146,8 @@ async def verify(
         if stress:
             timings["stress"] = time.perf_counter() - probed
         engine = main.facts.details.get("engine")
-        ctx = Context(
-            profile,
-            engine if isinstance(engine, dict) else {},
-            observations,
-            attachments,
-            oom_killed=oom_killed,
-        )
-        rows = judge(ctx, stress)
+        engine = engine if isinstance(engine, dict) else {}
+        rows = judge(Context(profile, engine, observations, attachments, oom_killed), stress)
     timings["verdict"] = time.perf_counter() - probed - timings.get("stress", 0.0)
     timings["total"] = time.perf_counter() - started
     return Verification(profile, rows, timings)
