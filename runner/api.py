@@ -107,9 +107,7 @@ async def execute(
     """
     request = invocation.launch
     if not request.run_id:
-        request = LaunchRequest(
-            request.attachments, request.scratch_dir, new_run_id(), request.parent_run_id
-        )
+        request = replace(request, run_id=new_run_id())
     package = invocation.package or await sandbox_package(sandbox)
     offer = invocation.channels or ChannelOffer(ChannelHub().party(request.run_id))
     run = _RunRecord(request.run_id, target, sandbox.name, package)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -58,8 +58,8 @@ class FlowHost:
         self.stderr_sink = stderr_sink
         self.on_host_command = on_host_command
         """Told (flow name, command) before a flow starts as a host process, unsandboxed."""
-        self._bindings: dict[tuple[str, str], CapabilitySlot] = {}
-        self.bound: list[CapabilityBinding] = []
+        self._bindings: dict[tuple[str, str], CapabilityBinding] = {}
+        """Each (flow, slot)'s provider, built once for the whole tree."""
 
     async def run(
         self,
@@ -184,10 +184,9 @@ class FlowHost:
             control,
             running,
             graces.cancel if stop_grace is None else stop_grace,
-            None if on_stopped is None else partial(_nest, children, on_stopped),
+            None if on_stopped is None else lambda stopped: on_stopped(children.into(stopped)),
         )
-        children.into(execution)
-        return execution
+        return children.into(execution)
 
     def _check_package(self, name: str, flow: FlowConfig, package: Package | None) -> None:
         """Refuse, before anything starts, capability slots the package does not declare
@@ -257,13 +256,11 @@ class FlowHost:
         return parse_attachments(specs)
 
     def _capabilities(self, name: str, flow: FlowConfig) -> dict[str, CapabilitySlot]:
-        slots: dict[str, CapabilitySlot] = {}
         for slot, binding in flow.capabilities.items():
-            key = (name, slot)
-            if key not in self._bindings:
-                self._bindings[key] = self._bind(f"flows.{name}.capabilities.{slot}", slot, binding)
-            slots[slot] = self._bindings[key]
-        return slots
+            if (name, slot) not in self._bindings:
+                where = f"flows.{name}.capabilities.{slot}"
+                self._bindings[name, slot] = self._bind(where, slot, binding)
+        return {slot: self._bindings[name, slot] for slot in flow.capabilities}
 
     def _bind(self, where: str, slot: str, binding: CapabilityConfig) -> CapabilityBinding:
         """Build a slot's provider once; its contract must be the provider's own."""
@@ -294,15 +291,13 @@ class FlowHost:
                     f"{where}: the contract {contract.identity} is not the one provider "
                     f"{binding.provider!r} implements ({own}); bind the matching descriptor"
                 )
-        bound = CapabilityBinding(slot, provider, contract, provider_name=binding.provider)
-        self.bound.append(bound)
-        return bound
+        return CapabilityBinding(slot, provider, contract, provider_name=binding.provider)
 
     async def aclose(self) -> None:
         """Release every provider this host built (database connections and the like)."""
-        for binding in self.bound:
+        for binding in self._bindings.values():
             await binding.aclose()
-        self.bound.clear()
+        self._bindings.clear()
 
 
 async def _stopped_as_one(
@@ -365,12 +360,6 @@ async def _kill_with(control: RunControl, running: set[RunControl]) -> None:
         child.kill()
 
 
-def _nest(children: _Children, report_to: Callable[[Execution], None], stopped: Execution) -> None:
-    """Hand on a stopped run's execution with the children it had stopped in turn."""
-    children.into(stopped)
-    report_to(stopped)
-
-
 @dataclass
 class _Tree:
     """What one run tree shares: its budget of children running at once, its channel hub,
@@ -381,14 +370,14 @@ class _Tree:
     reports_left: int = CHILD_REPORTS
 
 
+@dataclass
 class _Children:
     """A run's children's reports within the tree's bound, each stderr cut to
     :data:`CHILD_STDERR`; the rest counted."""
 
-    def __init__(self, tree: _Tree) -> None:
-        self.tree = tree
-        self.kept: list[RunReport] = []
-        self.omitted = 0
+    tree: _Tree
+    kept: list[RunReport] = field(default_factory=list)
+    omitted: int = 0
 
     def add(self, report: RunReport) -> None:
         if self.tree.reports_left <= 0:
@@ -400,7 +389,9 @@ class _Children:
             report = replace(report, stderr=tail, stderr_truncated=True)
         self.kept.append(report)
 
-    def into(self, execution: Execution) -> None:
+    def into(self, execution: Execution) -> Execution:
+        """``execution``, its report given these children."""
         execution.report = replace(
             execution.report, children=self.kept, children_omitted=self.omitted
         )
+        return execution

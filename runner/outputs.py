@@ -23,8 +23,16 @@ def check_output(path: Path, option: str) -> None:
     where = f"{option} {path}"
     parent = path.parent
     if path.is_dir():
+        hint = {
+            "--junit": "junit.xml",
+            "--jsonl": "results.jsonl",
+            "--snapshot": "snapshot.json",
+            "--report": "report.json",
+            "--results": "results.sqlite",
+            "--output": "merged.sqlite",
+        }.get(option, "out")
         raise OutputPathError(
-            f"{where} is a directory; give a file path, e.g. {option} {path / path_hint(option)}"
+            f"{where} is a directory; give a file path, e.g. {option} {path / hint}"
         )
     if not parent.is_dir():
         if parent.exists():
@@ -42,18 +50,6 @@ def check_output(path: Path, option: str) -> None:
         raise OutputPathError(
             f"{where}: the file exists and is not writable for you; remove it or give another path"
         )
-
-
-def path_hint(option: str) -> str:
-    """A file name to show in a fix for ``option``."""
-    return {
-        "--junit": "junit.xml",
-        "--jsonl": "results.jsonl",
-        "--snapshot": "snapshot.json",
-        "--report": "report.json",
-        "--results": "results.sqlite",
-        "--output": "merged.sqlite",
-    }.get(option, "out")
 
 
 def write_output(path: Path, data: bytes) -> None:

@@ -127,7 +127,8 @@ def start(
         _fail_usage(f"--pool-idle {exc}")
     if pool_seconds <= 0:
         _fail_usage("--pool-idle must be more than 0 s, e.g. 60s")
-    if not _launched():
+    main_spec = getattr(sys.modules["__main__"], "__spec__", None)  # the console script's?
+    if "runner.launch" not in sys.modules and getattr(main_spec, "name", None) != "runner.launch":
         _fail_usage(
             "only the flow-runner command (or python -m runner.launch) hands commands to a "
             "warm runner; start it with that"
@@ -201,12 +202,6 @@ def status() -> None:
         typer.echo(f"pool:       {reply['pool']} container(s) waiting")
     refusal = reply["refusal"]
     typer.echo("from here:  " + ("commands go to it" if refusal is None else f"refused: {refusal}"))
-
-
-def _launched() -> bool:
-    """Whether this process runs the console script's entry (:mod:`runner.launch`)."""
-    spec = getattr(sys.modules["__main__"], "__spec__", None)
-    return "runner.launch" in sys.modules or getattr(spec, "name", None) == "runner.launch"
 
 
 def _launch_prefix() -> list[str]:

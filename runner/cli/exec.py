@@ -137,7 +137,13 @@ class ExecRequest:
             return self._stand_in_starter(value, seconds)
         host_config = self._host_config()
         if host_config is not None and self.words[0] in host_config.flows:
-            return self._flow_starter(host_config, value, seconds)
+            if len(self.words) > 1 or self.configured_elsewhere or self.user is not None:
+                raise UsageError(
+                    f"{self.words[0]!r} is a configured flow: its command, settings, "
+                    "attachments and profile come from the configuration (its user from that "
+                    "profile); drop the extra arguments"
+                )
+            return self._flow_starter(host_config, self.words[0], value, seconds)
         return self._component_starter(value, seconds)
 
     def _check_process_options(self) -> None:
@@ -191,7 +197,7 @@ class ExecRequest:
         )  # fmt: skip
         flows = {**host_config.flows, self.flow: stand_in}
         config = host_config.model_copy(update={"flows": flows})
-        return self._flow_starter(config, value, seconds, name=self.flow, check=False)
+        return self._flow_starter(config, self.flow, value, seconds)
 
     def _host_config(self) -> HostConfig | None:
         """The configuration, where the target may be one of its flows: an image reference
@@ -203,27 +209,14 @@ class ExecRequest:
         return load_config(self.config, self.allow_host_commands)
 
     def _flow_starter(
-        self,
-        host_config: HostConfig,
-        value: JSONValue,
-        seconds: float,
-        *,
-        name: str | None = None,
-        check: bool = True,
+        self, host_config: HostConfig, name: str, value: JSONValue, seconds: float
     ) -> Starter:
         from runner.config import ConfigError
         from runner.flows import FlowHost
 
-        extra = len(self.words) > 1 or self.configured_elsewhere or self.user is not None
-        if check and extra:
-            raise UsageError(
-                f"{self.words[0]!r} is a configured flow: its command, settings, "
-                "attachments and profile come from the configuration (its user from that "
-                "profile); drop the extra arguments"
-            )
         if any(flow.sandbox_backend == "docker" for flow in host_config.flows.values()):
             _sweep()
-        name, scratch = name or self.words[0], self._scratch_dir()
+        scratch = self._scratch_dir()
 
         async def start(control: RunControl, sink: Callable[[bytes], None] | None) -> Execution:
             try:

@@ -140,7 +140,7 @@ class JobRequest:
         from runner.k8s import wrapper
         from runner.package.errors import PackageError
         from runner.package.reader import directory_package
-        from runner.sandbox.attachments import AttachmentError, parse_attachments
+        from runner.sandbox.attachments import parse_attachments
         from runner.sandbox.base import LaunchRequest
         from runner.sandbox.errors import SandboxError
         from runner.sandbox.registry import SandboxSpec, StopGraces, open_sandbox
@@ -164,12 +164,9 @@ class JobRequest:
             settings = read_settings(wrapper.from_env("--settings", self.settings_text))
         seconds = row.deadline if row is not None and row.deadline else None
         seconds = seconds or parse_duration(self.deadline)
-        try:
-            attachments = parse_attachments(self.attach or [])
-        except AttachmentError as exc:
-            raise UsageError(str(exc)) from exc
         run_id = new_run_id()
         try:  # the pod is the sandbox: the component is the wrapper's child process
+            attachments = parse_attachments(self.attach or [])
             sandbox, _ = open_sandbox(SandboxSpec("process", command=tuple(self.command)))
             package = directory_package(self.package) if self.package is not None else None
         except (SandboxError, PackageError) as exc:
