@@ -79,7 +79,7 @@ class JobRequest:
 
         wrapper.make_undumpable()
         try:
-            return self._run(wrapper.Seal.new())
+            return self._run(wrapper.Seal())
         except Exception as exc:  # the wrapper's own failure: the pod may be retried
             text = f"{type(exc).__name__}: {exc}"
             typer.echo(

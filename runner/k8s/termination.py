@@ -86,8 +86,7 @@ def write(path: Path, data: bytes) -> str | None:
     """Write the message; returns the problem instead of raising, since the verdict is in
     the log and the exit status anyway."""
     try:
-        with path.open("wb") as file:
-            file.write(data)
+        path.write_bytes(data)
     except OSError as exc:
         return f"cannot write the termination message to {path}: {exc.strerror}"
     return None

@@ -14,7 +14,7 @@ import os
 import secrets
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from runner import __version__, json1
@@ -141,11 +141,7 @@ class Seal:
     its digest, the result line (written after the component was reaped) the seal, so
     a component writing into the pod log cannot forge a result ``batch import`` takes."""
 
-    token: str
-
-    @classmethod
-    def new(cls) -> Seal:
-        return cls(secrets.token_hex(16))
+    token: str = field(default_factory=lambda: secrets.token_hex(16))
 
     @property
     def digest(self) -> str:

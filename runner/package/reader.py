@@ -110,17 +110,13 @@ def _unreadable(exc: OSError) -> None:
     raise PackageError(str(exc.filename), "", f"cannot read the package: {exc.strerror}") from exc
 
 
-def cache_dir() -> Path:
-    """Where package files read from images are kept (``$XDG_CACHE_HOME/flow-runner``)."""
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "flow-runner" / "packages"
-
-
 async def _stored_files(source: ImageSource, root: str) -> dict[str, bytes] | None:
-    """The package files of an image, from the disk cache or else from the image (an
-    entry is re-validated like a fresh read; an unreadable one is read again)."""
+    """The package files of an image, from the disk cache (under ``$XDG_CACHE_HOME``) or
+    else from the image (an entry is re-validated like a fresh read; an unreadable one is
+    read again)."""
     key = hashlib.sha256(f"{source.image_id}\0{root}".encode()).hexdigest()
-    path = cache_dir() / f"{key}.pack"
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    path = cache / "flow-runner" / "packages" / f"{key}.pack"
     cached = await anyio.to_thread.run_sync(_cached, path)
     if cached is not False:
         return cached

@@ -74,10 +74,6 @@ class Context:
     attachments: tuple[Attachment, ...] = ()
     oom_killed: bool = False
 
-    @property
-    def gvisor(self) -> bool:
-        return self.profile.runtime == "runsc"
-
 
 Judgement = tuple[Verdict, str]
 """(verdict, reason); the reason says why a row is not PASS."""
@@ -121,7 +117,7 @@ def judge_row(check: Check, ctx: Context) -> Finding:
         verdict, reason = check.judge(value, ctx)
     except (TypeError, KeyError, ValueError) as exc:  # a probe value of the wrong shape
         verdict, reason = "ERROR", f"cannot judge the observation {value!r}: {exc}"
-    if verdict != "PASS" and ctx.gvisor and check.gvisor_blind:
+    if verdict != "PASS" and check.gvisor_blind and ctx.profile.runtime == "runsc":
         if check.declares(ctx.profile):
             reason = (
                 f"{reason} (runsc: the probe sees gVisor's user-space kernel, which does not "
