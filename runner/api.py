@@ -21,7 +21,7 @@ from runner.protocol.completion import Verdict
 from runner.protocol.frames import MAX_PAYLOAD_BYTES
 from runner.protocol.session import flow_run_overflow
 from runner.report import ReportedError, ReportedPackage, RunReport, SandboxLoss
-from runner.sandbox.base import DiskBreach, LaunchRequest, Sandbox, SandboxFacts
+from runner.sandbox.base import LaunchRequest, Sandbox, SandboxFacts
 from runner.sandbox.errors import SandboxLost
 from runner.sandbox.registry import StopGraces
 
@@ -135,7 +135,8 @@ async def execute(
         refused = input_failure(package, invocation.input)
         if refused is not None:
             offer.party.conclude(refused)
-            return _refused(refused, run)
+            verdict = Verdict(None, refused, (REFUSED_BEFORE_LAUNCH,))
+            return Execution(verdict, run.report(verdict))
     grants = offer.admit(ports)  # the last check: after it, rights have moved
     control = control or RunControl()
     try:
@@ -206,8 +207,9 @@ class _RunRecord:
 def _judged(
     outcome: RunOutcome, facts: SandboxFacts, run: _RunRecord, channels: ChannelParty, wall: float
 ) -> Execution:
-    """The driven run judged: its result held to its package, its disk bound and its
-    channels (settled here, before the caller's ``finally`` would cancel them)."""
+    """The driven run judged, after cleanup (which may be what recorded its exit code and
+    OOM kill): its result held to its package, its disk bound and its channels (settled
+    here, before the caller's ``finally`` would cancel them)."""
     verdict = outcome.verdict
     if run.package is not None and verdict.result is not None:
         from runner.package.checks import result_failure
@@ -215,18 +217,29 @@ def _judged(
         failure = result_failure(run.package, verdict.result)
         if failure is not None:
             verdict = Verdict(None, failure, (*verdict.reasons, "result refused by the package"))
-    if facts.disk_breach is not None:
-        verdict = _disk_failure(facts.disk_breach, verdict)
+    if (breach := facts.disk_breach) is not None:  # whatever it answered: the bytes stay
+        details: dict[str, JSONValue] = {"disk": dict(breach.details())}
+        error = OperationError("RESOURCE_EXHAUSTED", breach.message(), details)
+        verdict = Verdict(None, error, (*verdict.reasons, f"disk bound exceeded ({breach.reason})"))
     verdict = _settle_channels(channels, verdict)
-    return Execution(verdict, _report(outcome, verdict, run, {**facts.timings, "total": wall}))
-
-
-def _disk_failure(breach: DiskBreach, verdict: Verdict) -> Verdict:
-    """A run whose host directory grew past its disk bound fails, whatever it answered:
-    the bytes are on the host's disk."""
-    details: dict[str, JSONValue] = {"disk": dict(breach.details())}
-    error = OperationError("RESOURCE_EXHAUSTED", breach.message(), details)
-    return Verdict(None, error, (*verdict.reasons, f"disk bound exceeded ({breach.reason})"))
+    session = outcome.session
+    report = run.report(
+        verdict,
+        outcome=str(verdict.result["outcome"]) if verdict.result is not None else None,
+        exit_code=facts.exit_code,
+        oom_killed=facts.oom_killed,
+        host_kill=outcome.ending.host_kill,
+        condition=session.condition,
+        timings={**outcome.timings, **facts.timings, "total": wall},
+        bytes_from_component=session.bytes_received,
+        bytes_to_component=session.bytes_sent,
+        component_requests=session.lifetime_requests,
+        dispatches=outcome.dispatches,
+        stderr_bytes=outcome.stderr.total,
+        stderr_truncated=outcome.stderr.truncated,
+        stderr=outcome.stderr.text(),
+    )
+    return Execution(verdict, report)
 
 
 def _params(
@@ -279,12 +292,6 @@ def _settle_channels(channels: ChannelParty, verdict: Verdict) -> Verdict:
     return verdict
 
 
-def _refused(error: OperationError, run: _RunRecord) -> Execution:
-    """A Run that failed its package's checks before any container was created."""
-    verdict = Verdict(None, error, (REFUSED_BEFORE_LAUNCH,))
-    return Execution(verdict, run.report(verdict))
-
-
 def _lost(lost: SandboxLost, run: _RunRecord) -> Execution:
     """A Run whose container or engine went away (PROTOCOL.md §9.3, ``CHANNEL_LOST``); the
     details say which, so a caller can retry an engine's."""
@@ -299,28 +306,3 @@ def _lost(lost: SandboxLost, run: _RunRecord) -> Execution:
     loss = SandboxLoss(lost.what, lost.step, seconds, lost.container_id, lost.container_left)
     verdict = Verdict(None, error, tuple(reasons))
     return Execution(verdict, run.report(verdict, lost=loss))
-
-
-def _report(
-    outcome: RunOutcome, verdict: Verdict, run: _RunRecord, sandbox_timings: Mapping[str, float]
-) -> RunReport:
-    """The report of a driven run; exit code and OOM kill are the sandbox's facts, read
-    after cleanup (which may be what recorded them)."""
-    session, ending = outcome.session, outcome.ending
-    facts = run.facts or SandboxFacts()
-    return run.report(
-        verdict,
-        outcome=str(verdict.result["outcome"]) if verdict.result is not None else None,
-        exit_code=facts.exit_code,
-        oom_killed=facts.oom_killed,
-        host_kill=ending.host_kill,
-        condition=session.condition,
-        timings={**outcome.timings, **sandbox_timings},
-        bytes_from_component=session.bytes_received,
-        bytes_to_component=session.bytes_sent,
-        component_requests=session.lifetime_requests,
-        dispatches=outcome.dispatches,
-        stderr_bytes=outcome.stderr.total,
-        stderr_truncated=outcome.stderr.truncated,
-        stderr=outcome.stderr.text(),
-    )
