@@ -30,7 +30,6 @@ if TYPE_CHECKING:
     from runner.package.parse import Package
     from runner.sandbox.base import Attachment
     from runner.sandbox.errors import ImageMissing
-    from runner.sandbox.registry import SandboxSpec
 
 
 @dataclass
@@ -239,10 +238,16 @@ class ExecRequest:
         from runner.package.reader import directory_package, sandbox_package
         from runner.sandbox.base import LaunchRequest
         from runner.sandbox.errors import ImageMissing, SandboxError
-        from runner.sandbox.registry import open_sandbox
+        from runner.sandbox.registry import SandboxSpec, open_sandbox
 
         settings = read_settings(self.settings_text)
-        spec = self._spec()
+        if self.process:
+            spec = SandboxSpec("process", command=tuple(self.words))
+        else:
+            command = tuple(self.words[1:]) or None
+            spec = SandboxSpec(
+                "docker", image=self.words[0], command=command, profile=self.profile, user=self.user
+            )
         try:
             attachments = _attachments(self.attach)
             sandbox, graces = open_sandbox(spec)
@@ -292,16 +297,6 @@ class ExecRequest:
             )
         return UsageError(message, "IMAGE_MISSING")
 
-    def _spec(self) -> SandboxSpec:
-        from runner.sandbox.registry import SandboxSpec
-
-        if self.process:
-            return SandboxSpec("process", command=tuple(self.words))
-        command = tuple(self.words[1:]) or None
-        return SandboxSpec(
-            "docker", image=self.words[0], command=command, profile=self.profile, user=self.user
-        )
-
     def _scratch_dir(self) -> Path | None:
         if self.scratch is None:
             return None
@@ -328,24 +323,18 @@ def exec_(request: ExecRequest) -> None:
     print_line(body)
     if note:
         typer.echo(note, err=True)
-    if request.report is not None:
-        _write_report(request.report, execution)
+    if request.report is not None:  # a failure now (a full disk) leaves the run's status
+        from runner.outputs import write_output
+
+        try:
+            write_output(request.report, (execution.report_json() + "\n").encode())
+        except OSError as exc:
+            typer.echo(
+                f"flow-runner: --report {request.report}: the run report could not be written "
+                f"({exc.strerror or exc}); the result line above is the run's",
+                err=True,
+            )
     raise typer.Exit(status)
-
-
-def _write_report(path: Path, execution: Execution) -> None:
-    """Write ``--report`` once the result line is out; a failure now (a full disk) is said
-    on stderr, and the exit status stays the run's."""
-    from runner.outputs import write_output
-
-    try:
-        write_output(path, (execution.report_json() + "\n").encode())
-    except OSError as exc:
-        typer.echo(
-            f"flow-runner: --report {path}: the run report could not be written "
-            f"({exc.strerror or exc}); the result line above is the run's",
-            err=True,
-        )
 
 
 def _input_missing(label: str, package: Package | None, execution: Execution) -> UsageError:
