@@ -95,11 +95,6 @@ class Process:
         return f"{self.boot_id}/{self.pid_ns}/{self.pid}/{self.start_ticks}"
 
 
-def boot_id() -> str:
-    """This kernel's boot id: the same in every container on it, new at every boot."""
-    return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-
-
 def process_stat(pid: int) -> tuple[str, int] | None:
     """``pid``'s state letter and start time (clock ticks since boot); ``None`` if gone."""
     try:
@@ -116,7 +111,9 @@ def _current(pid: int) -> Process:
     """Cached per pid: a forked child gets its own name."""
     found = process_stat(pid)
     assert found is not None, "a running process has a /proc entry"
-    return Process(boot_id(), os.stat("/proc/self/ns/pid").st_ino, pid, found[1])
+    # The boot id is the same in every container on this kernel, and new at every boot.
+    boot_id = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    return Process(boot_id, os.stat("/proc/self/ns/pid").st_ino, pid, found[1])
 
 
 def run_labels(

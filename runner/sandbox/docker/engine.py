@@ -224,8 +224,9 @@ class Engine:
     def direct(self) -> EngineHttp:
         """The engine's HTTP API; :class:`DockerSandboxError` for a TLS or ssh engine."""
         if self.http is None:
+            base_url = engine_address() if self.client is None else self.client.api.base_url
             raise DockerSandboxError(
-                f"the connection to {self.base_url} is not a plain socket; use the local "
+                f"the connection to {base_url} is not a plain socket; use the local "
                 "engine socket (unset DOCKER_HOST) or a plain tcp:// DOCKER_HOST"
             )
         return self.http
@@ -272,10 +273,6 @@ class Engine:
         except NoAnswer:
             return False
         return reply.status == 200
-
-    @property
-    def base_url(self) -> str:
-        return engine_address() if self.client is None else str(self.client.api.base_url)
 
     async def offered_runtimes(self) -> frozenset[str]:
         """The container runtimes the engine has registered (asked once)."""
