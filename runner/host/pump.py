@@ -308,10 +308,9 @@ def _decode_held(payload: bytes) -> Decoded:
         value = frame.value
         if not isinstance(value, dict) or value.get("method") not in OPERATION_METHODS:
             return frame
-        method, params = value["method"], value.get("params")
+        method, params = str(value["method"]), value.get("params")
         if not isinstance(params, dict) or not isinstance(params.get("operationId"), str):
             return frame
-        assert isinstance(method, str)
         try:
             digest = OperationLedger.digest(method, params)
         except json1.JSON1Error:
@@ -319,16 +318,20 @@ def _decode_held(payload: bytes) -> Decoded:
         return Decoded(value, None, frame.size, digest)
 
 
-def _problem(
-    method: str, validate: Callable[[JSONValue], str | None], result: JSONValue
-) -> str | None:
-    """``validate(result)``, its reason worded as a bounded message about ``method``'s result."""
-    reason = validate(result)
-    return None if reason is None else bounded_message(f"the {method} result is invalid: {reason}")
+def _checked(method: str, validate: Callable[[JSONValue], str | None]) -> Check:
+    """``validate``, its reason worded as a bounded message about ``method``'s result."""
+
+    def problem(result: JSONValue) -> str | None:
+        reason = validate(result)
+        return (
+            None if reason is None else bounded_message(f"the {method} result is invalid: {reason}")
+        )
+
+    return problem
 
 
-_RUN_PROBLEM: Check = partial(_problem, "flow/run-child", validate_run_result)
-_CAPABILITY_PROBLEM: Check = partial(_problem, "capability/call", validate_capability_result)
+_RUN_PROBLEM = _checked("flow/run-child", validate_run_result)
+_CAPABILITY_PROBLEM = _checked("capability/call", validate_capability_result)
 
 
 async def _encode(result: JSONValue) -> bytes:

@@ -75,17 +75,16 @@ class RunControl:
 
 @dataclass
 class StderrStore:
-    """The component's stderr: the last ``limit`` bytes kept, the total counted."""
+    """The component's stderr: the last :data:`STDERR_LIMIT` bytes kept, the total counted."""
 
-    limit: int = STDERR_LIMIT
     total: int = 0
     data: bytearray = field(default_factory=bytearray)
 
     def add(self, chunk: bytes) -> None:
         self.total += len(chunk)
         self.data += chunk
-        if len(self.data) > self.limit:
-            del self.data[: len(self.data) - self.limit]
+        if len(self.data) > STDERR_LIMIT:
+            del self.data[: len(self.data) - STDERR_LIMIT]
 
     @property
     def truncated(self) -> bool:

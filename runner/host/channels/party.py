@@ -88,26 +88,22 @@ class ChannelParty:
             return self._send(_ref(params, "endpoint"), params["value"], size)
         if method == "channel/next":
             return self._next(_ref(params, "endpoint"))
-        if method == "channel/create" and params.get("schema", True) is not True:
-            return self._create_with_schema(params)
-        return json1.dumps(self._settle(method, params))
+        if method == "channel/create":
+            if params.get("schema", True) is not True:
+                return self._create_with_schema(params)
+            return json1.dumps(self.create(params))
+        if method == "channel/subscribe":
+            return json1.dumps(self.subscribe(_ref(params, "source")))
+        if method == "channel/close":
+            self.close(_ref(params, "endpoint"))
+            return b"null"
+        if method == "channel/release":
+            return json1.dumps(self.release(_ref(params, "endpoint")))
+        raise OperationError("UNAVAILABLE", f"{method!r} is not a channel method")
 
     def _check_open(self) -> None:
         if self.closed:
             raise OperationError("OWNER_CLOSED", "this invocation's channels are closed")
-
-    def _settle(self, method: str, params: dict[str, JSONValue]) -> JSONValue:
-        """The four methods that never wait."""
-        if method == "channel/create":
-            return self.create(params)
-        if method == "channel/subscribe":
-            return self.subscribe(_ref(params, "source"))
-        if method == "channel/close":
-            self.close(_ref(params, "endpoint"))
-            return None
-        if method == "channel/release":
-            return self.release(_ref(params, "endpoint"))
-        raise OperationError("UNAVAILABLE", f"{method!r} is not a channel method")
 
     def create(
         self, params: Mapping[str, JSONValue], kind: SourceType | None = None
