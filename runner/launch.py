@@ -6,7 +6,7 @@ imported only then). ``daemon serve`` is the warm runner itself, reached before 
 command-line parsing.
 
 A command run here starts with the cyclic collector paused, since its imports live as
-long as the process; :func:`runner.cli.app.collect_from_here` turns it on before the
+long as the process; :func:`runner.cli.app.before_loop` turns it on before the
 event loop starts.
 """
 
@@ -35,17 +35,28 @@ def main() -> NoReturn:
             from runner.warm.server import serve
 
             serve(sys.argv[3:], _load)
-        gc.disable()  # until the command's imports are done: runner.cli.app.collect_from_here
+        gc.disable()  # until the command's imports are done: runner.cli.app.before_loop
         from runner.warm.client import hand_off
 
         status = hand_off()
         if status is not None:
             os._exit(status)
+        import signal  # the command imports it anyway
+
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not ignored
+            signal.signal(signal.SIGINT, _interrupted)  # to runner.cli.app.before_loop
         from runner.cli import main as run_here
 
         run_here()
     except KeyboardInterrupt:
         os._exit(EXIT_CANCELLED)
+
+
+def _interrupted(signum: int, frame: object) -> None:
+    """A Ctrl-C before the command's event loop, in process: nothing the command made needs
+    cleaning up yet, so it ends here and now. A KeyboardInterrupt raised instead could land
+    where Python ignores exceptions (an import's callback), and the command would run on."""
+    os._exit(EXIT_CANCELLED)
 
 
 def _load() -> Callable[[], object]:

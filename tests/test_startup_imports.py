@@ -218,7 +218,7 @@ def test_the_console_script_pauses_the_collector_until_its_event_loop_starts() -
 
 def test_every_event_loop_of_a_command_starts_with_the_collector_on() -> None:
     # A command that ran its loop with the collector still paused would never collect a
-    # cycle: each anyio.run in runner/cli/ follows collect_from_here() in its function.
+    # cycle: each anyio.run in runner/cli/ follows before_loop() in its function.
     missing = []
     for path in sorted((ROOT / "runner" / "cli").glob("*.py")):
         tree = ast.parse(path.read_text())
@@ -231,6 +231,6 @@ def test_every_event_loop_of_a_command_starts_with_the_collector_on() -> None:
                 if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute | ast.Name)
             ]
             names = [ast.unparse(call.func) for call in calls]
-            if "anyio.run" in names and "collect_from_here" not in names:
+            if "anyio.run" in names and "before_loop" not in names:
                 missing.append(f"{path.name}:{function.name}")
     assert missing == []

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from runner.cli.app import _fail_usage, app, collect_from_here, profiles_app
+from runner.cli.app import _fail_usage, app, before_loop, profiles_app
 
 
 @app.command("inspect")
@@ -27,7 +27,7 @@ def inspect_(
 
     try:
         sandbox, _ = open_sandbox(SandboxSpec("docker", image=image))
-        collect_from_here()
+        before_loop()
         package = anyio.run(sandbox_package, sandbox)
     except (PackageError, SandboxError) as exc:
         _fail_usage(str(exc))

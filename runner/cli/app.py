@@ -13,6 +13,7 @@ import functools
 import gc
 import importlib
 import os
+import signal
 import sys
 from typing import TYPE_CHECKING, Annotated, NoReturn
 
@@ -183,10 +184,14 @@ def main() -> NoReturn:
     os._exit(code if isinstance(code, int) else int(code is not None))
 
 
-def collect_from_here() -> None:
-    """Turn on the cyclic collector the console script paused for start-up, with what
-    exists so far (the imports, alive for the whole process) frozen out of its passes.
-    Called just before each event loop starts; a no-op when the collector is on."""
+def before_loop() -> None:
+    """Called by every command just before its event loop starts. Turns on the cyclic
+    collector the console script paused for start-up, with what exists so far (the imports,
+    alive for the whole process) frozen out of its passes; a no-op when it is on. Gives
+    SIGINT back to Python's handler, which the loop turns into a cancellation (the console
+    script ended the process at once on a Ctrl-C until here: :mod:`runner.launch`)."""
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     if not gc.isenabled():
         gc.freeze()
         gc.enable()

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Literal, cast
 
 import typer
 
-from runner.cli.app import UsageError, _fail_usage, batch_app, collect_from_here
+from runner.cli.app import UsageError, _fail_usage, batch_app, before_loop
 from runner.cli.inputs import (
     DefaultDeadline,
     ResultStore,
@@ -177,7 +177,7 @@ def _run_batch(options: object, junit: Path | None, jsonl: Path | None) -> int:
     async def work() -> BatchResult:
         return await run_batch(options, control)
 
-    collect_from_here()
+    before_loop()
     refusals = (ManifestError, StoreError, SandboxError)
     result = anyio.run(under_signals, work, escalate, refusals)
     if isinstance(result, Exception):

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from runner.cli.app import UsageError, _fail_usage, collect_from_here, policy_app
+from runner.cli.app import UsageError, _fail_usage, before_loop, policy_app
 from runner.cli.inputs import Attach, check_outputs
 from runner.outputs import write_output
 
@@ -155,7 +155,7 @@ def _verify_all(names: list[str], attach: list[str], stress: bool) -> list[Any]:
                 tg.start_soon(one, index)
         return results
 
-    collect_from_here()
+    before_loop()
     try:
         return anyio.run(main)
     except* SandboxError as group:  # engine down, probe image missing: nothing ran

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, NoReturn, TypeVar
 import typer
 
 from runner import exits
-from runner.cli.app import UsageError, collect_from_here
+from runner.cli.app import UsageError, before_loop
 
 if TYPE_CHECKING:
     from runner.api import Execution
@@ -48,7 +48,7 @@ def _run(start: Starter, quiet: bool) -> Execution:
     async def work() -> Execution:
         return await start(control, None if echo is None else echo.write)
 
-    collect_from_here()
+    before_loop()
     try:
         outcome = anyio.run(under_signals, work, escalate, refusals)
     finally:
