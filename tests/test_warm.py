@@ -427,7 +427,7 @@ def test_a_malformed_request_is_refused_and_the_server_serves_on(
                 wire.send(sock, message)
             try:
                 return wire.receive(sock)[0]
-            except wire.Closed:
+            except wire.WireError:
                 return None
 
     assert ask({"op": "run", "key": "0" * 24}) == {"refused": "another installation's request"}
@@ -703,7 +703,7 @@ def attributes():
              getattr(getattr(s.buffer, "raw", s.buffer), "name", None)]
             for s in (sys.stdin, sys.stdout, sys.stderr)]
 original = attributes()
-described = [context._stream(s, fd) for fd, s in enumerate(context._std_streams())]
+described = [context._stream(s, fd) for fd, s in enumerate((sys.stdin, sys.stdout, sys.stderr))]
 adopt._streams(described)
 assert sys.__stdout__ is sys.stdout
 print(json.dumps([original, attributes()]))
@@ -779,7 +779,7 @@ def test_the_wire_refuses_what_is_not_a_message() -> None:
     left, right = socket.socketpair()
     with right:
         left.close()
-        with pytest.raises(wire.Closed):
+        with pytest.raises(wire.WireError, match=r"^closed$"):
             wire.receive(right)
 
 

@@ -1,8 +1,8 @@
 """Making the handler and its forked run the client's process (see :mod:`runner.warm.context`).
 
-:func:`adopt` runs in the handler, before the fork, and may fail: the request is then
-refused and the command runs in its own process. :func:`become` runs in the forked run
-and cannot fail on a request :func:`runner.warm.context.refusal` let through.
+:func:`adopt` runs in the handler before the fork and may fail (the request is refused,
+the command runs in process); :func:`become` runs in the forked run and cannot fail on a
+request :func:`runner.warm.context.refusal` let through.
 """
 
 from __future__ import annotations
@@ -28,10 +28,8 @@ STREAMS = (("<stdin>", "r"), ("<stdout>", "w"), ("<stderr>", "w"))
 
 
 def adopt(request: Message, cwd: int) -> None:
-    """Enter the client's working directory, take its environment and umask.
-
-    Raises OSError when the directory cannot be entered (nothing has run yet).
-    """
+    """Enter the client's working directory (OSError if it cannot be entered), take its
+    environment and umask."""
     os.fchdir(cwd)
     os.environ.clear()
     os.environ.update(request["env"])
@@ -39,12 +37,9 @@ def adopt(request: Message, cwd: int) -> None:
 
 
 def become(request: Message, received: list[int], own: int | None = None) -> int | None:
-    """Take the client's descriptors, limits, signals, locale, streams, ``__main__``, argv.
-
-    ``received`` are the client's descriptors in the order of ``request["fds"]``: they end
-    up at those numbers, and every other descriptor is closed but ``own``, the run's own
-    (close-on-exec), moved above the client's: its new number is returned.
-    """
+    """Take the client's descriptors (``received`` at the numbers ``request["fds"]`` lists,
+    every other closed but ``own``, moved above them: its new number is returned), limits,
+    signals, locale, streams, ``__main__`` and argv."""
     targets: list[int] = request["fds"]
     top = max([*targets, *received, -1 if own is None else own]) + 1
     kept = None if own is None else fcntl.fcntl(own, fcntl.F_DUPFD_CLOEXEC, top)
@@ -84,17 +79,17 @@ def set_recursion(request: Message, depth: int) -> None:
 
 
 def _signals(dispositions: Mapping[str, str], blocked: list[int]) -> None:
-    handlers = {"ignore": signal.SIG_IGN, "default": signal.SIG_DFL}
+    handlers: dict[str, Any] = {
+        "ignore": signal.SIG_IGN,
+        "default": signal.SIG_DFL,
+        "interrupt": signal.default_int_handler,
+    }
     for name, disposition in dispositions.items():
         signum = int(name)
         if signum in (signal.SIGKILL, signal.SIGSTOP):
             continue
-        if disposition == "interrupt":
-            handler: Any = signal.default_int_handler
-        else:
-            handler = handlers[disposition]
         try:
-            signal.signal(signum, handler)
+            signal.signal(signum, handlers[disposition])
         except (OSError, ValueError):
             continue  # one the C library keeps for itself
     signal.pthread_sigmask(signal.SIG_SETMASK, blocked)

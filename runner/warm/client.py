@@ -1,16 +1,12 @@
 """The command's side: hand the run to the warm runner, forward signals, return its status.
 
-:func:`hand_off` returns None whenever the command should run in its own process: no
-socket directory (the common case, one ``lstat``), an unsafe one, no server for this
-installation's key, a server of another uid, or a refusal. Until the server says the run
-started nothing has happened, so running in process then is the same command, once.
-
-Once it started, the run writes to this process's own descriptors; this process waits for
-its exit status, forwards the signals a terminal or a supervisor sends to it (Ctrl-C
-cancels the run as it cancels a run in process), stops and continues the run with itself
-(Ctrl-Z, ``fg``), and exits with the run's status, or dies by the signal that ended the
-run. Should the handler that reports the status be lost first (killed), the run still
-ends by itself: this process waits for it, says so, and exits with :data:`EXIT_LOST`.
+:func:`hand_off` returns None whenever the command should run in its own process (no
+socket directory, at one ``lstat``; an unsafe one; no server of this uid for this key; a
+refusal): until the server says the run started nothing has happened. A started run
+writes to this process's descriptors; this process forwards the signals sent to it (Ctrl-C
+cancels as in process; Ctrl-Z and ``fg`` stop and continue the run with it) and exits with
+the run's status or dies by its signal; should the handler be killed first, it waits for
+the run to end and exits with :data:`EXIT_LOST`.
 """
 
 from __future__ import annotations
@@ -33,24 +29,18 @@ if TYPE_CHECKING:
     from runner.warm.wire import Message
 
 EXIT_LOST = EXIT_INFRASTRUCTURE
-"""The run's status is unknown: its handler was killed before reporting it (the run itself
-has ended and written everything it wrote). ``exec``'s status for an infrastructure
-failure: retrying may succeed."""
+"""The run ended, its handler killed before reporting its status (retrying may succeed)."""
 DISABLE = "FLOW_RUNNER_WARM"
 """``FLOW_RUNNER_WARM=0`` runs every command in its own process."""
 ANSWER = 10.0
-"""Seconds the server has to answer a request (for a run: that it started). A server
-stopped after the connection, or one that hangs, is then given up on: the command runs
-in its own process (nothing was started) instead of waiting for ever. Should the server
-start the run later all the same, its handler finds the client gone and cancels it."""
+"""Seconds the server has to answer a request (a run: that it started); then the command
+runs in process (a run started later finds its client gone and is cancelled)."""
 
 
 def hand_off() -> int | None:
-    """Run this command (``sys.argv``) in the warm runner: its exit status, or None.
-
-    Called where the command would call the CLI's main, before this process opened any
-    descriptor: the run gets the ones it has, by number.
-    """
+    """Run this command (``sys.argv``) in the warm runner: its exit status, or None. Called
+    where the command would call the CLI's main, before this process opened any descriptor:
+    the run gets the ones it has, by number."""
     if os.environ.get(DISABLE) == "0" or sys.argv[1:2] == ["daemon"]:
         return None
     caller = sys._getframe(1)
@@ -148,10 +138,13 @@ def _wait(sock: socket.socket, pidfd: int) -> int:
     from runner.warm import wire
 
     def forward(signum: int, _frame: object) -> None:
-        _signal(pidfd, signum)
+        try:
+            signal.pidfd_send_signal(pidfd, signum)
+        except ProcessLookupError:
+            return  # it has exited: its status is on its way
 
     def suspend(signum: int, _frame: object) -> None:
-        _signal(pidfd, signal.SIGSTOP)
+        forward(signal.SIGSTOP, None)
         signal.signal(signal.SIGTSTP, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTSTP)  # stopped here until SIGCONT
         signal.signal(signal.SIGTSTP, suspend)
@@ -177,15 +170,6 @@ def _wait(sock: socket.socket, pidfd: int) -> int:
     )
     sys.stderr.flush()
     return EXIT_LOST
-
-
-def _signal(pidfd: int, signum: int) -> None:
-    import signal
-
-    try:
-        signal.pidfd_send_signal(pidfd, signum)
-    except ProcessLookupError:
-        return  # it has exited: its status is on its way
 
 
 def _die_by(signum: int) -> NoReturn:

@@ -1,28 +1,20 @@
 """What a warm run takes over from the command's process, and what must already be equal.
 
-A warm run must not differ from the run the command would have made in its own process.
-The client describes its process (:func:`describe_run`); the handler refuses it
-(:func:`refusal`), and the command then runs in its own process, unless the run can be
-made the same (:mod:`runner.warm.adopt`):
-
-- taken over by the run: the open file descriptors by number (0, 1, 2 and any other
-  inherited one), the working directory (as a descriptor, so the very same directory),
-  argv, the environment, the umask, the resource limits, the signal dispositions and
-  mask, the standard streams' encoding, errors and buffering, the locale and time zone
-  the environment sets, ``__main__``'s package (click names the program after it), and
-  the head-room below the recursion limit;
-- equal, or refused: the uid and groups (the kernel's word, checked by the server and the
-  handler), the real and saved ids, namespaces and root directory, nice value,
-  scheduling policy and CPU affinity, capabilities, no_new_privs, seccomp, the LSM label,
-  ``oom_score_adj``, the file-system encoding, every resource limit's hard value (not
-  above the handler's), and every environment variable that importing flow-runner read
-  in the server (the imports baked those values in);
-- neither: the cgroup (the run is accounted to the server's), the controlling terminal
-  (the run has none, so ``/dev/tty`` cannot be opened), parent and process-group ids,
-  the I/O priority, and memory the server's imports already hold (an address-space
-  limit counts them).
-
-The client imports this module on every warm command: nothing here is costly to import.
+A warm run must not differ from the run the command would make in its own process. The
+client describes its process (:func:`describe_run`); the handler refuses it
+(:func:`refusal`), and the command runs in process, unless it can be made the same
+(:mod:`runner.warm.adopt`). Taken over: the open descriptors by number, the working
+directory (as a descriptor: the very same one), argv, environment, umask, resource limits,
+signal dispositions and mask, the standard streams' encoding, errors and buffering, locale,
+time zone, ``__main__``'s package (click names the program after it), recursion head-room.
+Equal, or refused: uid and groups (the kernel's word), real and saved ids, namespaces, root
+directory, nice value, scheduling policy, CPU affinity, capabilities, no_new_privs,
+seccomp, LSM label, ``oom_score_adj``, file-system encoding, hard resource limits (not above
+the handler's), and the environment variables the server's imports read (baked in).
+Neither: the cgroup (the server's), the controlling terminal (none: ``/dev/tty`` cannot be
+opened), parent and process-group ids, I/O priority, the memory the server's imports hold
+(an address-space limit counts it). The client imports this on every warm command: nothing
+here is costly to import.
 """
 
 from __future__ import annotations
@@ -43,39 +35,26 @@ if TYPE_CHECKING:
 NAMESPACES = ("cgroup", "ipc", "mnt", "net", "pid", "time", "user", "uts")
 STATUS = ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "NoNewPrivs", "Seccomp")
 RLIMITS = tuple(sorted(name for name in dir(resource) if name.startswith("RLIMIT_")))
-FACTS = {
-    "namespaces": "namespaces",
-    "root": "root directory",
-    "ids": "real and saved user and group ids",
-    "nice": "nice value",
-    "scheduler": "scheduling policy",
-    "affinity": "CPU affinity",
-    "status": "capabilities, no_new_privs or seccomp mode",
-    "security": "security label",
-    "oom_score_adj": "oom_score_adj",
-    "fs_encoding": "file-system encoding",
-}
-"""The facts :func:`here` returns, by key, as a refusal names them."""
 
 
 def here() -> dict[str, Any]:
-    """This process's facts that a handler cannot take over (lists, as JSON returns them)."""
-    namespaces = {name: _readlink(f"/proc/self/ns/{name}") for name in NAMESPACES}
+    """This process's facts a handler cannot take over, as a refusal names them (as JSON)."""
+    namespaces = {name: _read(f"/proc/self/ns/{name}", link=True) for name in NAMESPACES}
     root = os.stat("/")
     with open("/proc/self/status", encoding="ascii") as lines:
         split = (line.partition(":") for line in lines)
         status = {name: value.strip() for name, _, value in split if name in STATUS}
     return {
         "namespaces": namespaces,
-        "root": [root.st_dev, root.st_ino],
-        "ids": [list(os.getresuid()), list(os.getresgid())],
-        "nice": os.getpriority(os.PRIO_PROCESS, 0),
-        "scheduler": os.sched_getscheduler(0),
-        "affinity": sorted(os.sched_getaffinity(0)),
-        "status": status,
-        "security": _read("/proc/self/attr/current"),
+        "root directory": [root.st_dev, root.st_ino],
+        "real and saved user and group ids": [list(os.getresuid()), list(os.getresgid())],
+        "nice value": os.getpriority(os.PRIO_PROCESS, 0),
+        "scheduling policy": os.sched_getscheduler(0),
+        "CPU affinity": sorted(os.sched_getaffinity(0)),
+        "capabilities, no_new_privs or seccomp mode": status,
+        "security label": _read("/proc/self/attr/current"),
         "oom_score_adj": _read("/proc/self/oom_score_adj"),
-        "fs_encoding": [sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()],
+        "file-system encoding": [sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()],
     }
 
 
@@ -85,12 +64,9 @@ def describe(op: str, key: str) -> Message:
 
 
 def describe_run(key: str, fds: list[int], depth: int) -> Message | None:
-    """The request to run this command, with the descriptors ``fds`` (0, 1, 2 first).
-
-    None when this process cannot be described: a standard stream closed or replaced.
-    ``depth``: frames on the stack where the command would call the CLI's ``main``.
-    """
-    streams = [_stream(stream, fd) for fd, stream in enumerate(_std_streams())]
+    """The request to run this command with the descriptors ``fds`` (0, 1, 2 first), ``depth``
+    frames below the CLI's ``main``; None if a standard stream is closed or replaced."""
+    streams = [_stream(stream, fd) for fd, stream in enumerate((sys.stdin, sys.stdout, sys.stderr))]
     if None in streams:
         return None
     mask = os.umask(0o077)
@@ -122,14 +98,12 @@ def inherited_fds() -> list[int]:
 
 
 def refusal(request: Message, reads: Reads) -> str | None:
-    """Why this process cannot run ``request`` as its client would, or None.
-
-    ``reads``: the environment variables the server's imports read, with their values.
-    """
+    """Why this process cannot run ``request`` as its client would, or None (``reads``: the
+    environment variables the server's imports read)."""
     theirs = request["context"]
     for name, value in here().items():
         if theirs.get(name) != value:
-            return f"not the same {FACTS[name]} as the warm runner"
+            return f"not the same {name} as the warm runner"
     variable = reads.differs(request["env"])
     if variable is not None:
         return f"not the same {variable} as the warm runner read while importing flow-runner"
@@ -158,10 +132,6 @@ def stack_depth(frame: types.FrameType | None) -> int:
     return depth
 
 
-def _std_streams() -> tuple[Any, Any, Any]:
-    return sys.stdin, sys.stdout, sys.stderr
-
-
 def _stream(stream: Any, fd: int) -> list[Any] | None:
     try:
         if stream is None or stream.fileno() != fd:
@@ -183,15 +153,10 @@ def _disposition(signum: int) -> str:
     return "handler"
 
 
-def _readlink(path: str) -> str | None:
+def _read(path: str, link: bool = False) -> str | None:
     try:
-        return os.readlink(path)
-    except OSError:
-        return None
-
-
-def _read(path: str) -> str | None:
-    try:
+        if link:
+            return os.readlink(path)
         with open(path, encoding="utf-8", errors="replace") as file:
             return file.read()
     except OSError:

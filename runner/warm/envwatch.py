@@ -1,13 +1,10 @@
 """Which environment variables an import reads: the values a warm runner has baked in.
 
-A module that reads the environment while it is imported keeps what it read (pydantic
-its plugin switch, zoneinfo its search path, sysconfig and site the user's base). A
-client whose environment says otherwise would have imported the module differently, so
-the server records every variable its imports read, with its value then, and the handler
-refuses a client whose environment disagrees on any of them. An import that walks the
-whole environment makes every variable count, and the absence of any other.
-
-Only reads through ``os.environ`` (and so ``os.getenv``) are seen, not ``getenv(3)`` in C.
+A module may keep what it read while imported (pydantic its plugin switch, zoneinfo its
+search path, site the user's base), so the server records every variable its imports read
+and the handler refuses a client whose environment disagrees on one. An import that walks
+the whole environment makes every variable count. Only reads through ``os.environ`` (and
+``os.getenv``) are seen, not ``getenv(3)`` in C.
 """
 
 from __future__ import annotations
@@ -27,19 +24,14 @@ class Reads:
 
     def differs(self, env: Mapping[str, str]) -> str | None:
         """The first variable ``env`` holds otherwise, or None."""
-        for name, value in self.values.items():
-            if env.get(name) != value:
-                return name
-        if self.whole:
-            extra = sorted(env.keys() - self.values.keys())
-            if extra:
-                return extra[0]
-        return None
+        found = next((name for name, value in self.values.items() if env.get(name) != value), None)
+        if found is None and self.whole:
+            found = min(env.keys() - self.values.keys(), default=None)
+        return found
 
 
 class _Watched(os._Environ[str]):
-    """``os.environ`` itself (the same data, so writes reach the real environment too),
-    noting what is read."""
+    """``os.environ`` itself (writes reach the real environment), noting what is read."""
 
     reads: Reads
 
@@ -64,13 +56,8 @@ class _Watched(os._Environ[str]):
 def watching() -> Iterator[Reads]:
     """``os.environ`` watched for the duration; the reads, once it is over."""
     real = os.environ
-    watched = _Watched(
-        real._data,  # type: ignore[attr-defined]
-        real.encodekey,
-        real.decodekey,
-        real.encodevalue,
-        real.decodevalue,
-    )
+    data = real._data  # type: ignore[attr-defined]
+    watched = _Watched(data, real.encodekey, real.decodekey, real.encodevalue, real.decodevalue)
     watched.reads = Reads()
     os.environ = watched  # noqa: B003 (the same environment, watched)
     try:

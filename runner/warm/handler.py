@@ -1,23 +1,15 @@
 """One connection to the warm runner: a forked handler reads the request and answers it.
 
-The server forks a handler per connection and forgets it (but for reaping), so nothing a
-client sends is read by the server, and a handler lives as long as the run it watches:
-stopping the server, or its death, never touches a run in progress.
-
-A ``run`` request: the handler checks its peer's groups and the request
-(:func:`runner.warm.context.refusal`), enters the client's working directory and
-environment, leaves the server's session (so no terminal signals, no job control reach
-the run but those the client forwards), and forks the run. The run waits until the
-client has been told it started (with a pidfd for its signals): a handler killed before
-that leaves a run that ends without running anything, so a client that heard nothing
-runs the command in its own process and it runs once. Then the handler waits for the run
-to exit and reports its status (having swept, meanwhile, what ``exec`` would have swept
-before its launch: :func:`sweep_alongside`); when the client goes away first (killed), the handler
-sends the run SIGTERM: it cancels, removing its container, as a run in process does on
-SIGTERM.
-
-``status`` answers what the server is and whether this client's runs would be refused;
-``stop`` sends the server SIGTERM and passes back a pidfd to wait on.
+The server reads nothing a client sends; a handler lives as long as the run it watches, so
+the server's stop or death never touches a run. ``run``: the handler checks its peer's
+groups and the request (:func:`runner.warm.context.refusal`), takes the client's directory
+and environment, leaves the server's session (only the signals the client forwards reach
+the run) and forks the run, which waits until the client has been told it started: a
+handler killed before that leaves a run that ends having run nothing, so the client runs
+the command itself, once. The handler then sweeps (:func:`sweep_alongside`) and reports
+the run's status; should the client go first (killed), it sends the run SIGTERM, which
+cancels it as in process. ``status`` answers what the server is and whether this client
+would be refused; ``stop`` sends the server SIGTERM and passes back a pidfd to wait on.
 """
 
 from __future__ import annotations
@@ -47,18 +39,14 @@ _sweep: Callable[[list[str]], object] | None = None
 
 
 def sweep_alongside(sweep: Callable[[list[str]], object]) -> None:
-    """Have each handler call ``sweep(argv)`` once its run has started, so that a command
-    the warm runner serves does not sweep before it launches (the CLI layer gives the
-    sweep, and decides by the command's argv whether it would have swept: the warm runner
-    imports no sandbox). What the sweep raises is ignored: the run meets the same engine."""
+    """Have each handler call ``sweep(argv)`` once its run has started, off the run's path
+    (the CLI layer gives it: the warm runner imports no sandbox); what it raises is ignored."""
     global _sweep
     _sweep = sweep
 
 
 REQUEST_SECONDS = 30.0
 """Time a client has to send its request once connected."""
-EXIT_SETUP = EXIT_INFRASTRUCTURE
-"""The run could not take over the client's process (a bug: the handler checked it)."""
 
 
 @dataclass(frozen=True)
@@ -83,10 +71,8 @@ class Served:
 
 
 def attend(conn: socket, served: Served, channel: socket | None = None) -> int:
-    """Read the request on ``conn`` and answer it; the handler's exit status.
-
-    ``channel``: the run's end of its channel to the server's pool (:mod:`runner.warm.pool`).
-    """
+    """Read the request on ``conn`` and answer it; the handler's exit status. ``channel``:
+    the run's end of its channel to the server's pool (:mod:`runner.warm.pool`)."""
     conn.settimeout(REQUEST_SECONDS)
     try:
         request, fds = wire.receive(conn, wire.MAX_FDS + 1)
@@ -111,7 +97,7 @@ def _check(conn: socket, request: Message, served: Served) -> str | None:
     if request.get("key") != served.key:
         return "another installation's request"
     try:
-        if peer.groups(conn) != peer.own_groups():
+        if peer.groups(conn) != frozenset({os.getegid(), *os.getgroups()}):
             return "not the same groups as the warm runner"
         return refusal(request, served.reads)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -121,13 +107,8 @@ def _check(conn: socket, request: Message, served: Served) -> str | None:
 
 
 def _status(served: Served) -> Message:
-    return {
-        "pid": served.pid,
-        "socket": served.socket,
-        "started": served.started,
-        "idle": served.idle,
-        "busy": served.busy,
-        "connections": served.connections,
+    named = ("pid", "socket", "started", "idle", "busy", "connections")
+    return {name: getattr(served, name) for name in named} | {
         "quiet": time.monotonic() - served.quiet_since,
         "pool": served.pool_waiting if served.use_pool is not None else None,
     }
@@ -213,7 +194,7 @@ def _run(
         set_recursion(request, stack_depth(sys._getframe()))
     except BaseException as exc:  # nothing may return into the server's code
         os.write(2, f"flow-runner: the warm runner could not take over: {exc!r}\n".encode())
-        os._exit(EXIT_SETUP)
+        os._exit(EXIT_INFRASTRUCTURE)  # a bug: the handler checked the request
     try:
         main()  # ends with os._exit once its output is flushed
     except KeyboardInterrupt:  # as the interpreter ends on one nobody caught

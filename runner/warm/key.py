@@ -1,19 +1,13 @@
 """The installation key: which code a warm runner imported, as a short digest.
 
 A server is reachable only under the key it computed before importing anything, and a
-client asks only under the key of what it would import itself. So an edited checkout, an
-upgraded package or another interpreter never talks to a server holding the old code
-(a result never changes by going warm): the key covers
-
-- flow-runner's version, ``sys.executable``, the interpreter's flags, ``-W`` and ``-X``
-  options, and the ``PYTHON*`` environment variables (the interpreter reads some of them
-  only as it starts: ``PYTHONHASHSEED``, ``PYTHONMALLOC``, ...);
-- every entry of ``sys.path`` with the names imports can find there (installing, upgrading
-  or removing a package changes them; ``""``, the working directory, by its path);
-- every file of the ``runner`` package (path, size, modification time), caches aside.
-
-A file edited in place inside another installed package keeps its directory's time: that
-edit is not seen (restart the server after editing a dependency).
+client asks only under the key of what it would import, so an edited checkout, an upgraded
+package or another interpreter never reaches a server holding the old code. The key covers
+flow-runner's version, ``sys.executable``, the interpreter's flags, ``-W`` and ``-X``
+options and ``PYTHON*`` variables (some are read only at start: ``PYTHONHASHSEED``); each
+``sys.path`` entry with the names imports can find there; and every file of the ``runner``
+package (path, size, modification time). A file edited in place inside another installed
+package is not seen (restart the server after editing a dependency).
 """
 
 from __future__ import annotations
@@ -47,9 +41,9 @@ IMPORTABLE = (".py", ".pyc", ".so", ".pth", ".egg-link", ".zip")
 
 
 def _importable(where: str) -> list[str] | None:
-    """What imports can find in a ``sys.path`` entry: its directories and importable files
-    by name (None: not a directory). Installing, upgrading or removing a package changes
-    it; a report written into the working directory or a checkout does not."""
+    """The names of a ``sys.path`` entry's importable files, packages and distribution
+    metadata (None: not a directory): installing a package changes them, a report written
+    into the working directory does not."""
     try:
         with os.scandir(where) as found:
             return sorted(

@@ -1,13 +1,11 @@
 """Who is at the other end of a unix socket, in the kernel's words (Linux).
 
-``SO_PEERCRED`` gives the pid, uid and gid of the process that connected (or listened),
-as they were then; ``SO_PEERGROUPS`` its supplementary groups. Neither can be forged by
-the peer, so these, not anything a request says, decide who may use a warm runner.
+``SO_PEERCRED`` (pid, uid, gid as they were at connect) and ``SO_PEERGROUPS`` cannot be
+forged by the peer, so these, not anything a request says, decide who may use a warm runner.
 """
 
 from __future__ import annotations
 
-import os
 import socket
 import sys
 
@@ -29,10 +27,6 @@ def groups(sock: socket.socket) -> frozenset[int]:
     data = sock.getsockopt(socket.SOL_SOCKET, SO_PEERGROUPS, 4 * MAX_GROUPS)
     found = {int.from_bytes(data[i : i + 4], sys.byteorder) for i in range(0, len(data), 4)}
     return frozenset({credentials(sock)[2], *found})
-
-
-def own_groups() -> frozenset[int]:
-    return frozenset({os.getegid(), *os.getgroups()})
 
 
 def stopped(pid: int) -> bool:

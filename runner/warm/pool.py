@@ -4,20 +4,19 @@ After a run that could have used one (:meth:`DockerSandbox.poolable`: read-only 
 only, so a waiting component can write to no one's directory), the server keeps up to
 ``size`` containers of its *launch configuration* (image id, command, user, ``HostConfig``)
 started, each component blocked on its first read of stdin, our end of its attach socket
-held. A later run of the same configuration claims one over its *channel* (a socket pair
-per connection, whose end the forked run inherits); one claim takes one container, so of
-two runs racing for the last one, the other launches fresh. A replacement is prepared once
-a run that used or wanted a configuration has ended: preparing competes with no run's start.
+held. A run claims one over its *channel* (a socket pair per connection); one claim takes
+one container, so of two runs racing for the last, the other launches fresh. Replacements
+are prepared once a run that used or wanted a configuration has ended, so preparing
+competes with no run's start.
 
 A waiting container is removed when its attach socket says anything (it wrote before its
 ``flow/run``, or exited), after ``idle`` seconds, when another configuration needs its place
-(``most`` in all), when its configuration goes stale, and when the server stops. Labelled
-as the server's, it is spared by gc while the server lives; a claimed one is recorded as
-held by the run's process before the claim is answered, and spared while either lives.
-The run removes it; if it did not (killed), it goes when the run's channel closes.
-
-Engine work runs in forked children, never in the server's one thread. The engine's side
-(:class:`Backend`) is given by the CLI layer: the warm runner imports no sandbox.
+(``most`` in all), when its configuration goes stale, and when the server stops. gc spares
+it while the server (its labelled owner) lives; a claimed one is recorded as the run's
+before the claim is answered, and spared while either lives. The run removes it; killed,
+it leaves it to be removed when its channel closes. Engine work runs in forked children,
+never in the server's thread, given by the CLI layer (:class:`Backend`): the warm runner
+imports no sandbox.
 """
 
 from __future__ import annotations
@@ -32,7 +31,8 @@ import time
 from collections.abc import Callable, Iterable
 from contextlib import suppress
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NoReturn
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 from runner.warm import wire
 from runner.warm.context import inherited_fds
@@ -45,8 +45,7 @@ if TYPE_CHECKING:
 CLAIM_SECONDS = 5.0
 """Time the server has to answer a claim; a claim not answered launches fresh."""
 CLOSE_SECONDS = 30.0
-"""Time a container being prepared has, when the server stops, to be handed over (and
-removed with the rest)."""
+"""Time a container being prepared has to be handed over (and removed) as the server stops."""
 
 
 @dataclass(frozen=True)
@@ -64,26 +63,17 @@ class Backend:
     """Make this process's launches claim through ``Claims`` (in a run)."""
     record: Callable[[str, str], None]
     """Record that the process a label text names holds a container (id, text): gc spares
-    it while that process lives. Quick (a file's write), in the server."""
+    it while that process lives. Quick, in the server."""
 
 
-_backend: Backend | None = None
+registered: Backend | None = None
+"""The engine's side, once the CLI layer has given it (:func:`register`)."""
 
 
 def register(backend: Backend) -> None:
     """Give the pool its engine side (the CLI layer does, as the server imports it)."""
-    global _backend
-    _backend = backend
-
-
-def registered() -> Backend | None:
-    return _backend
-
-
-def digest(config: Mapping[str, Any]) -> str:
-    """The launch configuration's name: a digest of its canonical JSON."""
-    text = json.dumps(config, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(text.encode()).hexdigest()
+    global registered
+    registered = backend
 
 
 @dataclass
@@ -165,8 +155,6 @@ class Pool:
         self.idle = idle
         self.most = most
         self.owner = backend.owner()
-        self.server_fds: tuple[int, ...] = ()
-        """The server's own descriptors, closed in every child the pool forks."""
         self.configs: dict[str, Message] = {}
         self.waiting: list[Waiting] = []
         self.preparing: dict[int, Preparing] = {}
@@ -188,10 +176,8 @@ class Pool:
 
     def timeout(self) -> float | None:
         """Seconds until the next waiting container expires (None: none waits)."""
-        if not self.waiting:
-            return None
-        oldest = min(entry.since for entry in self.waiting)
-        return max(oldest + self.idle - time.monotonic(), 0.0)
+        oldest = min((entry.since for entry in self.waiting), default=None)
+        return None if oldest is None else max(oldest + self.idle - time.monotonic(), 0.0)
 
     def ready(self, fd: int) -> None:
         """``fd`` (one of :meth:`fds`) is readable, or closed."""
@@ -209,32 +195,21 @@ class Pool:
         self._remove([entry for entry in self.waiting if now - entry.since >= self.idle])
         live = {entry.config for entry in self.waiting}
         live |= {entry.config for entry in self.preparing.values()}
-        for channel in self.channels.values():
-            live |= channel.wanted
+        live = live.union(*(channel.wanted for channel in self.channels.values()))
         for name in set(self.configs) - live:
             del self.configs[name]
 
     def close(self) -> None:
         """Remove every container the pool holds or is being handed (the server stops)."""
-        ids = [entry.container_id for entry in self.waiting]
-        for entry in self.waiting:
-            entry.attach.close()
-        self.waiting.clear()
+        self.configs.clear()  # so a container handed over now is removed
+        self._remove(list(self.waiting))
         for preparing in self.preparing.values():
             preparing.reply.settimeout(CLOSE_SECONDS)
-            with suppress(OSError, wire.WireError), preparing.reply:
-                answer, fds = wire.receive(preparing.reply, 1)
-                for fd in fds:
-                    os.close(fd)
-                if "id" in answer:
-                    ids.append(str(answer["id"]))
+            self._prepared(preparing)
         self.preparing.clear()
         for channel in self.channels.values():
             channel.sock.close()  # not channel.claimed: runs in progress remove their own
         self.channels.clear()
-        if ids:
-            with suppress(Exception):
-                self.backend.remove(ids)
         for pid in self.removing:  # so that the server's end is its containers' end
             with suppress(ChildProcessError):  # reaped by the server already
                 os.waitpid(pid, 0)
@@ -251,7 +226,8 @@ class Pool:
             channel.claimed.discard(str(message.get("id")))
         elif op == "claim" and isinstance(message.get("config"), dict):
             config = message["config"]
-            name = digest(config)
+            canonical = json.dumps(config, sort_keys=True, separators=(",", ":"))
+            name = hashlib.sha256(canonical.encode()).hexdigest()
             self._forget_stale(name, config)
             self.configs[name] = config
             channel.wanted.add(name)
@@ -340,7 +316,7 @@ class Pool:
             except OSError:  # the server is gone: nobody will hold it
                 backend.remove([container_id])
 
-        self._fork(prepare, keep=(theirs.fileno(),))
+        fork(prepare, [fd for fd in inherited_fds() if fd > 2 and fd != theirs.fileno()])
         theirs.close()
         self.preparing[ours.fileno()] = Preparing(name, ours)
 
@@ -363,40 +339,34 @@ class Pool:
         )
         self.waiting.append(entry)
 
-    def _remove(self, entries: Iterable[Waiting]) -> None:
-        gone = list(entries)
-        if not gone:
-            return
-        for entry in gone:
+    def _remove(self, entries: list[Waiting]) -> None:
+        for entry in entries:
             self.waiting.remove(entry)
             entry.attach.close()
-        self._removal([entry.container_id for entry in gone])
-
-    def _fork(self, work: Callable[..., object], *args: object, keep: tuple[int, ...] = ()) -> int:
-        """Run ``work(*args)`` in a child that holds none of the server's descriptors."""
-        pid = os.fork()
-        if pid == 0:
-            _child(work, args, keep)
-        return pid
+        self._removal([entry.container_id for entry in entries])
 
     def _removal(self, ids: list[str]) -> None:
-        self.removing.add(self._fork(self.backend.remove, ids))
+        if ids:
+            held = [fd for fd in inherited_fds() if fd > 2]
+            self.removing.add(fork(partial(self.backend.remove, ids), held))
 
 
-def _child(
-    work: Callable[..., object], args: tuple[object, ...], keep: tuple[int, ...]
-) -> NoReturn:
-    code = 1
-    try:
-        signal.set_wakeup_fd(-1)
-        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            signal.signal(signum, signal.SIG_IGN)  # it finishes what it holds
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        for fd in inherited_fds():
-            if fd > 2 and fd not in keep:
+def fork(work: Callable[[], int | None], close: Iterable[int]) -> int:
+    """Run ``work`` in a child of the server (exit status: what it returns, None 0); its pid.
+    The child closes ``close`` (the server's descriptors) and ignores the signals that stop
+    the server: it finishes what it holds, and a handler outlives its server."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            signal.set_wakeup_fd(-1)
+            for fd in close:
                 with suppress(OSError):
                     os.close(fd)
-        work(*args)
-        code = 0
-    finally:
-        os._exit(code)
+            for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                signal.signal(signum, signal.SIG_IGN)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            code = work() or 0
+        finally:
+            os._exit(code)
+    return pid

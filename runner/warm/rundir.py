@@ -1,15 +1,12 @@
 """The directory of the warm runner's sockets: only its user may enter it.
 
-The socket accepts commands that run as the user, so reaching it must take what the user
-has. It lives in ``$XDG_RUNTIME_DIR/flow-runner`` (an absolute ``XDG_RUNTIME_DIR``), else
-in ``/tmp/flow-runner-<uid>``. The server creates the directory with mode 0700; a
-directory found there is used only when it is no symbolic link, is owned by the user,
-grants nothing to group or others, and sits in a parent that nobody else can rename it
-in (not writable by others, or sticky, like ``/tmp``). An unsafe directory is never
-repaired: the server refuses to start, and a client runs its command in its own process.
-
-Paths are plain strings: the client imports this module on every command, and
-``pathlib`` costs more than the whole check.
+The socket runs commands as the user, so reaching it must take what the user has. It is
+``$XDG_RUNTIME_DIR/flow-runner`` (an absolute ``XDG_RUNTIME_DIR``), else
+``/tmp/flow-runner-<uid>``, created with mode 0700; a directory found there is used only
+when it is no symbolic link, is the user's, grants nothing to group or others, and sits in
+a parent nobody else can rename it in (not writable by others, or sticky). An unsafe one is
+never repaired: the server refuses to start, a client runs its command in process. Paths
+are strings: the client imports this on every command, and ``pathlib`` costs more.
 """
 
 from __future__ import annotations
@@ -39,10 +36,7 @@ def directory(environ: Mapping[str, str]) -> str:
 
 
 def unsafe(path: str) -> str | None:
-    """Why ``path`` must not hold a socket, or None when it is safe.
-
-    Raises :class:`FileNotFoundError` when there is no such directory.
-    """
+    """Why ``path`` must not hold a socket, or None (FileNotFoundError: no such directory)."""
     found = os.lstat(path)
     uid = os.getuid()
     if stat.S_ISLNK(found.st_mode):
@@ -78,17 +72,10 @@ def socket_path(path: str, key: str) -> str:
     return os.path.join(path, f"{key}.sock")
 
 
-def lock_path(path: str, key: str) -> str:
-    return os.path.join(path, f"{key}.lock")
-
-
 def lock(path: str) -> int | None:
-    """An open descriptor holding the lock file ``path``, or None if another holds it.
-
-    The server holds it for its whole life, so two servers never share a socket name.
-    A lock file is removed by its holder before it lets go, so a lock taken on a file that
-    is no longer at ``path`` proves nothing: the check after taking it retries then.
-    """
+    """An open descriptor holding the lock file ``path`` (the server's, for its life: two
+    servers never share a socket name), or None if another holds it. A holder removes the
+    file before it lets go, so a lock on a file no longer at ``path`` is retried."""
     while True:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:

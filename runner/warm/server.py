@@ -1,30 +1,16 @@
 """The warm runner's server: flow-runner imported once, a handler forked per connection.
 
 ``flow-runner daemon serve SECONDS [--detach] [--pool N] [--pool-idle SECONDS]
-[--pool-max N]`` (what ``daemon start`` runs; the console
-script reaches it without parsing anything, so no command-line state is left in the
-process its runs are forked from):
-
-1. the socket directory is created or checked (:mod:`runner.warm.rundir`), the
-   installation's key computed (:mod:`runner.warm.key`) *before* anything is imported,
-   and the key's lock taken: one server per key;
-2. everything a command may import is imported, with the environment watched
-   (:mod:`runner.warm.envwatch`); no thread may have been started by it (a fork copies
-   only the thread that forks); the garbage collector is run and frozen, so forked runs
-   do not copy the pages of what it would walk;
-3. the socket is bound (mode 0600, in a 0700 directory) and the ready line written to
-   stderr (then, detached, stderr is closed: ``daemon start`` waits for that);
-4. one thread, no event loop: ``poll`` on the socket and a self-pipe for signals; a
-   connection from another uid is closed unread, any other gets a forked handler
-   (:mod:`runner.warm.handler`); handlers are reaped on SIGCHLD;
-5. it exits on SIGTERM, SIGINT or SIGHUP, or when no handler has run for ``SECONDS`` and
-   none runs, removing its socket first, then its pool's containers. Handlers running
-   then finish on their own.
-
-With ``--pool N`` the same loop keeps the pool (:mod:`runner.warm.pool`): each connection
-gets a channel to it, and the pool's descriptors (channels, waiting containers' attach
-sockets, preparations in flight) are polled beside the socket; its engine work runs in
-forked children, never in this thread.
+[--pool-max N]``, reached by the console script before it parses anything. Before it
+imports, it checks the socket directory (:mod:`runner.warm.rundir`) and takes the lock of
+the installation's key (:mod:`runner.warm.key`): one server per key. Its imports may start
+no thread (a fork copies only the thread that forks); the garbage collector is then frozen,
+so forked runs do not copy the pages it would walk. One thread polls the socket (0600, in a
+0700 directory), a signal self-pipe and the pool's descriptors (:mod:`runner.warm.pool`):
+a connection from another uid is closed unread, any other gets a forked handler
+(:mod:`runner.warm.handler`). It exits on SIGTERM, SIGINT, SIGHUP or after ``SECONDS``
+without a handler, removing its socket, then its pool's containers; handlers finish on
+their own.
 """
 
 from __future__ import annotations
@@ -40,6 +26,7 @@ import time
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import NoReturn
 
 from runner.exits import EXIT_USAGE
@@ -73,6 +60,7 @@ class Options:
 
 def options(args: list[str]) -> Options | None:
     """The arguments, or None if they are not ``daemon serve``'s."""
+    valued = {"--pool": int, "--pool-max": int, "--pool-idle": float}
     try:
         found = Options(float(args[0]))
         rest = args[1:]
@@ -80,12 +68,8 @@ def options(args: list[str]) -> Options | None:
             name, *rest = rest
             if name == "--detach":
                 found = replace(found, detach=True)
-            elif name == "--pool":
-                found = replace(found, pool=int(rest.pop(0)))
-            elif name == "--pool-max":
-                found = replace(found, pool_max=int(rest.pop(0)))
-            elif name == "--pool-idle":
-                found = replace(found, pool_idle=float(rest.pop(0)))
+            elif name in valued:
+                found = replace(found, **{name[2:].replace("-", "_"): valued[name](rest.pop(0))})
             else:
                 return None
     except (IndexError, ValueError):
@@ -107,7 +91,7 @@ def serve(args: list[str], load: Callable[[], Callable[[], object]]) -> NoReturn
     except (rundir.UnsafeDirectory, OSError) as exc:
         _exit(f"flow-runner: {exc}", EXIT_USAGE)
     key = installation_key()
-    path, lock_path = rundir.socket_path(place, key), rundir.lock_path(place, key)
+    path, lock_path = rundir.socket_path(place, key), os.path.join(place, f"{key}.lock")
     if len(os.fsencode(path)) > rundir.SOCKET_PATH_MAX:
         _exit(
             f"flow-runner: socket path {path} too long; set a shorter XDG_RUNTIME_DIR", EXIT_USAGE
@@ -120,10 +104,9 @@ def serve(args: list[str], load: Callable[[], Callable[[], object]]) -> NoReturn
             main = load()
         if threading.active_count() != 1:
             _exit("flow-runner: importing flow-runner started a thread; no warm runner", 1)
-        backend = pool.registered()
         containers = None
-        if given.pool and backend is not None and given.pool_max:
-            containers = pool.Pool(backend, given.pool, given.pool_idle, given.pool_max)
+        if given.pool and pool.registered is not None and given.pool_max:
+            containers = Pool(pool.registered, given.pool, given.pool_idle, given.pool_max)
         gc.collect()
         gc.freeze()
         listener = _bind(path)
@@ -131,10 +114,11 @@ def serve(args: list[str], load: Callable[[], Callable[[], object]]) -> NoReturn
             served = Served(
                 key, path, os.getpid(), time.time(), idle,
                 Reads(dict(reads.values), reads.whole), main, 0, time.monotonic(), 0,
-                backend.use if containers is not None and backend is not None else None,
+                containers.backend.use if containers is not None else None,
             )  # fmt: skip
             os.chdir("/")
-            _say(f"{READY}: pid {os.getpid()}, socket {path}, stops after {idle:g} s unused")
+            ready = f"{READY}: pid {os.getpid()}, socket {path}, stops after {idle:g} s unused"
+            print(ready, file=sys.stderr, flush=True)
             if given.detach:
                 _detach()
             _loop(listener, served, held, containers)
@@ -179,8 +163,6 @@ def _loop(listener: socket.socket, served: Served, held: int, containers: Pool |
         signal.signal(signum, lambda signum, _frame: stopping.append(signum))
     signal.signal(signal.SIGCHLD, lambda _signum, _frame: None)  # poll wakes on the pipe
     server_fds = (listener.fileno(), wake_read, wake_write, held)
-    if containers is not None:
-        containers.server_fds = server_fds
     handlers: set[int] = set()
     quiet_since = time.monotonic()
     accepted = 0
@@ -226,40 +208,17 @@ def _loop(listener: socket.socket, served: Served, held: int, containers: Pool |
                 )
                 accepted += 1
                 channel = containers.channel() if containers is not None else None
-                pid = os.fork()
-                if pid == 0:
-                    pooled = tuple(containers.fds()) if containers is not None else ()
-                    _handle(conn, now, server_fds + pooled, channel)
+                pooled = tuple(containers.fds()) if containers is not None else ()
+                handlers.add(pool.fork(partial(attend, conn, now, channel), server_fds + pooled))
                 if channel is not None:
                     channel.close()
-                handlers.add(pid)
         if containers is not None:
             containers.expire()
 
 
-def _handle(
-    conn: socket.socket,
-    served: Served,
-    server_fds: tuple[int, ...],
-    channel: socket.socket | None,
-) -> NoReturn:
-    """The forked handler: drop the server's descriptors and signals, then attend."""
-    code = 1
-    try:
-        signal.set_wakeup_fd(-1)
-        for fd in server_fds:
-            os.close(fd)
-        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            signal.signal(signum, signal.SIG_IGN)  # a handler outlives its server
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        code = attend(conn, served, channel)
-    finally:
-        os._exit(code)
-
-
 def _reap(handlers: set[int], others: set[int]) -> bool:
-    """Collect the children that ended (``handlers``, and the pool's, some of them in
-    ``others``: each is taken out of its set); whether a handler did."""
+    """Reap ended children out of ``handlers`` or ``others`` (the pool's); whether a handler
+    ended."""
     reaped = False
     while True:
         try:
@@ -285,11 +244,6 @@ def _detach() -> None:
     os.close(null)
 
 
-def _say(line: str) -> None:
-    sys.stderr.write(line + "\n")
-    sys.stderr.flush()
-
-
 def _exit(line: str, code: int) -> NoReturn:
-    _say(line)
+    print(line, file=sys.stderr, flush=True)
     os._exit(code)

@@ -1,9 +1,8 @@
 """Messages between a client and the warm runner: JSON objects with descriptors attached.
 
-A message is a 4-byte big-endian length, then that many bytes of one JSON object (stdlib
-``json``, ASCII: strings the process holds with surrogate escapes, as ``os.environ`` does
-for bytes that are not UTF-8, travel as ``\\udcXX`` and come back the same). Descriptors
-ride with the length (``SCM_RIGHTS``), so the receiver has them before the body.
+A message is a 4-byte big-endian length and that many bytes of one ASCII JSON object (a
+string with surrogate escapes, as ``os.environ`` holds bytes that are not UTF-8, travels
+as ``\\udcXX`` and comes back the same). Descriptors ride with the length (``SCM_RIGHTS``).
 """
 
 from __future__ import annotations
@@ -29,10 +28,6 @@ class WireError(Exception):
     """The peer sent something that is not a message, or went away in the middle of one."""
 
 
-class Closed(WireError):
-    """The peer closed the connection where a message could begin."""
-
-
 def send(sock: socket.socket, message: Message, fds: Sequence[int] = ()) -> None:
     body = json.dumps(message, separators=(",", ":")).encode("ascii")
     header = len(body).to_bytes(4, "big")
@@ -50,7 +45,7 @@ def receive(sock: socket.socket, max_fds: int = 0) -> tuple[Message, list[int]]:
         if flags & socket.MSG_CTRUNC:
             raise WireError(f"more than {max_fds} descriptors")
         if not header:
-            raise Closed("closed")
+            raise WireError("closed")
         header += _exactly(sock, 4 - len(header))
         size = int.from_bytes(header, "big")
         if size > MAX_BODY:
