@@ -18,6 +18,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
+os.environ["FLOW_RUNNER_WARM"] = "0"
+"""Every command a test starts runs in its own process, whatever warm runner serves this
+installation on the machine (a pooled run's container is the server's, not the command's:
+tests that look for a command's containers would not find them). tests/test_warm.py and
+tests/test_pool.py start warm runners of their own, with this variable taken out."""
+
 
 _built: list[subprocess.CompletedProcess[bytes]] = []
 """The session's run of images/build.sh, once made."""
