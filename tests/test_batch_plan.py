@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from runner import json1
-from runner.batch.keys import Digests, ImageIds, Keys
+from runner.batch.keys import ImageIds, Keys
 from runner.batch.manifest import Defaults, Row, check, rows_on
 from runner.batch.sandboxes import PinnedSandbox, Sandboxes
 from runner.config import load_config
@@ -64,7 +64,7 @@ def test_a_key_is_the_sha256_of_the_whole_canonical_document(tmp_path: Path) -> 
             {"id": "missing-image", "image": "flow-runner/no-such:latest"},
         ],
     )
-    keys = Keys(ImageIds(Engine({TAG: IMAGE_ID})), Digests(), None)
+    keys = Keys(ImageIds(Engine({TAG: IMAGE_ID})), None)
     for row in rows:
         document = keys.document(row)
         assert keys(row) == hashlib.sha256(json1.canonical(document)).hexdigest(), row.id
@@ -86,7 +86,7 @@ def test_the_key_covers_the_deadline_and_the_seccomp_files_text(tmp_path: Path) 
         manifest = tmp_path / "m.jsonl"
         manifest.write_text(json.dumps({"id": "r", "profile": str(profile)}) + "\n")
         (row,) = check(manifest, Defaults(image=TAG, deadline=deadline), None)
-        return Keys(ImageIds(Engine({TAG: IMAGE_ID})), Digests(), None)(row)
+        return Keys(ImageIds(Engine({TAG: IMAGE_ID})), None)(row)
 
     first = key("5m")
     assert key("5m") == first
@@ -104,7 +104,7 @@ def test_a_flow_rows_key_covers_the_configuration_and_the_flows_images(tmp_path:
     path.write_text('{"id": "a", "flow": "hello", "input": 1}\n{"id": "b", "flow": "other"}\n')
     rows = list(check(path, Defaults(), config))
     engine = Engine({TAG: IMAGE_ID})
-    keys = Keys(ImageIds(engine), Digests(), config)
+    keys = Keys(ImageIds(engine), config)
     for row in rows:
         assert keys(row) == hashlib.sha256(json1.canonical(keys.document(row))).hexdigest()
     assert keys.document(rows[0])["images"] == {
@@ -120,7 +120,7 @@ def test_an_input_near_json1s_bounds_still_gets_a_key(tmp_path: Path) -> None:
     items = json1.MAX_ITEMS - 6
     big = [list(range(items)) for _ in range(json1.MAX_NODES // items)]
     (row,) = manifest_rows(tmp_path, [{"id": "big", "input": big}])
-    keys = Keys(ImageIds(Engine({TAG: IMAGE_ID})), Digests(), None)
+    keys = Keys(ImageIds(Engine({TAG: IMAGE_ID})), None)
     with pytest.raises(json1.JSON1Error):
         json1.canonical(keys.document(row))
     assert len(keys(row)) == 64 and keys(row) != keys(manifest_rows(tmp_path, [{"id": "x"}])[0])
@@ -347,7 +347,7 @@ def test_a_flow_rows_key_follows_what_the_configurations_files_say(tmp_path: Pat
     rows = list(check(path, Defaults(), config))
 
     def key(row: Row) -> str:  # a new batch: nothing digested yet
-        return Keys(ImageIds(Engine({TAG: IMAGE_ID})), Digests(), config)(row)
+        return Keys(ImageIds(Engine({TAG: IMAGE_ID})), config)(row)
 
     first = [key(row) for row in rows]
     assert [key(row) for row in rows] == first

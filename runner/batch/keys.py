@@ -7,6 +7,7 @@ configuration as its files say it (:func:`config_document`) and every flow's ima
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import stat
@@ -26,6 +27,8 @@ from .manifest import Row
 if TYPE_CHECKING:
     from runner.config import HostConfig
 
+Digests = Callable[[Path], str]
+"""A read-only attachment's content digest, once per path per batch."""
 CONTENT_LIMIT = 64 << 20
 """Bytes of a read-only attachment tree digested by content; above it, by metadata."""
 
@@ -45,18 +48,6 @@ class ImageIds:
     def planned(self, tag: str) -> str:
         """The id ``tag`` was resolved to (never asking the engine), else the tag itself."""
         return self._ids.get(tag) or tag
-
-
-class Digests:
-    """Content digests of read-only attachments, once per path per batch."""
-
-    def __init__(self) -> None:
-        self._digests: dict[Path, str] = {}
-
-    def __call__(self, path: Path) -> str:
-        if path not in self._digests:
-            self._digests[path] = digest_path(path)
-        return self._digests[path]
 
 
 def digest_path(path: Path) -> str:
@@ -121,9 +112,9 @@ class Keys:
     the whole document would exceed them.
     """
 
-    def __init__(self, image_ids: ImageIds, digests: Digests, config: HostConfig | None) -> None:
+    def __init__(self, image_ids: ImageIds, config: HostConfig | None) -> None:
         self._image_ids = image_ids
-        self._digests = digests
+        self._digests: Digests = functools.cache(digest_path)
         self._config = config
         self._shared: dict[int, tuple[object, JSONValue]] = {}
         """id of what rows share -> (it, its JSON value)."""

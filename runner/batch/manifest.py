@@ -148,7 +148,11 @@ class _Reader:
         if not isinstance(settings, dict):
             bad("settings", "must be a JSON object")
         command = self._command(value, d, bad)
-        deadline = self._deadline(value.get("deadline", d.deadline), bad)
+        try:
+            deadline = parse_duration(_text(value.get("deadline", d.deadline), "deadline"))
+        except ValueError as exc:
+            bad("deadline", str(exc))
+            deadline = 0.0
         profile = None
         if flow is None:
             try:
@@ -200,14 +204,6 @@ class _Reader:
             bad("command", 'must be a non-empty list of strings, e.g. ["python3", "main.py"]')
             return None
         return tuple(str(part) for part in command)
-
-    @staticmethod
-    def _deadline(text: object, bad: _Bad) -> float:
-        try:
-            return parse_duration(_text(text, "deadline"))
-        except ValueError as exc:
-            bad("deadline", str(exc))
-            return 0.0
 
     @staticmethod
     def _attachments(
@@ -280,7 +276,6 @@ def check(
         raise ManifestError(path, problems[:limit], max(0, len(problems) - limit))
     if count == 0:
         raise ManifestError(path, [_problem(0, "(file)", "no invocations; one JSON object a line")])
-    del seen
     return _rows(path, reader)
 
 

@@ -36,7 +36,11 @@ class Counts:
         if self.finished == 0 or left <= 0:
             return "-" if left > 0 else "0s"
         seconds = (time.monotonic() - self.started) / self.finished * left
-        return _duration(seconds)
+        if seconds < 60:
+            return f"{seconds:.0f}s"
+        if seconds < 3600:
+            return f"{seconds / 60:.0f}m"
+        return f"{seconds / 3600:.1f}h"
 
     def tally(self) -> str:
         return (
@@ -46,14 +50,6 @@ class Counts:
 
     def line(self) -> str:
         return f"{self.finished}/{self.total} {self.tally()} eta {self.eta()}"
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 60:
-        return f"{seconds:.0f}s"
-    if seconds < 3600:
-        return f"{seconds / 60:.0f}m"
-    return f"{seconds / 3600:.1f}h"
 
 
 class Progress:
@@ -89,9 +85,6 @@ class Progress:
 class Quiet(Progress):
     def _print(self, text: str) -> None:
         pass
-
-    async def show(self) -> None:
-        await anyio.sleep_forever()
 
 
 class Live(Progress):

@@ -61,13 +61,8 @@ def summary(store: Store) -> dict[str, Any]:
         "manifests": manifests,
         "not_succeeded": problems,
         "run_seconds": round(seconds, 3),
-        "phases": phases(store),
+        "phases": phase_stats(run_timings(store)),
     }
-
-
-def phases(store: Store) -> dict[str, dict[str, float]]:
-    """:func:`phase_stats` of the store's run reports."""
-    return phase_stats(run_timings(store))
 
 
 def run_timings(store: Store) -> Iterator[dict[str, float]]:

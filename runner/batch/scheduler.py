@@ -38,7 +38,7 @@ from runner.sandbox.base import LaunchRequest
 from runner.sandbox.errors import ImageMissing, SandboxError
 from runner.sandbox.registry import SandboxEngine, sandbox_engine
 
-from .keys import Digests, ImageIds, Keys, input_digest, shard_of
+from .keys import ImageIds, Keys, input_digest, shard_of
 from .manifest import Defaults, Row, check, rows_on
 from .prepare import Prepared, PreparedSandbox
 from .progress import Counts, Mode, progress
@@ -213,7 +213,7 @@ class _Batch:
         """Key every row; queue the shard's rows without a final result for their key and
         return their line numbers (the final ones count into the result now)."""
         image_ids = self._image_ids
-        key_of = Keys(image_ids, Digests(), self.options.config)
+        key_of = Keys(image_ids, self.options.config)
         rerun, shard = self.options.rerun, self.options.shard
         lines: set[int] = set()
         with self.store.transaction():
@@ -377,24 +377,22 @@ class _Batch:
                     self.counts.running -= 1
                 self.store.finish(self.name, row.id, final, seconds=seconds)
                 self._count(final.status)
-                if final.status in (SUCCEEDED,):
+                if final.status == SUCCEEDED:
                     self.counts.succeeded += 1
                 elif final.status != INTERRUPTED:
                     self.counts.failed += 1
                     why = f"{final.error_code}: {_first_line(final.error_message or '')}"
                     shown.failure(row.id, final.status, why)
-                    self._check_halt()
-
-    def _check_halt(self) -> None:
-        halt = self.options.halt
-        failures = self.result.statuses.get(FAILED, 0) + self.result.statuses.get(INFRA_FAILED, 0)
-        if halt is None or self.result.halted or not halt.reached(failures, self.counts.total):
-            return
-        self.result.halted = True
-        if self.options.halt_now:
-            self.control.stop()
-        else:
-            self.control.stopping = True
+                    statuses, halt = self.result.statuses, self.options.halt
+                    failures = statuses.get(FAILED, 0) + statuses.get(INFRA_FAILED, 0)
+                    if halt is None or self.result.halted:
+                        continue
+                    if halt.reached(failures, self.counts.total):
+                        self.result.halted = True
+                        if self.options.halt_now:
+                            self.control.stop()
+                        else:
+                            self.control.stopping = True
 
     async def _run_row(
         self, row: Row, shown: Any, prepared: Prepared | None
@@ -437,7 +435,12 @@ class _Batch:
         self.control._add(run)
         try:
             if row.flow is not None:
-                return await self._flow_host().run(
+                if self._flows is None:
+                    from runner.flows import FlowHost
+
+                    assert self.options.config is not None
+                    self._flows = FlowHost(self.options.config)
+                return await self._flows.run(
                     row.flow, row.input, deadline_seconds=row.deadline, control=run, run_id=run_id
                 )
             assert row.image is not None and row.profile is not None
@@ -457,14 +460,6 @@ class _Batch:
             self.control._runs.discard(run)
             if prepared is not None and not prepared.taken:
                 prepared.discard()
-
-    def _flow_host(self) -> FlowHost:
-        if self._flows is None:
-            from runner.flows import FlowHost
-
-            assert self.options.config is not None
-            self._flows = FlowHost(self.options.config)
-        return self._flows
 
     def _count(self, status: str) -> None:
         self.result.statuses[status] = self.result.statuses.get(status, 0) + 1
@@ -502,7 +497,11 @@ def _final(outcome: Execution | Exception) -> RowResult:
             return replace(ran, status=SUCCEEDED, outcome=report.outcome, output=output)
         assert report.error is not None
         return replace(ran, error_code=report.error.code, error_message=report.error.message)
-    return RowResult(FAILED, error_code=_code_of(outcome), error_message=str(outcome))
+    if isinstance(outcome, InvocationRefused):
+        code = outcome.code
+    else:
+        code = next((code for kind, code in _CODES if isinstance(outcome, kind)), "RUNNER_ERROR")
+    return RowResult(FAILED, error_code=code, error_message=str(outcome))
 
 
 _CODES = (
@@ -512,13 +511,7 @@ _CODES = (
     (ConfigError, "CONFIG_ERROR"),
     (SandboxError, "SANDBOX_ERROR"),
 )
-
-
-def _code_of(exc: Exception) -> str:
-    """An error code for a run refused or broken before it had a verdict."""
-    if isinstance(exc, InvocationRefused):
-        return exc.code
-    return next((code for kind, code in _CODES if isinstance(exc, kind)), "RUNNER_ERROR")
+"""The error codes of runs broken before they had a verdict (a refusal names its own)."""
 
 
 def _first_line(text: str) -> str:

@@ -15,7 +15,7 @@ import os
 import sqlite3
 import time
 from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -86,7 +86,7 @@ class Store:
             self.db.execute("PRAGMA busy_timeout = 5000")
             self.db.executescript(SCHEMA)
             self.db.execute("SELECT id FROM runs LIMIT 1").fetchall()
-            _migrate(self.db)
+            self._migrate()
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"{path}: not a flow-runner results database ({exc})") from exc
         self.db.row_factory = sqlite3.Row
@@ -125,9 +125,16 @@ class Store:
             "SELECT key, state, status FROM runs WHERE manifest = ? AND id = ?", (manifest, row_id)
         ).fetchone()
 
-    def transaction(self) -> AbstractContextManager[None]:
-        """One transaction around many writes (the planning pass)."""
-        return _transaction(self.db)
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """One transaction around many writes (the planning pass, a migration)."""
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
 
     def queue(self, entry: dict[str, Any]) -> None:
         """Make a row pending (new, changed or rerun), clearing any earlier result; a row
@@ -177,31 +184,20 @@ class Store:
             f"SELECT * FROM runs WHERE {where} ORDER BY manifest, line", params
         )
 
+    def _migrate(self) -> None:
+        """Key a store's rows by manifest and id where they were keyed by id alone, every
+        row copied as it was."""
+        if self._keyed_by_id():
+            with self.transaction():
+                if self._keyed_by_id():  # another process may have migrated it meanwhile
+                    columns = ", ".join(COLUMNS)
+                    self.db.execute("ALTER TABLE runs RENAME TO runs_by_id")
+                    self.db.execute(SCHEMA)
+                    self.db.execute(
+                        f"INSERT INTO runs ({columns}) SELECT {columns} FROM runs_by_id"
+                    )
+                    self.db.execute("DROP TABLE runs_by_id")
 
-def _migrate(db: sqlite3.Connection) -> None:
-    """Key a store's rows by manifest and id where they were keyed by id alone, every row
-    copied as it was."""
-    if _keyed_by_id(db):
-        with _transaction(db):
-            if _keyed_by_id(db):  # another process may have migrated it meanwhile
-                columns = ", ".join(COLUMNS)
-                db.execute("ALTER TABLE runs RENAME TO runs_by_id")
-                db.execute(SCHEMA)
-                db.execute(f"INSERT INTO runs ({columns}) SELECT {columns} FROM runs_by_id")
-                db.execute("DROP TABLE runs_by_id")
-
-
-def _keyed_by_id(db: sqlite3.Connection) -> bool:
-    key = [row[1] for row in db.execute("PRAGMA table_info(runs)") if row[5]]
-    return key == ["id"]
-
-
-@contextmanager
-def _transaction(db: sqlite3.Connection) -> Iterator[None]:
-    db.execute("BEGIN IMMEDIATE")
-    try:
-        yield
-    except BaseException:
-        db.execute("ROLLBACK")
-        raise
-    db.execute("COMMIT")
+    def _keyed_by_id(self) -> bool:
+        key = [row[1] for row in self.db.execute("PRAGMA table_info(runs)") if row[5]]
+        return key == ["id"]
