@@ -42,6 +42,7 @@ pool (the server's RSS, and each waiting container's memory and its engine shim'
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -427,7 +428,10 @@ def main() -> None:
     reports.mkdir()
     os.chown(reports, 10001, 10001)  # the runner image's user writes its report there
     image, profile = args.image, args.profile
-    with warm_runner(scratch) as warm, warm_runner(scratch, 1) as pooled:
+    wanted = set(args.cases.split(","))
+    with contextlib.ExitStack() as servers:  # a warm runner only for the cases that use one
+        warm = servers.enter_context(warm_runner(scratch)) if "c'" in wanted else None
+        pooled = servers.enter_context(warm_runner(scratch, 1)) if "p" in wanted else None
         measure(args, flags, scratch, reports, image, profile, warm, pooled)
     sizes = [int(size) for size in args.pool_memory.split(",") if size]
     if sizes and "p" in args.cases.split(","):
@@ -450,11 +454,11 @@ def measure(
     reports: Path,
     image: str,
     profile: str,
-    warm: Warm,
-    pooled: Warm,
+    warm: Warm | None,
+    pooled: Warm | None,
 ) -> None:
-    idle_rss = warm.rss_mib()
-    connected = warm.connections()
+    idle_rss = warm.rss_mib() if warm is not None else 0.0
+    connected = warm.connections() if warm is not None else 0
     server = ApiServer(args.base, image, profile) if args.base is not None else None
     base_label = f"(b) base tree {args.base}, in process"
     every: dict[str, tuple[str, Callable[[], Timed]]] = {
@@ -471,7 +475,7 @@ def measure(
         "c'": ("(c') `flow-runner exec`, warm runner",
                lambda: cli_run(image, profile, scratch / "w.json", warm)),
         "p": ("(p) `flow-runner exec`, warm runner, a pooled container ready",
-              lambda: pooled_run(image, profile, scratch / "p.json", pooled)),
+               lambda: pooled_run(image, profile, scratch / "p.json", pooled)),
         "d": ("(d) `docker run flow-runner:latest exec`",
               lambda: runner_image_run(args.runner_image, image, profile, reports)),
         "e": ("(e) `docker run flow-runner:latest --version`",
@@ -486,6 +490,7 @@ def measure(
     phases: list[dict[str, float]] = []
     for key, run in zip(wanted_keys(every, wanted), cases.values(), strict=True):
         if key == "p":  # its warm-up is fresh: it makes the configuration's first container
+            assert pooled is not None
             cli_run(image, profile, scratch / "p.json", replace(pooled, pool=0))
         else:  # image and page caches, the in-process client
             run()
@@ -499,9 +504,10 @@ def measure(
 
     if server is not None:
         server.close()
-    handed = warm.connections() - connected - 1
-    if "c'" in wanted and handed != args.runs + 1:  # every (c') run and its warm-up went warm
-        raise RuntimeError(f"{handed} of {args.runs + 1} (c') runs went to the warm runner")
+    if warm is not None:  # every (c') run and its warm-up went warm
+        handed = warm.connections() - connected - 1
+        if handed != args.runs + 1:
+            raise RuntimeError(f"{handed} of {args.runs + 1} (c') runs went to the warm runner")
     names = list(cases)
     a, a_secure = walls[names[0]], walls[names[1]]
     print(f"image {image}, profile {profile}, {args.runs} rounds\n")
@@ -513,9 +519,10 @@ def measure(
               f"{paired(walls[name], a):.2f} | {paired(walls[name], a_secure):.2f} |")  # fmt: skip
     print("\n÷: the median of the per-round ratios (rounds are interleaved, so a ratio compares")
     print("runs made moments apart, which a machine shared with other jobs needs).")
-    print(f"\nwarm runner: ready {ms(warm.start_seconds)} ms after `daemon start --foreground`; "
-          f"server RSS {idle_rss:.0f} MiB before the rounds, {warm.rss_mib():.0f} MiB after; "
-          f"{sys.version.split()[0]}")  # fmt: skip
+    if warm is not None:
+        print(f"\nwarm runner: ready {ms(warm.start_seconds)} ms after `daemon start "
+              f"--foreground`; server RSS {idle_rss:.0f} MiB before the rounds, {warm.rss_mib():.0f} MiB after; "
+              f"{sys.version.split()[0]}")  # fmt: skip
 
     keys = (*SPLIT, *MARKS)
     print("\n| time split, median ms | " + " | ".join(keys) + " | outside the split |")
