@@ -110,7 +110,6 @@ _COMPACT_LONG: Final = _text_encoder(sort_keys=False, escape=_escape_long)
 _SORTED: Final = _text_encoder(sort_keys=True)
 # Decoding a document this large runs with the cyclic collector paused (see loads).
 _PAUSE_COLLECTOR_BYTES: Final = 1 << 20
-_SCALARS: Final = (str, int, float, bool, type(None))
 _LITERALS: Final = {None: "null", True: "true", False: "false"}
 
 
@@ -204,41 +203,6 @@ def canonical(value: object) -> bytes:
         return "".join(parts).encode()
     except UnicodeEncodeError:
         raise _violation(tree) or JSON1Error("lone surrogate") from None
-
-
-def equal(a: object, b: object) -> bool:
-    """JSON/1 structural equality: numbers by value (``1 == 1.0``, ``-0 == 0``), member order
-    ignored, ``True`` distinct from ``1``; :class:`JSON1Error` for a type outside JSON/1 or
-    nesting deeper than 128."""
-    pending: list[tuple[Any, Any, int]] = [(a, b, 1)]
-    while pending:
-        x, y, depth = pending.pop()
-        kind = _kind(x, depth)
-        if kind != _kind(y, depth):
-            return False
-        if kind == "dict":
-            if x.keys() != y.keys():
-                return False
-            pending.extend((x[key], y[key], depth + 1) for key in x)
-        elif kind == "list":
-            if len(x) != len(y):
-                return False
-            pending.extend((p, q, depth + 1) for p, q in zip(x, y, strict=True))
-        elif x != y:
-            return False
-    return True
-
-
-def _kind(value: object, depth: int) -> str:
-    """The JSON/1 kind of a value for :func:`equal` (ints and floats are both numbers)."""
-    if depth > MAX_DEPTH:
-        raise JSON1Error(f"nesting deeper than {MAX_DEPTH}")
-    kind = type(value)
-    if kind is int or kind is float:
-        return "number"
-    if kind in _SCALARS or kind is dict or kind is list:
-        return kind.__name__
-    raise JSON1Error(f"{kind.__name__} is not a JSON/1 type")
 
 
 # --- decoding: fast path -------------------------------------------------------------
