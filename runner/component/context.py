@@ -164,10 +164,20 @@ class RunContext:
 
     def _map_channels(self, params: JSONObject, channels: ChannelMap | None) -> None:
         """Add the ``channels`` member last, once every other argument passed its checks."""
-        if channels is not None:
-            references = _channel_references(channels)
-            self._channels.offer(list(references.values()))
-            params["channels"] = JSONObject(references)
+        if channels is None:
+            return
+        if len(channels) > MAX_CHANNEL_ENTRIES:
+            raise ValueError(f"channels maps at most {MAX_CHANNEL_ENTRIES} ports")
+        references: dict[str, str] = {}
+        for port, endpoint in channels.items():
+            reference = endpoint.reference if isinstance(endpoint, ChannelEndpoint) else endpoint
+            if not is_local_name(port) or not is_wire_id(reference):
+                raise ValueError(
+                    f"channels entry {port!r}: {endpoint!r} is not LocalName → endpoint"
+                )
+            references[port] = reference
+        self._channels.offer(list(references.values()))
+        params["channels"] = JSONObject(references)
 
 
 def _create_params(
@@ -186,14 +196,14 @@ def _create_params(
             raise ValueError("schema must be a Schema/1 object or a boolean")
         params["schema"] = schema
     if contract is not None:
-        if not isinstance(contract, str) or not _is_contract_path(contract):
+        if (
+            not isinstance(contract, str)
+            or len(contract) > MAX_CONTRACT_PATH_CHARS
+            or _CONTRACT_PATH.fullmatch(contract) is None
+        ):
             raise ValueError(f"contract {contract!r} is not a package-local ./ path")
         params["contract"] = contract
     return params
-
-
-def _is_contract_path(path: str) -> bool:
-    return len(path) <= MAX_CONTRACT_PATH_CHARS and _CONTRACT_PATH.fullmatch(path) is not None
 
 
 def _call_params(operation_id: str, slot: str, input: JSONValue) -> JSONObject:
@@ -202,15 +212,3 @@ def _call_params(operation_id: str, slot: str, input: JSONValue) -> JSONObject:
     if not is_local_name(slot):
         raise ValueError(f"slot {slot!r} is not a LocalName")
     return {"operationId": operation_id, "slot": slot, "input": input}
-
-
-def _channel_references(channels: ChannelMap) -> dict[str, str]:
-    if len(channels) > MAX_CHANNEL_ENTRIES:
-        raise ValueError(f"channels maps at most {MAX_CHANNEL_ENTRIES} ports")
-    references: dict[str, str] = {}
-    for port, endpoint in channels.items():
-        reference = endpoint.reference if isinstance(endpoint, ChannelEndpoint) else endpoint
-        if not is_local_name(port) or not is_wire_id(reference):
-            raise ValueError(f"channels entry {port!r}: {endpoint!r} is not LocalName → endpoint")
-        references[port] = reference
-    return references
