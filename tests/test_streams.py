@@ -25,7 +25,7 @@ from runner.sandbox.docker.attach import (
     open_connection,
 )
 from runner.sandbox.process import ProcessSandbox
-from runner.sandbox.streams import WRITE_LIMIT, Inbox, SharedReading
+from runner.sandbox.streams import WRITE_LIMIT, Inbox, SharedReading, StdinWriter
 
 CHUNK = 1 << 15
 
@@ -68,6 +68,30 @@ def buffered(connection: AttachConnection) -> int:
     """Bytes the host holds for a component that does not read (the transport's buffer)."""
     transport: Any = connection._transport
     return int(transport.get_write_buffer_size())
+
+
+@pytest.mark.anyio
+@pytest.mark.timeout(30)
+async def test_an_abort_after_the_half_close_of_a_pipe_closes_it_once() -> None:
+    """Cleanup aborts a stdin the run half-closed: on a pipe with nothing left to write,
+    asyncio has already scheduled the close, and a second one is an error of its loop."""
+    loop = asyncio.get_running_loop()
+    errors: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _loop, context: errors.append(context))
+    read, write = os.pipe()
+    writer = StdinWriter()
+    try:
+        await loop.connect_write_pipe(lambda: writer, os.fdopen(write, "wb", buffering=0))
+        await writer.send(b"x\n")
+        await writer.aclose()
+        writer.abort()
+        for _ in range(3):
+            await anyio.lowlevel.checkpoint()
+        assert os.read(read, 16) == b"x\n"
+        assert errors == []
+    finally:
+        os.close(read)
+        loop.set_exception_handler(None)
 
 
 @pytest.mark.anyio

@@ -84,10 +84,14 @@ class StdinWriter(ByteSendStream, asyncio.BaseProtocol):
                 self._transport.write_eof()
 
     def abort(self) -> None:
-        """Drop whatever is unsent and close the transport."""
+        """Drop whatever is unsent and close the transport (once: a pipe half-closed with
+        nothing left to write is closing already, and asyncio would close it again)."""
         self._closed = True
-        if self._transport is not None and not self._lost:
-            self._transport.abort()
+        transport = self._transport
+        if transport is None or self._lost:
+            return
+        if not (transport.is_closing() and transport.get_write_buffer_size() == 0):
+            transport.abort()
 
     def _check_open(self) -> None:
         if self._closed:
