@@ -248,12 +248,11 @@ def check(
     defaults: Defaults,
     config: HostConfig | None,
     *,
-    limit: int = 100,
     refuse: _Refuse | None = None,
 ) -> Iterator[Row]:
     """Check every line, then hand out the rows one at a time (reading the file again).
 
-    Raises :class:`ManifestError` (``limit`` problems listed, the rest counted) before the
+    Raises :class:`ManifestError` (100 problems listed, the rest counted) before the
     first row. ``refuse`` names the fields of a line the caller cannot run, as (field,
     what to change) pairs; the rest of the line is still checked.
     """
@@ -273,7 +272,7 @@ def check(
     except OSError as exc:
         raise ManifestError(path, [_problem(0, "(file)", f"cannot read: {exc.strerror}")]) from exc
     if problems:
-        raise ManifestError(path, problems[:limit], max(0, len(problems) - limit))
+        raise ManifestError(path, problems[:100], max(0, len(problems) - 100))
     if count == 0:
         raise ManifestError(path, [_problem(0, "(file)", "no invocations; one JSON object a line")])
     return _rows(path, reader)

@@ -52,38 +52,35 @@ class Counts:
         return f"{self.finished}/{self.total} {self.tally()} eta {self.eta()}"
 
 
+@dataclass
 class Progress:
     """Plain lines (also the base: counters and failure lines)."""
 
-    def __init__(self, counts: Counts, stream: IO[str], every: float) -> None:
-        self.counts = counts
-        self.stream = stream
-        self.every = every
-
-    def note(self, text: str) -> None:
-        self._print(text)
+    counts: Counts
+    stream: IO[str]
+    every: float
 
     def failure(self, row_id: str, status: str, summary: str) -> None:
-        self._print(f"{status.upper()} {row_id}: {summary}")
+        self.note(f"{status.upper()} {row_id}: {summary}")
 
     def retry(self, row_id: str, attempt: int, summary: str) -> None:
-        self._print(f"RETRY {row_id} (attempt {attempt + 1}): {summary}")
+        self.note(f"RETRY {row_id} (attempt {attempt + 1}): {summary}")
 
     async def show(self) -> None:
         """Print a line every ``every`` seconds until cancelled."""
         while True:
             await anyio.sleep(self.every)
-            self._print(self.counts.line())
+            self.note(self.counts.line())
 
     def close(self) -> None:
-        self._print(self.counts.line())
+        self.note(self.counts.line())
 
-    def _print(self, text: str) -> None:
+    def note(self, text: str) -> None:
         print(f"flow-runner batch: {text}", file=self.stream, flush=True)
 
 
 class Quiet(Progress):
-    def _print(self, text: str) -> None:
+    def note(self, text: str) -> None:
         pass
 
 
@@ -121,7 +118,7 @@ class Live(Progress):
         self._update()
         self.bar.stop()
 
-    def _print(self, text: str) -> None:
+    def note(self, text: str) -> None:
         self.bar.console.print(text, markup=False, highlight=False)
 
 

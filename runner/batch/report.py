@@ -24,19 +24,16 @@ _RESULT_FIELDS = (
 )  # fmt: skip
 
 
-def result_of(row: Any) -> dict[str, Any]:
-    """One row as a JSON-able result (output decoded; the run report left in the store)."""
-    result = {name: row[name] for name in _RESULT_FIELDS}
-    result["output"] = json.loads(row["output"]) if row["output"] is not None else None
-    return result
-
-
 def write_jsonl(store: Store, path: Path, manifest: str | None = None) -> None:
     """One result per line, in manifest order, written whole or not at all
-    (:func:`runner.outputs.write_output`)."""
+    (:func:`runner.outputs.write_output`); the output decoded, the run report left in the
+    store."""
     where, params = ("manifest = ?", (manifest,)) if manifest is not None else ("1", ())
-    rows = store.rows(where, params)
-    lines = (json.dumps(result_of(row), ensure_ascii=False) + "\n" for row in rows)
+    lines = []
+    for row in store.rows(where, params):
+        result = {name: row[name] for name in _RESULT_FIELDS}
+        result["output"] = json.loads(row["output"]) if row["output"] is not None else None
+        lines.append(json.dumps(result, ensure_ascii=False) + "\n")
     write_output(path, "".join(lines).encode())
 
 

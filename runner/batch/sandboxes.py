@@ -8,11 +8,9 @@ stays a tag, refused run by run as ``IMAGE_MISSING``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from contextlib import AbstractAsyncContextManager
 from typing import Any
 
-from runner.sandbox.base import ImageSource, LaunchRequest, RunningComponent, Sandbox
+from runner.sandbox.base import ImageSource, Sandbox
 from runner.sandbox.profiles import SandboxProfile
 from runner.sandbox.registry import SandboxSpec, StopGraces, open_sandbox
 
@@ -27,18 +25,11 @@ class PinnedSandbox:
     def __init__(self, sandbox: Sandbox) -> None:
         self._sandbox = sandbox
         self._source: ImageSource | None = None
-        self.name = sandbox.name
 
     async def image_source(self) -> ImageSource | None:
         if self._source is None:
             self._source = await self._sandbox.image_source()
         return self._source
-
-    def planned_paths(self, request: LaunchRequest) -> tuple[Mapping[str, str], str]:
-        return self._sandbox.planned_paths(request)
-
-    def launch(self, request: LaunchRequest) -> AbstractAsyncContextManager[RunningComponent]:
-        return self._sandbox.launch(request)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._sandbox, name)

@@ -41,7 +41,7 @@ from runner.sandbox.registry import SandboxEngine, sandbox_engine
 from .keys import ImageIds, Keys, input_digest, shard_of
 from .manifest import Defaults, Row, check, rows_on
 from .prepare import Prepared, PreparedSandbox
-from .progress import Counts, Mode, progress
+from .progress import Counts, Mode, Progress, progress
 from .retry import backoff, is_infrastructure_failure
 from .sandboxes import Sandboxes
 from .store import FAILED, INFRA_FAILED, INTERRUPTED, SUCCEEDED, RowResult, Store
@@ -204,7 +204,7 @@ class _Batch:
         self._prepared: set[Prepared] = set()
         self._suspects: set[str] = set()
         """Run ids whose containers may be left: looked for at the end (:meth:`_remove_left`)."""
-        self._shown: Any = None
+        self._shown: Progress  # set by run, before any row
         self._image_ids = ImageIds(self._engine)
         self._sandbox = Sandboxes(self._image_ids)
         """Each row's sandbox, running the image id its key was planned with."""
@@ -269,7 +269,7 @@ class _Batch:
                             feeding.start_soon(self._produce, send, lines, holders)
                             async with anyio.create_task_group() as slots:
                                 for _ in range(jobs):
-                                    slots.start_soon(self._slot, receive.clone(), shown)
+                                    slots.start_soon(self._slot, receive.clone())
                                 receive.close()
                             feeding.cancel_scope.cancel()  # stopped: nothing more to prepare
                     finally:
@@ -283,11 +283,11 @@ class _Batch:
                     await self._flows.aclose()
             finally:
                 with anyio.CancelScope(shield=True):
-                    await self._remove_left(shown)
+                    await self._remove_left()
                 shown.close()
         self.result.interrupted = self.control.stopping and not self.result.halted
 
-    async def _remove_left(self, shown: Any) -> None:
+    async def _remove_left(self) -> None:
         """Remove, by run id, the containers of runs with an infrastructure failure and of
         flow rows' trees, now that none is in flight: a failed removal is not tried
         again, an unanswered create may have made one, and no sweep takes a live batch's
@@ -297,13 +297,13 @@ class _Batch:
         try:
             removed = await anyio.to_thread.run_sync(self._engine.sweep, self._suspects)
         except SandboxError as exc:
-            shown.note(
+            self._shown.note(
                 f"could not look for containers this batch left ({_first_line(str(exc))}); "
                 "`flow-runner gc` removes any once the engine answers"
             )
             return
         if removed:
-            shown.note(f"removed {len(removed)} container(s) left by runs the engine failed")
+            self._shown.note(f"removed {len(removed)} container(s) left by runs the engine failed")
 
     async def _produce(
         self, send: MemoryObjectSendStream[_Admission], lines: set[int], holders: TaskGroup
@@ -360,7 +360,7 @@ class _Batch:
             "the batch tries again at its end, and `flow-runner gc` once the engine answers"
         )
 
-    async def _slot(self, receive: ObjectReceiveStream[_Admission], shown: Any) -> None:
+    async def _slot(self, receive: ObjectReceiveStream[_Admission]) -> None:
         async with receive:
             async for row, prepared in receive:
                 if prepared is not None:
@@ -372,7 +372,7 @@ class _Batch:
                     return
                 self.counts.running += 1
                 try:
-                    final, seconds = await self._run_row(row, shown, prepared)
+                    final, seconds = await self._run_row(row, prepared)
                 finally:
                     self.counts.running -= 1
                 self.store.finish(self.name, row.id, final, seconds=seconds)
@@ -382,7 +382,7 @@ class _Batch:
                 elif final.status != INTERRUPTED:
                     self.counts.failed += 1
                     why = f"{final.error_code}: {_first_line(final.error_message or '')}"
-                    shown.failure(row.id, final.status, why)
+                    self._shown.failure(row.id, final.status, why)
                     statuses, halt = self.result.statuses, self.options.halt
                     failures = statuses.get(FAILED, 0) + statuses.get(INFRA_FAILED, 0)
                     if halt is None or self.result.halted:
@@ -394,9 +394,7 @@ class _Batch:
                         else:
                             self.control.stopping = True
 
-    async def _run_row(
-        self, row: Row, shown: Any, prepared: Prepared | None
-    ) -> tuple[RowResult, float]:
+    async def _run_row(self, row: Row, prepared: Prepared | None) -> tuple[RowResult, float]:
         """Run a row's attempts, retrying infrastructure failures only, with backoff; the
         first takes the prepared launch, a retry launches afresh under a new run id."""
         started = time.monotonic()
@@ -407,8 +405,13 @@ class _Batch:
             attempt += 1
             outcome = await self._attempt(row, run_id, prepared)
             infrastructure = is_infrastructure_failure(outcome, self._engine)
-            if infrastructure or row.flow is not None:
-                self._suspects.update(_run_ids(run_id, outcome))  # may be left: _remove_left
+            if infrastructure or row.flow is not None:  # may be left: _remove_left
+                self._suspects.add(run_id)  # with the runs below it that its report keeps
+                reports = list(outcome.report.children) if isinstance(outcome, Execution) else []
+                while reports:
+                    report = reports.pop()
+                    self._suspects.add(report.run_id)
+                    reports += report.children
             prepared = None
             took = time.monotonic() - started
             if self.control.stopping and _cancelled(outcome):
@@ -422,7 +425,7 @@ class _Batch:
                     INFRA_FAILED, error_code="INFRASTRUCTURE", error_message=message
                 ), took
             self.counts.retried += 1
-            shown.retry(row.id, attempt, _first_line(str(outcome)))
+            self._shown.retry(row.id, attempt, _first_line(str(outcome)))
             await anyio.sleep(backoff(attempt, self.options.backoff))
 
     async def _attempt(
@@ -463,18 +466,6 @@ class _Batch:
 
     def _count(self, status: str) -> None:
         self.result.statuses[status] = self.result.statuses.get(status, 0) + 1
-
-
-def _run_ids(run_id: str, outcome: Execution | Exception) -> list[str]:
-    """The attempt's run id and those of the runs below it that its report keeps."""
-    found = [run_id]
-    if isinstance(outcome, Execution):
-        reports = list(outcome.report.children)
-        while reports:
-            report = reports.pop()
-            found.append(report.run_id)
-            reports += report.children
-    return found
 
 
 def _cancelled(outcome: Execution | Exception) -> bool:
