@@ -85,7 +85,7 @@ def _started_session() -> HostSession:
     """A root's session past its ``flow/run`` request, as the driver holds it."""
     session = HostSession(PARAMS)
     session.start()
-    session.data_to_send()
+    session.frames_to_send()
     return session
 
 
@@ -121,7 +121,7 @@ async def _protocol_work(calls: int, window: int, idle: float) -> float:
                 ticket.operation.result = json1.dumps(result)
                 assert validate_capability_result(result) is None
                 session.respond_encoded(event.request_id, ticket.operation.result)
-        session.data_to_send()
+        session.frames_to_send()
         spent += time.thread_time() - began
         _idle(idle)
     return spent / calls
@@ -172,7 +172,7 @@ def channel_work(items: int, idle: float = 0.0) -> float:
             answer = party.answer(event.method, event.params)
             assert isinstance(answer, bytes), "the item was not there"
             session.respond_encoded(event.request_id, answer)
-        session.data_to_send()
+        session.frames_to_send()
         spent += time.thread_time() - began
         _idle(idle)
     return spent / items

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
+from runner import json1
 from runner.protocol.completion import Ending, judge
 from runner.protocol.session import (
     CallCancelled,
@@ -240,8 +241,10 @@ def play(chunks: list[bytes], exit_code: int | None = 0) -> str:
             )
             assert not isinstance(event, Violation) or session.closed
             if isinstance(event, CallRequested):
-                session.respond(event.request_id, {"value": event.params.get("input")})
-        session.data_to_send()
+                session.respond_encoded(
+                    event.request_id, json1.dumps({"value": event.params.get("input")})
+                )
+        session.frames_to_send()
     assert session.receive_eof() == [] or session.closed
     verdict = judge(session, Ending(exit_code))
     if verdict.result is not None:

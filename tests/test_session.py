@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from framefuzz import Mutator, play
 from rsskit import measured, peak_kib
+from runner import json1
 from runner.protocol.completion import Ending, judge
 from runner.protocol.session import (
     CallCancelled,
@@ -46,7 +47,7 @@ def call(rid: str, op: str = "o") -> bytes:
 def started() -> HostSession:
     session = HostSession(PARAMS)
     session.start()
-    sent = session.data_to_send()
+    sent = b"".join(session.frames_to_send())
     assert json.loads(sent)["method"] == "flow/run"
     return session
 
@@ -54,7 +55,7 @@ def started() -> HostSession:
 def test_flow_run_frame_is_exact() -> None:
     session = HostSession(PARAMS)
     session.start()
-    assert json.loads(session.data_to_send()) == {
+    assert json.loads(b"".join(session.frames_to_send())) == {
         "jsonrpc": "2.0",
         "id": "host:1",
         "method": "flow/run",
@@ -68,14 +69,14 @@ def test_call_split_across_chunks_dispatches_once() -> None:
     assert session.receive_data(data[:10]) == []
     events = session.receive_data(data[10:])
     assert [type(e) for e in events] == [CallRequested]
-    session.respond("c:1", {"value": 1})
-    assert json.loads(session.data_to_send()) == {
+    session.respond_encoded("c:1", json1.dumps({"value": 1}))
+    assert json.loads(b"".join(session.frames_to_send())) == {
         "jsonrpc": "2.0",
         "id": "c:1",
         "result": {"value": 1},
     }
-    session.respond("c:1", {"value": 2})
-    assert session.data_to_send() == b"", "a request is answered exactly once"
+    session.respond_encoded("c:1", json1.dumps({"value": 2}))
+    assert session.frames_to_send() == [], "a request is answered exactly once"
 
 
 def test_component_cancel_answers_cancelled_once() -> None:
@@ -83,20 +84,20 @@ def test_component_cancel_answers_cancelled_once() -> None:
     session.receive_data(call("c:1"))
     cancel = {"jsonrpc": "2.0", "method": "request/cancel", "params": {"requestId": "c:1"}}
     assert session.receive_data(frame(cancel)) == [CallCancelled("c:1")]
-    answer = json.loads(session.data_to_send())
+    answer = json.loads(b"".join(session.frames_to_send()))
     assert answer["error"]["data"]["code"] == "CANCELLED"
     assert session.receive_data(frame(cancel)) == []
-    session.respond("c:1", {"value": 1})
-    assert session.data_to_send() == b""
+    session.respond_encoded("c:1", json1.dumps({"value": 1}))
+    assert session.frames_to_send() == []
 
 
 def test_root_cancel_then_owner_closed_and_first_condition_wins() -> None:
     session = started()
     assert session.cancel_root("CANCELLED")
-    assert json.loads(session.data_to_send())["method"] == "request/cancel"
+    assert json.loads(b"".join(session.frames_to_send()))["method"] == "request/cancel"
     assert not session.cancel_root("DEADLINE_EXCEEDED")
     session.receive_data(call("c:1"))
-    assert json.loads(session.data_to_send())["error"]["data"]["code"] == "OWNER_CLOSED"
+    assert json.loads(b"".join(session.frames_to_send()))["error"]["data"]["code"] == "OWNER_CLOSED"
     assert session.condition == "CANCELLED"
 
 
@@ -106,7 +107,7 @@ def test_a_bare_lf_gets_the_best_effort_parse_error_and_closes() -> None:
     session = started()
     (violation,) = session.receive_data(b"\n")
     assert isinstance(violation, Violation) and session.closed
-    reply = json.loads(session.data_to_send())
+    reply = json.loads(b"".join(session.frames_to_send()))
     assert (reply["id"], reply["error"]["code"]) == (None, -32700)
 
 
@@ -116,14 +117,14 @@ def test_an_invalid_envelope_under_a_used_id_is_answered_without_it() -> None:
     session = started()
     unknown = {"jsonrpc": "2.0", "id": "c:1", "method": "nope", "params": {}}
     session.receive_data(frame(unknown))
-    assert json.loads(session.data_to_send())["error"]["code"] == -32601
+    assert json.loads(b"".join(session.frames_to_send()))["error"]["code"] == -32601
     (violation,) = session.receive_data(frame({**unknown, "params": 1}))
     assert isinstance(violation, Violation)
-    reply = json.loads(session.data_to_send())
+    reply = json.loads(b"".join(session.frames_to_send()))
     assert (reply["id"], reply["error"]["code"]) == (None, -32600)
     fresh = started()
     fresh.receive_data(frame({**unknown, "id": "c:2", "params": 1}))
-    assert json.loads(fresh.data_to_send())["id"] == "c:2"
+    assert json.loads(b"".join(fresh.frames_to_send()))["id"] == "c:2"
 
 
 def test_any_host_kill_after_a_recorded_condition_ends_with_that_condition() -> None:
@@ -160,7 +161,7 @@ def test_message_of_unknown_method_is_bounded() -> None:
     session = started()
     long = frame({"jsonrpc": "2.0", "id": "c:1", "method": "x" * 5000, "params": {}})
     assert session.receive_data(long) == []
-    answer = json.loads(session.data_to_send())
+    answer = json.loads(b"".join(session.frames_to_send()))
     assert answer["error"]["code"] == -32601
     assert len(answer["error"]["message"]) <= 1024
 
@@ -206,9 +207,9 @@ def test_fuzz_any_component_stream_ends_in_a_classification(
     for chunk, answer in zip(stream, answers + [False] * len(stream), strict=False):
         for event in session.receive_data(chunk):
             if isinstance(event, CallRequested) and answer:
-                session.respond(event.request_id, {"value": None})
+                session.respond_encoded(event.request_id, json1.dumps({"value": None}))
             assert not isinstance(event, Violation) or session.closed
-        session.data_to_send()
+        session.frames_to_send()
     session.receive_eof()
     verdict = judge(session, Ending(exit_code))
     assert (verdict.result is None) != (verdict.error is None)
@@ -223,6 +224,7 @@ import resource
 import subprocess
 import sys
 from pathlib import Path
+from runner import json1
 from runner.protocol.completion import Ending, judge
 from runner.protocol.session import CallRequested, HostSession, RootResult, Violation
 from test_session import PARAMS, call, frame
@@ -247,11 +249,12 @@ session.start()
 (requested,) = session.receive_data(call("c:1"))
 assert isinstance(requested, CallRequested)
 floats = deep(12, 100, 123456789.125)
-session.respond("c:1", {"value": floats})  # a relayed result the host encodes
-assert json.loads(session.data_to_send().splitlines()[-1])["result"]["value"] == floats
+session.respond_encoded("c:1", json1.dumps({"value": floats}))  # a relayed result the host encodes
+assert json.loads(b"".join(session.frames_to_send()).splitlines()[-1])["result"]["value"] == floats
 (requested,) = session.receive_data(call("c:2"))
-session.respond("c:2", {"value": deep(124)})
-assert json.loads(session.data_to_send().splitlines()[-1])["result"]["value"] == deep(124)
+session.respond_encoded("c:2", json1.dumps({"value": deep(124)}))
+sent = b"".join(session.frames_to_send())
+assert json.loads(sent.splitlines()[-1])["result"]["value"] == deep(124)
 output = deep(125)  # the frame is 128 levels deep: the most JSON/1 allows
 result = {"jsonrpc": "2.0", "id": "host:1", "result": {"outcome": "done", "output": output}}
 (event,) = session.receive_data(frame(result).replace(b" ", b""))

@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+from runner import json1
 from runner.protocol.codes import LocalProtocolError, OperationError
 from runner.protocol.names import COMPONENT_TO_HOST_METHODS
 from runner.protocol.session import (
@@ -120,10 +121,10 @@ def test_each_state_admits_what_its_row_says() -> None:
     for state in (S.NOT_STARTED, S.RUNNING, S.CANCELLING):
         for method, params in requests.items():
             session = reach(state)
-            session.data_to_send()
+            session.frames_to_send()
             request = {"jsonrpc": "2.0", "id": "c:1", "method": method, "params": params}
             events = session.receive_data(frame(request))
-            answer = session.data_to_send()
+            answer = b"".join(session.frames_to_send())
             if method in _ADMITS[state]:
                 assert [type(e) for e in events] == [CallRequested], (state, method)
             else:
@@ -132,10 +133,10 @@ def test_each_state_admits_what_its_row_says() -> None:
 
 def test_a_second_start_raises_and_changes_nothing() -> None:
     session = reach(S.RUNNING)
-    session.data_to_send()
+    session.frames_to_send()
     with pytest.raises(LocalProtocolError, match="start is not allowed in session state RUNNING"):
         session.start()
-    assert session.state is S.RUNNING and session.data_to_send() == b""
+    assert session.state is S.RUNNING and session.frames_to_send() == []
 
 
 def test_cancel_before_start_raises() -> None:
@@ -157,9 +158,9 @@ def test_a_cancel_that_races_the_end_is_refused_quietly(state: SessionState) -> 
 def test_an_answer_to_an_id_never_admitted_raises(how: str) -> None:
     """A driver bug is not dropped like a late answer: it raises, and queues nothing."""
     session = reach(S.RUNNING)
-    session.data_to_send()
+    session.frames_to_send()
     answers = {
-        "respond": lambda rid: session.respond(rid, {"value": 1}),
+        "respond": lambda rid: session.respond_encoded(rid, json1.dumps({"value": 1})),
         "respond_error": lambda rid: session.respond_error(rid, OperationError("UNAVAILABLE", "x")),
         "respond_encoded": lambda rid: session.respond_encoded(rid, b'{"value":1}'),
     }
@@ -168,10 +169,10 @@ def test_an_answer_to_an_id_never_admitted_raises(how: str) -> None:
     # A refused request (methods not admitted once cancelling) was never admitted either.
     assert session.cancel_root("CANCELLED")
     session.receive_data(call("c:2"))
-    assert b"OWNER_CLOSED" in session.data_to_send()
+    assert b"OWNER_CLOSED" in b"".join(session.frames_to_send())
     with pytest.raises(LocalProtocolError, match="never admitted"):
         answers[how]("c:2")
-    assert session.data_to_send() == b""
+    assert session.frames_to_send() == []
 
 
 @pytest.mark.parametrize("how", ["respond", "respond_encoded"])
@@ -183,16 +184,16 @@ def test_an_answer_to_a_settled_id_is_a_quiet_no_op(how: str) -> None:
 
     def answer() -> None:
         if how == "respond":
-            session.respond("c:1", {"value": 1})
+            session.respond_encoded("c:1", json1.dumps({"value": 1}))
         else:
             session.respond_encoded("c:1", b'{"value":1}')
 
     answer()
-    session.data_to_send()
+    session.frames_to_send()
     answer()
-    assert session.data_to_send() == b""
+    assert session.frames_to_send() == []
     session.receive_data(call("c:3"))
     session.receive_data(b"not json\n")
-    session.data_to_send()
-    session.respond("c:3", {"value": 1})
-    assert session.state is S.CLOSED and session.data_to_send() == b""
+    session.frames_to_send()
+    session.respond_encoded("c:3", json1.dumps({"value": 1}))
+    assert session.state is S.CLOSED and session.frames_to_send() == []

@@ -119,7 +119,7 @@ def flow_run_overflow(params: dict[str, JSONValue]) -> int | None:
 
 @dataclass(frozen=True, slots=True)
 class CallRequested:
-    """A valid, admitted component request the host must answer via :meth:`respond`."""
+    """A valid, admitted component request the host must answer via :meth:`respond_encoded`."""
 
     request_id: str
     method: str
@@ -221,12 +221,9 @@ class HostSession:
         """Whether the dispatched component request ``request_id`` still awaits an answer."""
         return request_id in self._pending
 
-    def data_to_send(self) -> bytes:
-        """Pop every frame queued for the component's stdin, in order."""
-        return b"".join(self.frames_to_send())
-
     def frames_to_send(self) -> list[bytes]:
-        """:meth:`data_to_send` unjoined (a join would hold large answers twice)."""
+        """Pop every frame queued for the component's stdin, in order (unjoined: a join would
+        hold large answers twice)."""
         frames = self._outbox
         self._outbox = []
         self.bytes_sent += self.outbox_bytes
@@ -256,18 +253,13 @@ class HostSession:
         self._queue(builders.cancel_notification(ROOT_ID))
         return True
 
-    def respond(self, request_id: str, result: JSONValue) -> None:
-        """Answer a dispatched component request with a success result. An id already settled
-        (answered, cancelled, cleared by a violation: a race the host cannot avoid) is ignored by
-        every ``respond*``; one never admitted raises :class:`LocalProtocolError`."""
-        if self._settle(request_id):
-            self._queue(builders.result_response(request_id, result))
-
     def respond_encoded(self, request_id: str, result: bytes) -> None:
-        """:meth:`respond` with the result already encoded by :func:`json1.dumps`: the same
-        bytes, spliced around it. A large result is queued uncopied between the frame's head
-        and tail (64 replays of one kept result hold it once). Raises
-        :class:`LocalProtocolError`, the request still owed, past the frame bound.
+        """Answer a dispatched component request with a success result already encoded by
+        :func:`json1.dumps`, spliced into the frame. An id already settled (answered, cancelled,
+        cleared by a violation: a race the host cannot avoid) is ignored by every ``respond*``;
+        one never admitted raises :class:`LocalProtocolError`, as does one past the frame bound
+        (the request still owed). A large result is queued uncopied between the frame's head
+        and tail (64 replays of one kept result hold it once).
         """
         if request_id not in self._pending:
             self._settle(request_id)  # raises for an id never admitted
