@@ -31,7 +31,9 @@ from runner.protocol.names import (
 )
 from runner.protocol.params import validate_params
 from runner.protocol.results import (
-    validate_result,
+    validate_capability_result,
+    validate_channel_result,
+    validate_run_result,
 )
 from speckit import load_spec
 
@@ -39,6 +41,15 @@ SCHEMA = load_spec("run-1.schema.json")
 FIXTURES = load_spec("conformance/messages.json")
 REQUEST_METHODS = HOST_TO_COMPONENT_METHODS | COMPONENT_TO_HOST_METHODS
 RESULT_METHODS = ("flow/run", "capability/call", *sorted(CHANNEL_METHODS))
+
+
+def validate_result(method: str, result: Any) -> str | None:
+    """The success ``result`` of a Run/1 request method, by the method it answers."""
+    if method in ("flow/run", "flow/run-child"):
+        return validate_run_result(result)
+    if method == "capability/call":
+        return validate_capability_result(result)
+    return validate_channel_result(method, result)
 
 
 def _ecma_patterns(node: Any) -> Any:

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from messagekit import validate_result
 from runner import json1
 from runner.protocol.builders import cancel_notification, result_response
 from runner.protocol.codes import LocalProtocolError, ProtocolViolation
@@ -22,7 +23,6 @@ from runner.protocol.frames import (
 )
 from runner.protocol.names import CHANNEL_METHODS, COMPONENT_TO_HOST_METHODS
 from runner.protocol.params import validate_params
-from runner.protocol.results import validate_result
 from speckit import load_spec
 
 _load = load_spec

@@ -2,7 +2,7 @@
 
 The schema alone cannot know which request a response answers, so these run after
 correlation: :func:`validate_run_result`, :func:`validate_capability_result` and
-:func:`validate_channel_result` (or :func:`validate_result` by method name).
+:func:`validate_channel_result`.
 """
 
 from __future__ import annotations
@@ -13,16 +13,12 @@ from typing import Final, cast
 from runner.json1 import MAX_SAFE_INTEGER, JSONValue
 from runner.protocol.codes import LocalProtocolError, is_wire_code
 from runner.protocol.names import (
-    CAPABILITY_CALL,
     CHANNEL_CLOSE,
     CHANNEL_CREATE,
-    CHANNEL_METHODS,
     CHANNEL_NEXT,
     CHANNEL_RELEASE,
     CHANNEL_SEND,
     CHANNEL_SUBSCRIBE,
-    FLOW_RUN,
-    FLOW_RUN_CHILD,
     is_local_name,
     is_wire_id,
 )
@@ -162,14 +158,3 @@ def validate_channel_result(method: str, result: JSONValue) -> str | None:
     if check is None:
         raise LocalProtocolError(f"{method!r} is not a channel method")
     return check(result)
-
-
-def validate_result(method: str, result: JSONValue) -> str | None:
-    """The success ``result`` of any Run/1 request method, by the method it answers."""
-    if method in (FLOW_RUN, FLOW_RUN_CHILD):
-        return validate_run_result(result)
-    if method == CAPABILITY_CALL:
-        return validate_capability_result(result)
-    if method in CHANNEL_METHODS:
-        return validate_channel_result(method, result)
-    raise LocalProtocolError(f"{method!r} is not a Run/1 request method")
