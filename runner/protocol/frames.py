@@ -39,11 +39,6 @@ class FrameDecoder:
         self._buffer = bytearray()
         self._finished = False
 
-    @property
-    def at_boundary(self) -> bool:
-        """Whether no bytes of an unfinished frame are buffered."""
-        return not self._buffer
-
     def feed(self, data: bytes) -> list[bytes]:
         """Take the next bytes of the stream; return the payloads of completed frames. Raises
         :class:`ProtocolViolation` on an empty frame (``-32700`` reply) or a frame past
