@@ -29,15 +29,27 @@ from runner.protocol.envelope import Notification, Request, Success, classify
 from runner.protocol.names import (
     CHANNEL_METHODS,
     COMPONENT_TO_HOST_METHODS,
-    HOST_TO_COMPONENT_METHODS,
     REQUEST_CANCEL,
 )
 from runner.protocol.params import validate_params
-from runner.protocol.results import validate_result
+from runner.protocol.results import (
+    validate_capability_result,
+    validate_channel_result,
+    validate_run_result,
+)
 
 SPEC = Path(__file__).resolve().parents[1] / "spec"
 RESULT_METHODS = ("flow/run", "capability/call", *sorted(CHANNEL_METHODS))
-REQUEST_METHODS = HOST_TO_COMPONENT_METHODS | COMPONENT_TO_HOST_METHODS
+REQUEST_METHODS = {"flow/run"} | COMPONENT_TO_HOST_METHODS  # the host sends only flow/run
+
+
+def validate_result(method: str, result: Any) -> str | None:
+    """The success ``result`` of a Run/1 request method, by the method it answers."""
+    if method == "flow/run":
+        return validate_run_result(result)
+    if method == "capability/call":
+        return validate_capability_result(result)
+    return validate_channel_result(method, result)
 
 
 def hand_written(frame: Any) -> bool:

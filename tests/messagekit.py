@@ -27,7 +27,6 @@ from runner.protocol.envelope import ErrorResponse, Notification, Request, Succe
 from runner.protocol.names import (
     CHANNEL_METHODS,
     COMPONENT_TO_HOST_METHODS,
-    HOST_TO_COMPONENT_METHODS,
 )
 from runner.protocol.params import validate_params
 from runner.protocol.results import (
@@ -39,7 +38,7 @@ from speckit import load_spec
 
 SCHEMA = load_spec("run-1.schema.json")
 FIXTURES = load_spec("conformance/messages.json")
-REQUEST_METHODS = HOST_TO_COMPONENT_METHODS | COMPONENT_TO_HOST_METHODS
+REQUEST_METHODS = {"flow/run"} | COMPONENT_TO_HOST_METHODS  # the host sends only flow/run
 RESULT_METHODS = ("flow/run", "capability/call", *sorted(CHANNEL_METHODS))
 
 

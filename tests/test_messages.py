@@ -30,7 +30,7 @@ from messagekit import (
 )
 from runner.json1 import MAX_SAFE_INTEGER
 from runner.protocol.codes import WIRE_CODES
-from runner.protocol.names import COMPONENT_TO_HOST_METHODS, HOST_TO_COMPONENT_METHODS
+from runner.protocol.names import COMPONENT_TO_HOST_METHODS
 
 
 def test_stock_jsonschema_lets_dollar_match_before_a_final_newline() -> None:
@@ -83,7 +83,6 @@ def test_method_sets_match_schema() -> None:
         for definition in REQUEST_DEFINITIONS
     }
     assert defined == REQUEST_METHODS
-    assert {"flow/run"} == HOST_TO_COMPONENT_METHODS
     assert len(COMPONENT_TO_HOST_METHODS) == 8
 
 

@@ -34,8 +34,6 @@ CHANNEL_METHODS: Final[frozenset[str]] = frozenset(
         CHANNEL_RELEASE,
     }
 )
-HOST_TO_COMPONENT_METHODS: Final[frozenset[str]] = frozenset({FLOW_RUN})
-"""Request methods the host may send (``request/cancel`` is a notification, both ways)."""
 COMPONENT_TO_HOST_METHODS: Final[frozenset[str]] = (
     frozenset({FLOW_RUN_CHILD, CAPABILITY_CALL}) | CHANNEL_METHODS
 )
