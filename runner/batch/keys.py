@@ -53,8 +53,24 @@ class ImageIds:
 def digest_path(path: Path) -> str:
     """``content:<sha256>`` of a file or tree (paths, modes, link targets and bytes), or
     for a tree over :data:`CONTENT_LIMIT` bytes ``meta:<sha256>`` of paths, sizes and
-    mtimes (cheap, but it trusts mtimes)."""
-    entries = _walk(path)
+    mtimes (cheap, but it trusts mtimes). Links are not followed."""
+    entries: list[_Entry] = []
+
+    def visit(at: Path, rel: str) -> None:
+        st = os.lstat(at)
+        mode = stat.S_IMODE(st.st_mode)
+        if stat.S_ISLNK(st.st_mode):
+            entries.append(_Entry(rel, "l", mode, link=os.readlink(at)))
+        elif stat.S_ISDIR(st.st_mode):
+            entries.append(_Entry(rel, "d", mode))
+            for name in sorted(os.listdir(at)):
+                visit(at / name, f"{rel}/{name}" if rel else name)
+        elif stat.S_ISREG(st.st_mode):
+            entries.append(_Entry(rel, "f", mode, st.st_size, st.st_mtime_ns))
+        else:
+            entries.append(_Entry(rel, "o", st.st_mode))
+
+    visit(path, "")
     by_content = sum(e.size for e in entries if e.kind == "f") <= CONTENT_LIMIT
     h = hashlib.sha256()
     for e in entries:
@@ -81,28 +97,6 @@ class _Entry:
     link: str = ""
 
 
-def _walk(root: Path) -> list[_Entry]:
-    """Every entry of the tree (or the one file), sorted by path; links not followed."""
-    out: list[_Entry] = []
-
-    def visit(path: Path, rel: str) -> None:
-        st = os.lstat(path)
-        mode = stat.S_IMODE(st.st_mode)
-        if stat.S_ISLNK(st.st_mode):
-            out.append(_Entry(rel, "l", mode, link=os.readlink(path)))
-        elif stat.S_ISDIR(st.st_mode):
-            out.append(_Entry(rel, "d", mode))
-            for name in sorted(os.listdir(path)):
-                visit(path / name, f"{rel}/{name}" if rel else name)
-        elif stat.S_ISREG(st.st_mode):
-            out.append(_Entry(rel, "f", mode, st.st_size, st.st_mtime_ns))
-        else:
-            out.append(_Entry(rel, "o", st.st_mode))
-
-    visit(root, "")
-    return out
-
-
 class Keys:
     """Each row's invocation key, for one batch.
 
@@ -123,7 +117,10 @@ class Keys:
 
     def __call__(self, row: Row) -> str:
         """The sha256 (hex) of the canonical bytes of the row's key document."""
-        members = {name: self._encode(value) for name, value in self.document(row).items()}
+        members = {}
+        for name, value in self.document(row).items():
+            shared = self._encoded.get(id(value))
+            members[name] = shared[1] if shared and shared[0] is value else json1.canonical(value)
         parts = (
             json1.canonical(name) + b":" + members[name]
             for name in sorted(members, key=lambda name: name.encode("utf-16-be"))
@@ -164,12 +161,6 @@ class Keys:
             shared = self._shared[id(owner)] = (owner, made)
             self._encoded[id(made)] = (made, json1.canonical(made))
         return shared[1]
-
-    def _encode(self, value: JSONValue) -> bytes:
-        encoded = self._encoded.get(id(value))
-        if encoded is not None and encoded[0] is value:
-            return encoded[1]
-        return json1.canonical(value)
 
 
 def image_document(

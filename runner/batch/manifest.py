@@ -244,11 +244,7 @@ def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
 
 
 def check(
-    path: Path,
-    defaults: Defaults,
-    config: HostConfig | None,
-    *,
-    refuse: _Refuse | None = None,
+    path: Path, defaults: Defaults, config: HostConfig | None, *, refuse: _Refuse | None = None
 ) -> Iterator[Row]:
     """Check every line, then hand out the rows one at a time (reading the file again).
 

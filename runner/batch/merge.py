@@ -39,8 +39,13 @@ def _merge_into(sources: list[Path], target: Path) -> int:
             for path in sources:
                 source = Store(path, create=False)
                 try:
-                    for row in source.rows():
-                        if _keep_existing(out, row):
+                    for row in source.rows():  # kept: a final result, then the last ended
+                        have = out.db.execute(
+                            "SELECT state, ended_at FROM runs WHERE manifest = ? AND id = ?",
+                            (row["manifest"], row["id"]),
+                        ).fetchone()
+                        rank = (row["state"] == "done", row["ended_at"] or 0.0)
+                        if have is not None and (have[0] == "done", have[1] or 0.0) >= rank:
                             continue
                         out.db.execute(
                             f"INSERT OR REPLACE INTO runs ({', '.join(COLUMNS)}) "
@@ -53,17 +58,6 @@ def _merge_into(sources: list[Path], target: Path) -> int:
     finally:
         out.close()
     return written
-
-
-def _keep_existing(out: Store, row: Any) -> bool:
-    have = out.db.execute(
-        "SELECT state, ended_at FROM runs WHERE manifest = ? AND id = ?",
-        (row["manifest"], row["id"]),
-    ).fetchone()
-    if have is None:
-        return False
-    rank = (have[0] == "done", have[1] or 0.0)
-    return rank >= (row["state"] == "done", row["ended_at"] or 0.0)
 
 
 def diff(old: Path, new: Path) -> Iterator[dict[str, Any]]:

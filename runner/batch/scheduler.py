@@ -257,9 +257,8 @@ class _Batch:
         shown = self._shown = progress(
             self.options.progress, self.counts, self.options.progress_every
         )
-        jobs = self._jobs
         # Room for every prepared row not yet admitted: the look-ahead is the semaphore's.
-        send, receive = anyio.create_memory_object_stream[_Admission](max(jobs, self._ahead))
+        send, receive = anyio.create_memory_object_stream[_Admission](max(self._jobs, self._ahead))
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(shown.show)
@@ -268,7 +267,7 @@ class _Batch:
                         async with anyio.create_task_group() as feeding:
                             feeding.start_soon(self._produce, send, lines, holders)
                             async with anyio.create_task_group() as slots:
-                                for _ in range(jobs):
+                                for _ in range(self._jobs):
                                     slots.start_soon(self._slot, receive.clone())
                                 receive.close()
                             feeding.cancel_scope.cancel()  # stopped: nothing more to prepare
