@@ -109,24 +109,19 @@ def run(handler: Handler, limits: Limits) -> int:
         runtime = _Runtime(handler, limits, loop, output_fd)
         start_reader(input_fd, loop, runtime.receive)
         return loop.run_until_complete(runtime.exit)
-    finally:
-        _shut_down(loop)
-
-
-def _shut_down(loop: asyncio.AbstractEventLoop) -> None:
-    """Cancel what handler code left running and give it a moment to unwind."""
-    try:
-        tasks = asyncio.all_tasks(loop)
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            loop.run_until_complete(asyncio.wait(tasks, timeout=_SHUTDOWN_GRACE_SECONDS))
-        for task in tasks:  # their failures were reported already, or do not matter now
-            if task.done() and not task.cancelled():
-                task.exception()
-        loop.run_until_complete(loop.shutdown_asyncgens())
-    finally:
-        loop.close()
+    finally:  # cancel what handler code left running and give it a moment to unwind
+        try:
+            tasks = asyncio.all_tasks(loop)
+            for task in tasks:
+                task.cancel()
+            if tasks:
+                loop.run_until_complete(asyncio.wait(tasks, timeout=_SHUTDOWN_GRACE_SECONDS))
+            for task in tasks:  # their failures were reported already, or do not matter now
+                if task.done() and not task.cancelled():
+                    task.exception()
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            loop.close()
 
 
 class _Runtime:
