@@ -521,8 +521,8 @@ def measure(
     print("runs made moments apart, which a machine shared with other jobs needs).")
     if warm is not None:
         print(f"\nwarm runner: ready {ms(warm.start_seconds)} ms after `daemon start "
-              f"--foreground`; server RSS {idle_rss:.0f} MiB before the rounds, {warm.rss_mib():.0f} MiB after; "
-              f"{sys.version.split()[0]}")  # fmt: skip
+              f"--foreground`; server RSS {idle_rss:.0f} MiB before the rounds, "
+              f"{warm.rss_mib():.0f} MiB after; {sys.version.split()[0]}")  # fmt: skip
 
     keys = (*SPLIT, *MARKS)
     print("\n| time split, median ms | " + " | ".join(keys) + " | outside the split |")
