@@ -267,4 +267,4 @@ def test_an_installed_package_adds_backends_but_cannot_take_over_a_shipped_name(
     assert docker.name == "docker"
     plain, _ = open_sandbox(SandboxSpec("plain", command=("true",)))
     assert plain.name == "process"
-    assert registry.backends() == ["docker", "plain", "process"]
+    assert sorted(registry._registered()) == ["docker", "plain", "process"]

@@ -103,10 +103,6 @@ def sandbox_engine(backend: str) -> SandboxEngine:
     return engine
 
 
-def backends() -> list[str]:
-    return sorted(_registered())
-
-
 def _registered() -> dict[str, str]:
     from importlib.metadata import entry_points
 
