@@ -129,13 +129,16 @@ class DockerSandbox:
         self._client = client
         self.record_engine = record_engine
         """Keep what the engine put in effect in ``facts.details["engine"]``."""
+        self._judged: str | None = None
+        """The id :meth:`image_source` found: launches make it, not what the tag names later."""
 
     async def image_source(self) -> DockerImage:
         """The image on the engine (asked once per call), to read its files inertly."""
         engine = await open_engine(self._client)
         info = await engine.inspect_image(self.image)
         labels = (info.get("Config") or {}).get("Labels") or {}
-        return DockerImage(engine, str(info["Id"]), dict(labels))
+        self._judged = str(info["Id"])
+        return DockerImage(engine, self._judged, dict(labels))
 
     def planned_paths(self, request: LaunchRequest) -> tuple[Mapping[str, str], str]:
         """Every attachment is mounted at ``/flow/attachments/NAME``, scratch at
@@ -226,10 +229,10 @@ class DockerSandbox:
         reference, profile name, command, mounts): one source with another configuration
         is a moved tag or an edited profile, and the old one is stale."""
         held = mounts or {}
-        info = await engine.inspect_image(self.image)
+        image = self._judged or str((await engine.inspect_image(self.image))["Id"])
         host_config = _host_config(self.profile, held, await _host_sources(engine, held))
         return {
-            "image": str(info["Id"]),
+            "image": image,
             "command": self.command,
             "user": self.profile.user,
             "host_config": host_config,
@@ -344,7 +347,7 @@ class DockerSandbox:
     ) -> str:
         run_id = request.run_id or uuid.uuid4().hex
         create = engine.create(
-            self.image,
+            self._judged or self.image,
             self.command,
             user=self.profile.user,
             labels=run_labels(run_id, request.parent_run_id),
