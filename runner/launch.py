@@ -53,8 +53,9 @@ def main() -> NoReturn:
 
 
 def _interrupted(signum: int, frame: object) -> None:
-    """A Ctrl-C before the command's loop: nothing to clean up yet, so end now (an exception
-    could land where Python ignores it, in an import's callback, and the command run on)."""
+    """A Ctrl-C before the command's event loop, in process: nothing the command made needs
+    cleaning up yet, so it ends here and now. A KeyboardInterrupt raised instead could land
+    where Python ignores exceptions (an import's callback), and the command would run on."""
     os._exit(EXIT_CANCELLED)
 
 

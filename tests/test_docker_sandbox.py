@@ -136,34 +136,6 @@ def probe(docker_client: Any, default: SandboxProfile, no_leaks: None) -> Any:
     return make
 
 
-@pytest.mark.docker
-@pytest.mark.anyio
-@pytest.mark.timeout(120)
-async def test_a_run_launches_the_image_its_package_was_read_from(
-    docker_client: Any, default: SandboxProfile, no_leaks: None, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A tag moved after the run read its package (the hello example's) does not change what
-    the run launches: its container is the image judged, not what the tag names by then."""
-    from runner.api import Invocation, execute
-
-    tag = f"flow-runner/test-moved-{os.getpid()}:latest"
-    docker_client.images.get("flow-runner/examples-hello:latest").tag(tag)
-    judged = DockerSandbox.image_source
-
-    async def then_moved(sandbox: DockerSandbox) -> Any:
-        found = await judged(sandbox)
-        docker_client.images.get("flow-runner/fake-component:latest").tag(tag)
-        return found
-
-    monkeypatch.setattr(DockerSandbox, "image_source", then_moved)
-    try:
-        sandbox = DockerSandbox(tag, default, client=docker_client)
-        ran = await execute(sandbox, Invocation.within(60, input={"name": "Ada"}), target=tag)
-        assert ran.verdict.result == {"outcome": "done", "output": {"greeting": "Hello, Ada!"}}
-    finally:
-        docker_client.images.remove(tag)
-
-
 # --- without an engine ----------------------------------------------------------------
 
 

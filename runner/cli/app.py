@@ -185,9 +185,11 @@ def main() -> NoReturn:
 
 
 def before_loop() -> None:
-    """Called by every command just before its event loop: the cyclic collector paused for
-    start-up goes on, the imports frozen out of its passes; SIGINT goes back to Python's
-    handler, which the loop makes a cancellation (until here it ended the process)."""
+    """Called by every command just before its event loop starts. Turns on the cyclic
+    collector the console script paused for start-up, with what exists so far (the imports,
+    alive for the whole process) frozen out of its passes; a no-op when it is on. Gives
+    SIGINT back to Python's handler, which the loop turns into a cancellation (the console
+    script ended the process at once on a Ctrl-C until here: :mod:`runner.launch`)."""
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     if not gc.isenabled():

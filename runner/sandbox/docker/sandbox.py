@@ -129,16 +129,13 @@ class DockerSandbox:
         self._client = client
         self.record_engine = record_engine
         """Keep what the engine put in effect in ``facts.details["engine"]``."""
-        self._judged: str | None = None
-        """The id :meth:`image_source` found: launches make it, not what the tag names later."""
 
     async def image_source(self) -> DockerImage:
         """The image on the engine (asked once per call), to read its files inertly."""
         engine = await open_engine(self._client)
         info = await engine.inspect_image(self.image)
         labels = (info.get("Config") or {}).get("Labels") or {}
-        self._judged = str(info["Id"])
-        return DockerImage(engine, self._judged, dict(labels))
+        return DockerImage(engine, str(info["Id"]), dict(labels))
 
     def planned_paths(self, request: LaunchRequest) -> tuple[Mapping[str, str], str]:
         """Every attachment is mounted at ``/flow/attachments/NAME``, scratch at
@@ -229,10 +226,10 @@ class DockerSandbox:
         reference, profile name, command, mounts): one source with another configuration
         is a moved tag or an edited profile, and the old one is stale."""
         held = mounts or {}
-        image = self._judged or str((await engine.inspect_image(self.image))["Id"])
+        info = await engine.inspect_image(self.image)
         host_config = _host_config(self.profile, held, await _host_sources(engine, held))
         return {
-            "image": image,
+            "image": str(info["Id"]),
             "command": self.command,
             "user": self.profile.user,
             "host_config": host_config,
@@ -347,7 +344,7 @@ class DockerSandbox:
     ) -> str:
         run_id = request.run_id or uuid.uuid4().hex
         create = engine.create(
-            self._judged or self.image,
+            self.image,
             self.command,
             user=self.profile.user,
             labels=run_labels(run_id, request.parent_run_id),
