@@ -39,8 +39,8 @@ _sweep: Callable[[list[str]], object] | None = None
 
 
 def sweep_alongside(sweep: Callable[[list[str]], object]) -> None:
-    """Have each handler call ``sweep(argv)`` once its run has started, off the run's path
-    (the CLI layer gives it: the warm runner imports no sandbox); what it raises is ignored."""
+    """Have each handler call ``sweep(argv)`` once its run's status is reported, off the run's
+    path (the CLI layer gives it: the warm runner imports no sandbox); errors are ignored."""
     global _sweep
     _sweep = sweep
 
@@ -163,13 +163,13 @@ def _start(
         os.write(go_write, b"go")
     except OSError:
         pass  # the client is gone: the run reads no "go" and ends having run nothing
-    else:
-        if _sweep is not None:
-            with suppress(Exception):
-                _sweep(list(request["argv"]))
     finally:
         os.close(go_write)
-    return _watch(conn, pid, pidfd)
+    code = _watch(conn, pid, pidfd)
+    if _sweep is not None:  # after: a hung engine delays neither the status nor a SIGTERM
+        with suppress(Exception):
+            _sweep(list(request["argv"]))
+    return code
 
 
 def _run(

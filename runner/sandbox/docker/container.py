@@ -51,7 +51,7 @@ class Container:
         # Registering with the cgroup takes milliseconds of blocking writes: not on the loop.
         # An OOM before the watch is registered is still counted (the cgroup's own counter).
         self._watching = threading.Thread(
-            target=self._watch_oom, args=(lease.container_id,), name="flow-runner-oom-watch"
+            target=self._watch_oom, args=(lease.container_id,), daemon=True
         )
         self._watching.start()
 
@@ -59,9 +59,9 @@ class Container:
         self._oom = watch_oom(container_id)
 
     async def _watched(self) -> None:
-        """Return once the OOM watch is registered (or known impossible)."""
+        """Return once the OOM watch is registered, known impossible, or 5 s late."""
         if self._watching.is_alive():
-            await anyio.to_thread.run_sync(self._watching.join)
+            await anyio.to_thread.run_sync(self._watching.join, 5.0)
 
     async def wait(self) -> int:
         """Read the attach stream to its end (keeping unread output), then confirm exit."""
