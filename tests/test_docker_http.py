@@ -305,3 +305,25 @@ async def test_a_client_over_tls_is_refused_before_any_container_is_made() -> No
     with pytest.raises(DockerSandboxError, match=r"not a plain socket.*unset DOCKER_HOST"):
         async with sandbox.launch(LaunchRequest()):
             pytest.fail("launched over TLS")
+
+
+def test_the_api_version_is_the_one_the_engine_announces_on_ping(
+    engine: Callable[..., ScriptedEngine],
+) -> None:
+    """One cheap ``/_ping`` (not ``/version``, which asks containerd and runs runc): its
+    ``Api-Version`` is the version every later call names; none, or one below docker-py's
+    minimum, is no answer, not a guess."""
+    ping = "HTTP/1.1 200 OK\r\n{}Content-Length: 2\r\nConnection: close\r\n\r\nOK"
+    scripted = engine(
+        reply(ping.format("Api-Version: 1.43\r\n").encode()),
+        reply(ping.format("").encode()),
+        reply(ping.format("Api-Version: 1.23\r\n").encode()),
+    )
+    environ = {"DOCKER_HOST": f"unix://{scripted.path}"}
+    found = EngineHttp.from_env(environ)
+    assert found is not None and found.version == "1.43"
+    assert scripted.requests[0].startswith(b"GET /_ping HTTP/1.1\r\n")
+    with pytest.raises(NoAnswer, match="no API version"):
+        EngineHttp.from_env(environ)
+    with pytest.raises(NoAnswer, match=r"older than 1\.24"):
+        EngineHttp.from_env(environ)

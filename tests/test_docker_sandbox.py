@@ -32,9 +32,14 @@ from runner.sandbox.attachments import AttachmentError, check_attachment, parse_
 from runner.sandbox.base import Attachment, LaunchRequest, RunningComponent
 from runner.sandbox.docker import sandbox as docker_backend
 from runner.sandbox.docker.attach import AttachDemuxer, open_connection
-from runner.sandbox.docker.engine import connect
+from runner.sandbox.docker.engine import connect, open_engine
 from runner.sandbox.docker.sandbox import DockerSandbox
-from runner.sandbox.errors import EngineUnavailable, ImageMissing, RuntimeMissing
+from runner.sandbox.errors import (
+    DockerSandboxError,
+    EngineUnavailable,
+    ImageMissing,
+    RuntimeMissing,
+)
 from runner.sandbox.gc import sweep
 from runner.sandbox.labels import (
     LABEL_CREATED,
@@ -134,6 +139,39 @@ def probe(docker_client: Any, default: SandboxProfile, no_leaks: None) -> Any:
         return DockerSandbox(PROBE, profile or default, list(command), client=docker_client)
 
     return make
+
+
+@pytest.mark.docker
+@pytest.mark.anyio
+@pytest.mark.timeout(120)
+async def test_a_run_whose_tag_moved_after_its_package_was_read_is_refused(
+    docker_client: Any, default: SandboxProfile, no_leaks: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tag moved after the run read its package (the hello example's) to another image:
+    the container the create made is of that other image, so it is removed unstarted and the
+    run refused, naming the move; the pool's launch configuration is the judged image too."""
+    from runner.api import Invocation, execute
+
+    tag = f"flow-runner/test-moved-{os.getpid()}:latest"
+    docker_client.images.get("flow-runner/examples-hello:latest").tag(tag)
+    judged = DockerSandbox.image_source
+
+    async def then_moved(sandbox: DockerSandbox) -> Any:
+        found = await judged(sandbox)
+        docker_client.images.get("flow-runner/fake-component:latest").tag(tag)
+        return found
+
+    monkeypatch.setattr(DockerSandbox, "image_source", then_moved)
+    try:
+        sandbox = DockerSandbox(tag, default, client=docker_client)
+        with pytest.raises(DockerSandboxError, match=r"was moved to .* after its package"):
+            await execute(sandbox, Invocation.within(60, input={"name": "Ada"}), target=tag)
+        hello = docker_client.images.get("flow-runner/examples-hello:latest").id
+        engine = await open_engine(docker_client)
+        assert sandbox.judged_image == hello
+        assert (await sandbox.launch_config(engine))["image"] == hello
+    finally:
+        docker_client.images.remove(tag)
 
 
 # --- without an engine ----------------------------------------------------------------

@@ -425,6 +425,7 @@ def engine_for(client: docker.DockerClient) -> Engine:
 
 async def open_engine(client: docker.DockerClient | None) -> Engine:
     """The engine of ``client``, or the process-wide :func:`default_engine`."""
-    if client is None:
-        return await anyio.to_thread.run_sync(default_engine)
-    return engine_for(client)
+    if client is not None:
+        return engine_for(client)
+    made = _default_engine  # made already: no thread needed to read it
+    return made if made is not None else await anyio.to_thread.run_sync(default_engine)

@@ -129,13 +129,17 @@ class DockerSandbox:
         self._client = client
         self.record_engine = record_engine
         """Keep what the engine put in effect in ``facts.details["engine"]``."""
+        self.judged_image: str | None = None
+        """The id :meth:`image_source` last found: the image whose package the runs were
+        checked against, so the one they launch (a container of another is refused)."""
 
     async def image_source(self) -> DockerImage:
         """The image on the engine (asked once per call), to read its files inertly."""
         engine = await open_engine(self._client)
         info = await engine.inspect_image(self.image)
         labels = (info.get("Config") or {}).get("Labels") or {}
-        return DockerImage(engine, str(info["Id"]), dict(labels))
+        self.judged_image = str(info["Id"])
+        return DockerImage(engine, self.judged_image, dict(labels))
 
     def planned_paths(self, request: LaunchRequest) -> tuple[Mapping[str, str], str]:
         """Every attachment is mounted at ``/flow/attachments/NAME``, scratch at
@@ -183,6 +187,7 @@ class DockerSandbox:
             try:
                 for path in mounts.values():
                     path.recheck()  # swapped after the check, before the engine mounts it?
+                await self._check_image(engine, lease)
                 connection = await _timed(facts, "attach", _attach(engine, lease))
                 lease.step = "start"
                 await _timed(facts, "start", self._start(engine, lease))
@@ -226,10 +231,10 @@ class DockerSandbox:
         reference, profile name, command, mounts): one source with another configuration
         is a moved tag or an edited profile, and the old one is stale."""
         held = mounts or {}
-        info = await engine.inspect_image(self.image)
+        image = self.judged_image or str((await engine.inspect_image(self.image))["Id"])
         host_config = _host_config(self.profile, held, await _host_sources(engine, held))
         return {
-            "image": str(info["Id"]),
+            "image": image,
             "command": self.command,
             "user": self.profile.user,
             "host_config": host_config,
@@ -309,6 +314,19 @@ class DockerSandbox:
             stack.callback(held.close)
             check_usable(held, user, shown_as=f"--scratch {scratch.host_path}")
         return mounts
+
+    async def _check_image(self, engine: Engine, lease: Lease) -> None:
+        """Refuse a container made from another image than the one judged: the tag was
+        moved after the run's package was read (the create names the tag, so that the
+        engine and ``docker ps`` show the image's name, not its id)."""
+        if self.judged_image is None:
+            return
+        made = (await engine.inspect(lease))["Image"]
+        if made != self.judged_image:
+            raise DockerSandboxError(
+                f"image {self.image!r} was moved to {made[:19]} after its package was read "
+                f"from {self.judged_image[:19]}; nothing ran: run it again"
+            )
 
     async def _start(self, engine: Engine, lease: Lease) -> None:
         refused = await engine.start(lease)
