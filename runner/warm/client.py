@@ -21,8 +21,8 @@ from runner.warm.key import installation_key
 
 TYPE_CHECKING = False  # not typing's: the console script's path does without importing it
 if TYPE_CHECKING:
-    import socket
     import types
+    from _socket import socket
     from collections.abc import Mapping
     from typing import NoReturn
 
@@ -48,11 +48,13 @@ def hand_off() -> int | None:
     if found is None:
         return None
     sock, key = found
-    with sock:
+    try:
         return _run(sock, key, caller)
+    finally:
+        sock.close()
 
 
-def connect(environ: Mapping[str, str]) -> tuple[socket.socket, str] | None:
+def connect(environ: Mapping[str, str]) -> tuple[socket, str] | None:
     """A connection to this installation's warm runner and its key, or None: there is none
     (or none of this uid's, in a directory of this uid's alone)."""
     place = rundir.directory(environ)
@@ -69,11 +71,12 @@ def connect(environ: Mapping[str, str]) -> tuple[socket.socket, str] | None:
         return None
     if not stat.S_ISSOCK(found.st_mode) or found.st_uid != os.getuid():
         return None
-    import socket
+    from _socket import AF_UNIX, SOCK_CLOEXEC, SOCK_STREAM
+    from _socket import socket as unix_socket  # socket's own import costs ~3 ms
 
     from runner.warm import peer
 
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    sock = unix_socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC)
     try:
         sock.connect(path)
         pid, uid, _ = peer.credentials(sock)
@@ -97,15 +100,16 @@ def request(op: str) -> tuple[Message, list[int]] | None:
     if found is None:
         return None
     sock, key = found
-    with sock:
-        try:
-            wire.send(sock, context.describe(op, key))
-            return wire.receive(sock, 1)
-        except (OSError, wire.WireError):
-            return None
+    try:
+        wire.send(sock, context.describe(op, key))
+        return wire.receive(sock, 1)
+    except (OSError, wire.WireError):
+        return None
+    finally:
+        sock.close()
 
 
-def _run(sock: socket.socket, key: str, caller: types.FrameType) -> int | None:
+def _run(sock: socket, key: str, caller: types.FrameType) -> int | None:
     from runner.warm import context, wire
 
     fds = [fd for fd in context.inherited_fds() if fd != sock.fileno()]
@@ -131,7 +135,7 @@ def _run(sock: socket.socket, key: str, caller: types.FrameType) -> int | None:
     return _wait(sock, pidfds[0])
 
 
-def _wait(sock: socket.socket, pidfd: int) -> int:
+def _wait(sock: socket, pidfd: int) -> int:
     import select
     import signal
 

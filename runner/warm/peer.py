@@ -6,25 +6,25 @@ forged by the peer, so these, not anything a request says, decide who may use a 
 
 from __future__ import annotations
 
-import socket
 import sys
+from _socket import SO_PEERCRED, SOL_SOCKET, socket
 
-SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)
-"""Linux 4.13+; Python 3.11 does not name it (59 on the common architectures)."""
+SO_PEERGROUPS = 59
+"""Linux 4.13+; Python does not name it (59 on the common architectures)."""
 MAX_GROUPS = 256
 """Python reads at most 1,024 bytes of a socket option: 256 gids."""
 
 
-def credentials(sock: socket.socket) -> tuple[int, int, int]:
+def credentials(sock: socket) -> tuple[int, int, int]:
     """The peer's pid, uid and gid."""
-    data = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
+    data = sock.getsockopt(SOL_SOCKET, SO_PEERCRED, 12)
     pid, uid, gid = (int.from_bytes(data[i : i + 4], sys.byteorder) for i in (0, 4, 8))
     return pid, uid, gid
 
 
-def groups(sock: socket.socket) -> frozenset[int]:
+def groups(sock: socket) -> frozenset[int]:
     """The peer's gid and supplementary groups (OSError with more than 256)."""
-    data = sock.getsockopt(socket.SOL_SOCKET, SO_PEERGROUPS, 4 * MAX_GROUPS)
+    data = sock.getsockopt(SOL_SOCKET, SO_PEERGROUPS, 4 * MAX_GROUPS)
     found = {int.from_bytes(data[i : i + 4], sys.byteorder) for i in range(0, len(data), 4)}
     return frozenset({credentials(sock)[2], *found})
 
