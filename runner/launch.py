@@ -59,7 +59,7 @@ def _interrupted(signum: int, frame: object) -> None:
     os._exit(EXIT_CANCELLED)
 
 
-def _load() -> Callable[[], object]:
+def _load() -> Callable[[Callable[[int], object]], object]:
     from runner.cli.daemon import preload
 
     return preload()

@@ -830,3 +830,51 @@ def test_a_server_that_never_answers_is_given_up_on(install: Install, tmp_path: 
     assert (process.returncode, install.where(process)) == (0, "cold"), err.read_bytes()
     assert out.read_bytes().startswith(b"flow-runner ")
     assert ANSWER <= seconds < ANSWER + 10
+
+
+@pytest.mark.timeout(30)
+def test_a_runs_status_reaches_its_client_before_its_process_is_gone() -> None:
+    """The run writes its status as it exits, every other descriptor closed first: the
+    handler passes it on at once, while the run's process still lives (its teardown is not
+    waited for), a reader of the client's output sees its end, and the handler reaps the
+    run after, sending nothing more."""
+    import select
+    import threading
+
+    from runner.warm import handler
+
+    client, conn = socket.socketpair()
+    status_read, status_write = os.pipe()
+    output_read, output_write = os.pipe()  # the client's stdout, as the run holds it
+    signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR1])
+    try:
+        pid = os.fork()
+        if pid == 0:  # the run: reports 3, then lingers until told to go
+            try:
+                handler._exiting(status_write, 3)
+                signal.sigwait([signal.SIGUSR1])
+            finally:
+                os._exit(3)
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGUSR1])
+    for fd in (status_write, output_write):
+        os.close(fd)
+    pidfd = os.pidfd_open(pid)
+    alive = os.pidfd_open(pid)
+    watching = threading.Thread(target=handler._watch, args=(conn, pid, pidfd, status_read))
+    watching.start()
+    client.settimeout(10)
+    try:
+        assert wire.receive(client)[0] == {"exit": 3}
+        assert select.select([alive], [], [], 0)[0] == []  # the run has not exited
+        assert os.read(output_read, 1) == b""  # its copy of the output is closed
+    finally:
+        os.kill(pid, signal.SIGUSR1)
+        watching.join(10)
+    assert not watching.is_alive()
+    assert select.select([alive], [], [], 0)[0] == [alive]
+    conn.close()
+    assert client.recv(1) == b""  # one status, not two
+    for fd in (alive, output_read):
+        os.close(fd)
+    client.close()

@@ -29,7 +29,7 @@ SKIPPED = ("runner.component", "runner.warm")
 STOP_SECONDS = 10.0
 
 
-def preload() -> Callable[[], object]:
+def preload() -> Callable[[Callable[[int], object]], object]:
     """Import every module of flow-runner and what its commands import late, build the
     command tree, and have handlers sweep alongside runs; the CLI's main, which the warm
     runner's runs call."""

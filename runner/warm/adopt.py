@@ -36,22 +36,22 @@ def adopt(request: Message, cwd: int) -> None:
     os.umask(request["umask"])
 
 
-def become(request: Message, received: list[int], own: int | None = None) -> int | None:
+def become(request: Message, received: list[int], own: list[int]) -> list[int]:
     """Take the client's descriptors (``received`` at the numbers ``request["fds"]`` lists,
-    every other closed but ``own``, moved above them: its new number is returned), limits,
-    signals, locale, streams, ``__main__`` and argv."""
+    every other closed but ``own``, moved above them: their new numbers are returned),
+    limits, signals, locale, streams, ``__main__`` and argv."""
     targets: list[int] = request["fds"]
-    top = max([*targets, *received, -1 if own is None else own]) + 1
-    kept = None if own is None else fcntl.fcntl(own, fcntl.F_DUPFD_CLOEXEC, top)
-    if own is not None:
-        os.close(own)
-        top += 1
+    top = max([*targets, *received, *own]) + 1
+    kept = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, top) for fd in own]
+    for fd in own:
+        os.close(fd)
+    top = max([top - 1, *kept]) + 1
     moved = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, top) for fd in received]
     for fd in received:
         os.close(fd)
     for source, target in zip(moved, targets, strict=True):
         os.dup2(source, target)
-    keep = set(targets) | ({kept} if kept is not None else set())
+    keep = set(targets) | set(kept)
     for fd in inherited_fds():
         if fd not in keep:
             os.close(fd)

@@ -6,10 +6,12 @@ groups and the request (:func:`runner.warm.context.refusal`), takes the client's
 and environment, leaves the server's session (only the signals the client forwards reach
 the run) and forks the run, which waits until the client has been told it started: a
 handler killed before that leaves a run that ends having run nothing, so the client runs
-the command itself, once. The handler then sweeps (:func:`sweep_alongside`) and reports
-the run's status; should the client go first (killed), it sends the run SIGTERM, which
-cancels it as in process. ``status`` answers what the server is and whether this client
-would be refused; ``stop`` sends the server SIGTERM and passes back a pidfd to wait on.
+the command itself, once. The handler reports the run's status (as the run exits: the
+run writes it, with the client's descriptors closed, before its process is torn down),
+then sweeps (:func:`sweep_alongside`); should the client go first (killed), it sends the
+run SIGTERM, which cancels it as in process. ``status`` answers what the server is and
+whether this client would be refused; ``stop`` sends the server SIGTERM and passes back a
+pidfd to wait on.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import time
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
+from functools import partial
 from socket import socket
 from typing import TYPE_CHECKING, NoReturn
 
@@ -59,7 +62,8 @@ class Served:
     started: float
     idle: float
     reads: Reads
-    main: Callable[[], object]
+    main: Callable[[Callable[[int], object]], object]
+    """The CLI's main: runs the command, tells its argument the exit status, then exits."""
     busy: int
     quiet_since: float
     connections: int
@@ -148,11 +152,14 @@ def _start(
         os.close(cwd)
     os.setsid()
     go_read, go_write = os.pipe2(os.O_CLOEXEC)
+    status_read, status_write = os.pipe2(os.O_CLOEXEC)
     pid = os.fork()
     if pid == 0:
         os.close(go_write)
-        _run(conn, go_read, request, received, served, channel)
+        os.close(status_read)
+        _run(conn, go_read, status_write, request, received, served, channel)
     os.close(go_read)
+    os.close(status_write)
     if channel is not None:
         channel.close()
     for fd in received:
@@ -165,7 +172,7 @@ def _start(
         pass  # the client is gone: the run reads no "go" and ends having run nothing
     finally:
         os.close(go_write)
-    code = _watch(conn, pid, pidfd)
+    code = _watch(conn, pid, pidfd, status_read)
     if _sweep is not None:  # after: a hung engine delays neither the status nor a SIGTERM
         with suppress(Exception):
             _sweep(list(request["argv"]))
@@ -175,6 +182,7 @@ def _start(
 def _run(
     conn: socket,
     go: int,
+    status: int,
     request: Message,
     received: list[int],
     served: Served,
@@ -188,15 +196,16 @@ def _run(
         os.close(go)
         if said != b"go":
             os._exit(0)
-        kept = become(request, received, None if channel is None else channel.detach())
-        if kept is not None and served.use_pool is not None:
-            served.use_pool(Claims(socket(fileno=kept)))
+        own = [status] if channel is None else [status, channel.detach()]
+        status, *kept = become(request, received, own)
+        if kept and served.use_pool is not None:
+            served.use_pool(Claims(socket(fileno=kept[0])))
         set_recursion(request, stack_depth(sys._getframe()))
     except BaseException as exc:  # nothing may return into the server's code
         os.write(2, f"flow-runner: the warm runner could not take over: {exc!r}\n".encode())
         os._exit(EXIT_INFRASTRUCTURE)  # a bug: the handler checked the request
     try:
-        main()  # ends with os._exit once its output is flushed
+        main(partial(_exiting, status))
     except KeyboardInterrupt:  # as the interpreter ends on one nobody caught
         _uncaught()
         signal.signal(signal.SIGINT, signal.SIG_DFL)
@@ -204,6 +213,14 @@ def _run(
     except BaseException:
         _uncaught()
     os._exit(1)
+
+
+def _exiting(status: int, code: int) -> None:
+    """Close every descriptor but ``status`` (a reader of the client's output sees its end
+    now, not after this process is torn down), then write the exit status on it."""
+    os.closerange(0, status)
+    os.closerange(status + 1, os.sysconf("SC_OPEN_MAX"))
+    os.write(status, bytes([code]))
 
 
 def _uncaught() -> None:
@@ -215,24 +232,35 @@ def _uncaught() -> None:
             stream.flush()
 
 
-def _watch(conn: socket, pid: int, pidfd: int) -> int:
-    """Wait for the run to exit and report how (unless the client has gone: then cancel)."""
+def _watch(conn: socket, pid: int, pidfd: int, status: int) -> int:
+    """Wait for the run to exit and report how (unless the client has gone: then cancel).
+    The status the run writes on ``status`` as it exits is reported at once, before its
+    process is torn down; a run that exits without writing one is reported as it ended."""
     poller = select.poll()
-    poller.register(pidfd, select.POLLIN)
-    poller.register(conn, select.POLLIN)
-    client_gone = False
+    for fd in (pidfd, conn.fileno(), status):
+        poller.register(fd, select.POLLIN)
+    answered = False  # the client has the run's status, or has gone
     while True:
         ready = {fd for fd, _ in poller.poll()}
+        if status in ready:
+            poller.unregister(status)
+            said = os.read(status, 1)
+            if said and not answered:
+                answered = True
+                poller.unregister(conn)
+                with suppress(OSError):  # the client is gone
+                    wire.send(conn, {"exit": said[0]})
         if pidfd in ready:
             break
-        if not client_gone:  # the client sends nothing more: readable means closed
-            client_gone = True
+        if conn.fileno() in ready and not answered:  # sends nothing more: readable = closed
+            answered = True
             poller.unregister(conn)
             signal.pidfd_send_signal(pidfd, signal.SIGTERM)
             signal.pidfd_send_signal(pidfd, signal.SIGCONT)  # were it stopped with the client
     os.close(pidfd)
+    os.close(status)
     code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-    if not client_gone:
+    if not answered:
         with suppress(OSError):  # the client is gone
             wire.send(conn, {"exit": code} if code >= 0 else {"signal": -code})
     return 0

@@ -79,7 +79,9 @@ def options(args: list[str]) -> Options | None:
     return found
 
 
-def serve(args: list[str], load: Callable[[], Callable[[], object]]) -> NoReturn:
+def serve(
+    args: list[str], load: Callable[[], Callable[[Callable[[int], object]], object]]
+) -> NoReturn:
     """Run the server; ``load`` imports everything and returns the CLI's main."""
     given = options(args)
     if given is None:
