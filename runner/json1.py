@@ -24,7 +24,6 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from decimal import Decimal
 from itertools import chain
 from typing import Any, Final, NamedTuple, TypeAlias
 
@@ -649,6 +648,8 @@ def _es_number(value: float) -> str:
     """ECMAScript ``Number::toString`` of a finite double (RFC 8785 §3.2.2.3)."""
     if value == 0:
         return "0"
+    from decimal import Decimal  # here: ~1.6 ms of a cold start that writes no float
+
     sign = "-" if value < 0 else ""
     # repr gives the shortest round-trip digits, as ECMAScript requires.
     _, digit_tuple, exponent = Decimal(repr(abs(value))).normalize().as_tuple()
