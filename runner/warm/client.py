@@ -21,12 +21,15 @@ from runner.warm.key import installation_key
 
 TYPE_CHECKING = False  # not typing's: the console script's path does without importing it
 if TYPE_CHECKING:
+    import signal
     import types
     from _socket import socket
     from collections.abc import Mapping
     from typing import NoReturn
 
     from runner.warm.wire import Message
+else:  # signal's own import builds its enums (~3 ms of every warm command); same calls
+    import _signal as signal
 
 EXIT_LOST = EXIT_INFRASTRUCTURE
 """The run ended, its handler killed before reporting its status (retrying may succeed)."""
@@ -137,7 +140,6 @@ def _run(sock: socket, key: str, caller: types.FrameType) -> int | None:
 
 def _wait(sock: socket, pidfd: int) -> int:
     import select
-    import signal
 
     from runner.warm import wire
 
@@ -178,7 +180,6 @@ def _wait(sock: socket, pidfd: int) -> int:
 
 def _die_by(signum: int) -> NoReturn:
     """End as the run ended: by the same signal, as a shell and a supervisor see it."""
-    import signal
     from contextlib import suppress
 
     with suppress(OSError):  # SIGKILL (the OOM killer, kill -9) has no handler

@@ -15,7 +15,6 @@ import marshal
 import os
 import sys
 from _socket import CMSG_LEN, MSG_CTRUNC, SCM_RIGHTS, SOL_SOCKET
-from collections.abc import Sequence
 
 MAX_BODY = 16 << 20
 """Bytes of one message body: an environment and argv fit many times over."""
@@ -25,6 +24,7 @@ MAX_FDS = 250
 TYPE_CHECKING = False  # not typing's: the console script's path does without importing it
 if TYPE_CHECKING:
     from _socket import socket
+    from collections.abc import Sequence
     from typing import Any, TypeAlias
 
     Message: TypeAlias = dict[str, Any]
