@@ -311,18 +311,26 @@ def test_the_api_version_is_the_one_the_engine_announces_on_ping(
     engine: Callable[..., ScriptedEngine],
 ) -> None:
     """One cheap ``/_ping`` (not ``/version``, which asks containerd and runs runc): its
-    ``Api-Version`` is the version every later call names; none, or one below docker-py's
-    minimum, is no answer, not a guess."""
+    ``Api-Version`` is the version every later call names. Where the header is missing (a
+    proxy), ``/version``'s ``ApiVersion``, as docker-py reads it; neither, or one below
+    docker-py's minimum, is no answer, not a guess."""
     ping = "HTTP/1.1 200 OK\r\n{}Content-Length: 2\r\nConnection: close\r\n\r\nOK"
+    version = json.dumps({"ApiVersion": "1.41"}).encode()
     scripted = engine(
         reply(ping.format("Api-Version: 1.43\r\n").encode()),
         reply(ping.format("").encode()),
+        reply(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(version), version)),
+        reply(ping.format("").encode()),
+        reply(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"),
         reply(ping.format("Api-Version: 1.23\r\n").encode()),
     )
     environ = {"DOCKER_HOST": f"unix://{scripted.path}"}
     found = EngineHttp.from_env(environ)
     assert found is not None and found.version == "1.43"
     assert scripted.requests[0].startswith(b"GET /_ping HTTP/1.1\r\n")
+    found = EngineHttp.from_env(environ)
+    assert found is not None and found.version == "1.41"
+    assert scripted.requests[2].startswith(b"GET /version HTTP/1.1\r\n")
     with pytest.raises(NoAnswer, match="no API version"):
         EngineHttp.from_env(environ)
     with pytest.raises(NoAnswer, match=r"older than 1\.24"):

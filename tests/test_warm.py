@@ -435,7 +435,8 @@ def test_a_malformed_request_is_refused_and_the_server_serves_on(
     assert refused is not None and refused["refused"].startswith("a malformed request")
     unknown = ask({"op": "dance", "key": key, "context": {}, "env": {}})
     assert unknown is not None and unknown["refused"].startswith("not the same")
-    assert ask(b"not a message") is None  # the handler hangs up
+    assert ask(b"\xfb not a message") is None  # the handler hangs up (no such type code)
+    assert ask(b"N") is None  # nor None, which is not a dict
     assert install.run("--version").where == "warm"
 
 

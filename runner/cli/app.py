@@ -185,9 +185,9 @@ def main(exiting: Callable[[int], object] | None = None) -> NoReturn:
         print(code, file=sys.stderr)
     sys.stdout.flush()
     sys.stderr.flush()
-    status = code if isinstance(code, int) else int(code is not None)
+    status = (code if isinstance(code, int) else int(code is not None)) & 0xFF  # as a shell sees it
     if exiting is not None:
-        exiting(status % 256)  # what the exit status reads as
+        exiting(status)
     os._exit(status)
 
 

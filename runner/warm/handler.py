@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, NoReturn
 from runner.exits import EXIT_INFRASTRUCTURE
 from runner.warm import peer, wire
 from runner.warm.adopt import adopt, become, set_recursion
-from runner.warm.context import refusal, stack_depth
+from runner.warm.context import inherited_fds, refusal, stack_depth
 from runner.warm.envwatch import Reads
 from runner.warm.pool import Claims
 
@@ -217,9 +217,14 @@ def _run(
 
 def _exiting(status: int, code: int) -> None:
     """Close every descriptor but ``status`` (a reader of the client's output sees its end
-    now, not after this process is torn down), then write the exit status on it."""
-    os.closerange(0, status)
-    os.closerange(status + 1, os.sysconf("SC_OPEN_MAX"))
+    now, not after this process is torn down), then write the exit status on it. The run
+    has ended: a signal the client forwards after this cannot change what it reported.
+    The open ones are listed, not a range closed: without close_range(2) that is a close
+    per number up to the descriptor limit, which a client may have raised to millions."""
+    for fd in inherited_fds():
+        if fd != status:
+            with suppress(OSError):
+                os.close(fd)
     os.write(status, bytes([code]))
 
 

@@ -6,10 +6,11 @@ forged by the peer, so these, not anything a request says, decide who may use a 
 
 from __future__ import annotations
 
+import _socket
 import sys
 from _socket import SO_PEERCRED, SOL_SOCKET, socket
 
-SO_PEERGROUPS = 59
+SO_PEERGROUPS: int = getattr(_socket, "SO_PEERGROUPS", 59)
 """Linux 4.13+; Python does not name it (59 on the common architectures)."""
 MAX_GROUPS = 256
 """Python reads at most 1,024 bytes of a socket option: 256 gids."""

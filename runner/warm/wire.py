@@ -65,8 +65,8 @@ def receive(sock: socket, max_fds: int = 0) -> tuple[Message, list[int]]:
             raise WireError(f"a message of {size} bytes")
         try:
             message = marshal.loads(_exactly(sock, size))
-        except (ValueError, EOFError, TypeError) as exc:
-            raise WireError(f"not a message: {exc}") from None
+        except (ValueError, EOFError, TypeError, MemoryError) as exc:  # MemoryError: a huge
+            raise WireError(f"not a message: {exc!r}") from None  # length claimed in the body
         if not isinstance(message, dict):
             raise WireError("not a dict")
     except BaseException:

@@ -86,7 +86,8 @@ class EngineHttp:
         negotiate (blocking); ``None`` where :func:`plain_address` cannot say;
         :class:`NoAnswer` if it does not answer or is older than docker-py accepts. The
         version is ``/_ping``'s ``Api-Version``, as the docker CLI reads it: the same
-        number as ``/version``'s, which asks containerd and runs runc to answer (~7 ms)."""
+        number as ``/version``'s (asked only where the header is missing), which asks
+        containerd and runs runc to answer (~7 ms)."""
         address = plain_address(environ)
         if address is None:
             return None
@@ -94,8 +95,12 @@ class EngineHttp:
         probe = cls(unix_path, host, port, "", DEFAULT_TIMEOUT)
         reply = probe.call_blocking("GET", "/_ping", versioned=False)
         version = reply.headers.get("api-version")
-        if reply.status != 200 or version is None:
-            raise NoAnswer(f"GET /_ping: {reply.status} {reply.message}, no API version")
+        if version is None:  # a proxy that drops the header: ask as docker-py does
+            reply = probe.call_blocking("GET", "/version", versioned=False)
+            info = reply.json() if reply.status == 200 else None
+            version = info.get("ApiVersion") if isinstance(info, dict) else None
+        if not isinstance(version, str):
+            raise NoAnswer(f"GET /version: {reply.status} {reply.message}, no API version")
         numbers = tuple(int(part) for part in version.split(".") if part.isdigit())
         if numbers < MINIMUM_API_VERSION:
             raise NoAnswer(f"the engine's API version {version} is older than 1.24")

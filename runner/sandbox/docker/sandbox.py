@@ -321,7 +321,9 @@ class DockerSandbox:
         engine and ``docker ps`` show the image's name, not its id)."""
         if self.judged_image is None:
             return
-        made = (await engine.inspect(lease))["Image"]
+        made = str((await engine.inspect(lease))["Image"])
+        if made != self.judged_image:  # Docker names it by id; an engine that does not:
+            made = str((await engine.inspect_image(made))["Id"])
         if made != self.judged_image:
             raise DockerSandboxError(
                 f"image {self.image!r} was moved to {made[:19]} after its package was read "
