@@ -408,14 +408,18 @@ run it serves instead (:func:`sweep_for`), off the run's path: set by
 
 
 def _sweep() -> None:
-    """Remove containers of runners that died (even by kill -9) before starting more."""
+    """Remove containers of runners that died (even by kill -9) before starting more. In a
+    warm run, whose handler sweeps after it, only find the engine: here, before the event
+    loop, rather than in a worker thread the run would start for it (~1 ms)."""
+    from runner.sandbox.docker.engine import default_engine
     from runner.sandbox.errors import DockerSandboxError
     from runner.sandbox.gc import sweep
 
-    if not SWEEP_BEFORE_RUN:
-        return
     try:
-        sweep()
+        if SWEEP_BEFORE_RUN:
+            sweep()
+        else:
+            default_engine()
     except DockerSandboxError as exc:
         raise refusal(exc) from exc
 
