@@ -5,9 +5,10 @@ so these run the real CLI in a subprocess and read ``sys.modules`` as it exits: 
 of an image or a command imports no configuration, no pydantic, no batch, policy or k8s
 machinery and no rich; ``exec`` of an image without a package no docker-py (the engine is
 spoken to directly, ``runner.sandbox.docker.http``), no jsonschema and nothing that
-validates or checks a package; a run without an attachment or a scratch directory nothing
-that holds host paths (``HOST_PATHS``); ``exec --help`` and ``--version`` no other
-command's module. The positive checks (what must be there) show
+validates or checks a package, and one with a valid package still no jsonschema; a run
+without an attachment or a scratch directory nothing that holds host paths
+(``HOST_PATHS``); ``exec --help`` and ``--version`` no other command's module. The
+positive checks (what must be there) show
 that each run got as far as it should.
 """
 
@@ -124,6 +125,17 @@ def test_a_run_of_an_image_without_a_package_imports_no_docker_py(tmp_path: Path
     assert {"runner.sandbox.docker.sandbox", "runner.sandbox.gc", "runner.host.driver"} <= modules
     assert {"runner.sandbox.own_container"} <= modules  # the labels name the runner's container
     assert modules & (NOT_FOR_A_RUN | DOCKER_PY | HOST_PATHS | {"tarfile"}) == set()
+
+
+@pytest.mark.docker
+def test_a_run_of_a_valid_package_imports_no_jsonschema(tmp_path: Path) -> None:
+    """jsonschema explains a meta-schema violation (``runner.contracts.schema1_meta``); a
+    package whose schemas are all valid is judged without it."""
+    args = ("exec", "-q", "--input", '{"name": "Ada"}', "flow-runner/examples-hello:latest")
+    done, modules = imported(tmp_path, *args)
+    assert done.returncode == 0 and json.loads(done.stdout)["output"]["greeting"] == "Hello, Ada!"
+    assert {"runner.package.parse", "runner.contracts.schema1"} <= modules  # it was judged
+    assert modules & {"jsonschema", "referencing", "attrs"} == set()
 
 
 @pytest.mark.docker

@@ -43,7 +43,7 @@ class ItemSchema:
         """``None`` for the generic schema; raises ``SchemaError`` outside Schema/1."""
         if document is True:
             return None
-        # imported here: Schema/1 loads jsonschema, which a run without item schemas never needs
+        # imported here: Schema/1's compiler, which a run without item schemas never needs
         from runner.contracts.schema1 import compile_schema1
 
         return cls(document, compile_schema1(document, defs={}).first_error)

@@ -137,7 +137,7 @@ def channel_ports(package: Package) -> dict[str, PortSpec]:
 
 def channel_contract_resolver(package: Package) -> Callable[[str], SourceType]:
     """Resolve ``channel/create``'s ``contract`` path inside this package, or refuse it."""
-    # imported here: contract parsing loads jsonschema, which most runs never need
+    # imported here: contract parsing, which most runs never need
     from runner.contracts.capability import ContractError
     from runner.contracts.channel import parse_channel_contract
 
