@@ -12,7 +12,10 @@ Side by side in one process run, interleaved round by round, the same image and 
   this process (after one warm-up run, as a long-lived API user would have it);
 - (b') the same API call in a fresh Python process (interpreter, imports, one run);
 - (c)  the ``flow-runner exec`` CLI as a subprocess (``--report`` for its time split), in
-  its own process (``FLOW_RUNNER_WARM=0``);
+  its own process (``FLOW_RUNNER_WARM=0``): the same command line each round, so each run
+  claims the container its start-up asked for ahead (``runner/cli/head_start.py``);
+- (c0) the same with nothing started ahead (``FLOW_RUNNER_HEAD_START=0``): a command line
+  run for the first time;
 - (c') the same command with a warm runner (``flow-runner daemon start --pool 0``) serving
   it: the console script as pip writes it for ``runner.launch:main``, and a server started
   by it before the rounds (its start time and memory are reported) and stopped by its pid
@@ -35,7 +38,7 @@ pool (the server's RSS, and each waiting container's memory and its engine shim'
 
     .venv/bin/python bench/exec_overhead.py [--runs 9] [--image IMAGE] [--profile NAME]
                                             [--runner-image flow-runner:latest] [--phases 1]
-                                            [--base DIR] [--cases a,a',b,b',c,c',p,d,e]
+                                            [--base DIR] [--cases a,a',b,b',c,c0,c',p,d,e]
                                             [--pool-memory 1,4]
 """
 
@@ -214,9 +217,13 @@ def api_process_run(image: str, profile: str) -> Timed:
     return time.perf_counter() - started, json.loads(done.stdout)
 
 
-def cli_run(image: str, profile: str, report: Path, warm: Warm | None = None) -> Timed:
-    """(c): ``flow-runner exec`` as a subprocess, in its own process; (c') handed to ``warm``."""
+def cli_run(
+    image: str, profile: str, report: Path, warm: Warm | None = None, ahead: bool = True
+) -> Timed:
+    """(c): ``flow-runner exec`` as a subprocess, in its own process (``ahead``: with its
+    head start); (c') handed to ``warm``."""
     script, env = (CLI, {**os.environ, "FLOW_RUNNER_WARM": "0"}) if warm is None else warm.use
+    env = env if ahead else {**env, "FLOW_RUNNER_HEAD_START": "0"}
     command = [str(script), "exec", "--input", json.dumps(INPUT), "--profile", profile,
                "--report", str(report), image]  # fmt: skip
     started = time.perf_counter()
@@ -409,7 +416,7 @@ def main() -> None:
         "--runner-image", default="flow-runner:latest", help="for (d) and (e); '' skips them"
     )
     parser.add_argument("--base", type=Path, default=None, help="the tree of (b base)")
-    parser.add_argument("--cases", default="a,a',b,b',c,c',p,d,e", help="the variants to run")
+    parser.add_argument("--cases", default="a,a',b,b',c,c0,c',p,d,e", help="the variants to run")
     parser.add_argument(
         "--pool-memory", default="1,4", help="pool sizes whose idle memory to measure ('' none)"
     )
@@ -472,6 +479,8 @@ def measure(
                lambda: api_process_run(image, profile)),
         "c": ("(c) `flow-runner exec`, subprocess",
               lambda: cli_run(image, profile, scratch / "r.json")),
+        "c0": ("(c0) `flow-runner exec`, subprocess, nothing started ahead",
+               lambda: cli_run(image, profile, scratch / "r0.json", ahead=False)),
         "c'": ("(c') `flow-runner exec`, warm runner",
                lambda: cli_run(image, profile, scratch / "w.json", warm)),
         "p": ("(p) `flow-runner exec`, warm runner, a pooled container ready",

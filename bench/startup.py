@@ -42,7 +42,7 @@ from typing import NamedTuple
 from rawrun import docker_run
 
 ROOT = Path(__file__).resolve().parents[1]
-ENTRY = "import sys; sys.argv[0] = 'flow-runner'; from runner.cli import main; main()"
+ENTRY = "import sys; sys.argv[0] = 'flow-runner'; from runner.cli.app import main; main()"
 COMMANDS: dict[str, tuple[str, ...]] = {
     "exec (a run)": ("exec", "--quiet"),
     "exec --help": ("exec", "--help"),

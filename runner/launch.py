@@ -45,17 +45,24 @@ def main() -> NoReturn:
 
         if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not ignored
             signal.signal(signal.SIGINT, _interrupted)  # to runner.cli.app.before_loop
-        from runner.cli import main as run_here
+        from runner.cli import head_start
 
-        run_here()
+        head_start.begin(sys.argv, os.environ)  # a container started while the CLI imports
+        from runner.cli.app import main as run_here
+
+        run_here(head_start.end)
     except KeyboardInterrupt:
-        os._exit(EXIT_CANCELLED)
+        _interrupted(0, None)
 
 
-def _interrupted(signum: int, frame: object) -> None:
+def _interrupted(signum: int, frame: object) -> NoReturn:
     """A Ctrl-C before the command's event loop, in process: nothing the command made needs
-    cleaning up yet, so it ends here and now. A KeyboardInterrupt raised instead could land
-    where Python ignores exceptions (an import's callback), and the command would run on."""
+    cleaning up yet but a container started ahead (:func:`runner.cli.head_start.abandon`),
+    so it ends here and now. A KeyboardInterrupt raised instead could land where Python
+    ignores exceptions (an import's callback), and the command would run on."""
+    from runner.cli import head_start
+
+    head_start.abandon()
     os._exit(EXIT_CANCELLED)
 
 

@@ -24,6 +24,11 @@ installation on the machine (a pooled run's container is the server's, not the c
 tests that look for a command's containers would not find them). tests/test_warm.py and
 tests/test_pool.py start warm runners of their own, with this variable taken out."""
 
+os.environ["FLOW_RUNNER_HEAD_START"] = "0"
+"""No command starts a container ahead from a record an earlier test's identical command left
+(runner/cli/head_start.py): what a test of one command sees must not depend on which test ran
+before it. tests/test_head_start.py takes it out, with a socket directory of its own."""
+
 
 _built: list[subprocess.CompletedProcess[bytes]] = []
 """The session's run of images/build.sh, once made."""

@@ -40,7 +40,7 @@ def report_then_exit(code):  # the CLI ends with os._exit once its output is flu
     exit_now(code)
 os._exit = report_then_exit
 sys.argv = ["flow-runner", *sys.argv[1:]]
-from runner.cli import main
+from runner.cli.app import main
 main()
 """
 

@@ -1,5 +1,5 @@
 """``python -m runner.cli``: the console script's entry point."""
 
-from runner.cli import main
+from runner.cli.app import main
 
 main()

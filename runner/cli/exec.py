@@ -408,16 +408,21 @@ run it serves instead (:func:`sweep_for`), off the run's path: set by
 
 
 def _sweep() -> None:
-    """Remove containers of runners that died (even by kill -9) before starting more. In a
+    """Remove containers of runners that died (even by kill -9) before starting more, and
+    have the launch claim the container started ahead (:mod:`runner.cli.head_start`). In a
     warm run, whose handler sweeps after it, only find the engine: here, before the event
     loop, rather than in a worker thread the run would start for it (~1 ms)."""
+    from runner.cli import head_start
     from runner.sandbox.docker.engine import default_engine
+    from runner.sandbox.docker.sandbox import use_pool
     from runner.sandbox.errors import DockerSandboxError
     from runner.sandbox.gc import sweep
 
     try:
         if SWEEP_BEFORE_RUN:
             sweep()
+            if head_start.current is not None:  # a cold run's pool: its own container
+                use_pool(head_start.current)
         else:
             default_engine()
     except DockerSandboxError as exc:

@@ -147,20 +147,35 @@ class EngineHttp:
         path: str,
         *,
         query: Mapping[str, str] | None = None,
+        body: object = None,
         versioned: bool = True,
     ) -> Reply:
         """:meth:`call`, blocking, for a caller outside the event loop (the sweep)."""
+        return self.ask_blocking(method, path, query=query, body=body, versioned=versioned).reply()
+
+    def ask_blocking(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, str] | None = None,
+        body: object = None,
+        versioned: bool = True,
+    ) -> Asked:
+        """The first half of :meth:`call_blocking`: the request sent, its reply to be read
+        (:meth:`Asked.reply`) while the engine has worked on it meanwhile."""
         sock = self._connect_blocking()
         try:
-            exchange = self._exchange_of(method, path, query, None, versioned=versioned)
+            exchange = self._exchange_of(method, path, query, body, versioned=versioned)
             sock.sendall(exchange.request)
-            return _reply_blocking(sock, exchange)
-        except TimeoutError as exc:
-            raise NoAnswer(f"no answer in {self.timeout:g} s") from exc
-        except OSError as exc:
-            raise NoAnswer(str(exc) or type(exc).__name__) from exc
-        finally:
+        except BaseException as exc:
             sock.close()
+            if isinstance(exc, TimeoutError):
+                raise NoAnswer(f"no answer in {self.timeout:g} s") from exc
+            if isinstance(exc, OSError):
+                raise NoAnswer(str(exc) or type(exc).__name__) from exc
+            raise
+        return Asked(sock, exchange, self.timeout)
 
     def hijack(self, path: str, query: Mapping[str, str]) -> tuple[socket.socket | None, Reply]:
         """POST ``path`` taking the connection over (attach), blocking: the socket
@@ -280,6 +295,30 @@ class EngineHttp:
             return sock
         except OSError as exc:
             raise NoAnswer(str(exc) or type(exc).__name__) from exc
+
+
+class Asked:
+    """A request sent on a blocking socket of its own, its reply not read yet."""
+
+    def __init__(self, sock: socket.socket, exchange: Exchange, timeout: float) -> None:
+        self._sock = sock
+        self._exchange = exchange
+        self._timeout = timeout
+
+    def reply(self) -> Reply:
+        """The reply (blocking, within the client's timeout); the socket is closed after."""
+        try:
+            return _reply_blocking(self._sock, self._exchange)
+        except TimeoutError as exc:
+            raise NoAnswer(f"no answer in {self._timeout:g} s") from exc
+        except OSError as exc:
+            raise NoAnswer(str(exc) or type(exc).__name__) from exc
+        finally:
+            self._sock.close()
+
+    def close(self) -> None:
+        """Leave the reply unread."""
+        self._sock.close()
 
 
 def _reply_blocking(sock: socket.socket, exchange: Exchange) -> Reply:
