@@ -86,7 +86,7 @@ Timed = tuple[float, dict[str, float]]
 PHASES = r"""
 import json, os, sys, time
 marks = {"begin": time.time()}
-import runner.cli, runner.api, runner.sandbox.gc, runner.sandbox.docker.sandbox
+import runner.cli.app, runner.api, runner.sandbox.gc, runner.sandbox.docker.sandbox
 marks["imported"] = time.time()
 sweep, execute = runner.sandbox.gc.sweep, runner.api.execute
 def timed_sweep(*args, **kwargs):
@@ -110,7 +110,7 @@ def save_then_exit(code):  # the CLI ends with os._exit once its output is flush
     exit_now(code)
 os._exit = save_then_exit
 sys.argv = ["flow-runner", *sys.argv[1:]]
-runner.cli.main()
+runner.cli.app.main()
 """
 PHASE_NAMES = {
     "interpreter start": ("spawned", "begin"),

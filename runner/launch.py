@@ -1,9 +1,10 @@
 """The ``flow-runner`` console script: the command goes to a warm runner, else runs here.
 
 It imports only the standard library's cheapest parts and :mod:`runner.warm`'s client
-before the hand-off; refused or not found, the command runs here (:func:`runner.cli.main`,
-imported only then). ``daemon serve`` is the warm runner itself, reached before any
-command-line parsing.
+before the hand-off; refused or not found, the command runs here
+(:func:`runner.cli.app.main`, imported only then), an ``exec`` with its container started
+first (:mod:`runner.cli.head_start`). ``daemon serve`` is the warm runner itself, reached
+before any command-line parsing.
 
 A command run here starts with the cyclic collector paused, since its imports live as
 long as the process; :func:`runner.cli.app.before_loop` turns it on before the
@@ -48,9 +49,12 @@ def main() -> NoReturn:
         from runner.cli import head_start
 
         head_start.begin(sys.argv, os.environ)  # a container started while the CLI imports
-        from runner.cli.app import main as run_here
+        try:
+            from runner.cli.app import main as run_here
 
-        run_here(head_start.end)
+            run_here(head_start.end)
+        finally:  # reached by an exception only: main ends the process with os._exit
+            head_start.end()
     except KeyboardInterrupt:
         _interrupted(0, None)
 
@@ -60,10 +64,11 @@ def _interrupted(signum: int, frame: object) -> NoReturn:
     cleaning up yet but a container started ahead (:func:`runner.cli.head_start.abandon`),
     so it ends here and now. A KeyboardInterrupt raised instead could land where Python
     ignores exceptions (an import's callback), and the command would run on."""
-    from runner.cli import head_start
-
-    head_start.abandon()
-    os._exit(EXIT_CANCELLED)
+    head_start = sys.modules.get("runner.cli.head_start")  # perhaps still being imported
+    try:
+        getattr(head_start, "abandon", lambda: None)()
+    finally:
+        os._exit(EXIT_CANCELLED)
 
 
 def _load() -> Callable[[Callable[[int], object]], object]:

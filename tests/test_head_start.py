@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from typing import Any
 import pytest
 
 from runner.cli import head_start
+from runner.sandbox.docker import ahead
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE_IMAGE = "flow-runner/fake-component:latest"
@@ -110,25 +112,60 @@ def test_a_command_that_never_launches_removes_what_it_started(tmp_path: Path) -
     assert not record.exists()
 
 
+@pytest.mark.docker
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(("signum", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, -15)])
+def test_a_stop_before_the_run_removes_the_container_started_ahead(
+    tmp_path: Path, docker_client: Any, no_leaks: None, signum: int, status: int
+) -> None:
+    # The command waits for its input on stdin, before its event loop, its container
+    # started; Ctrl-C or SIGTERM there removes the container, and the process ends as the
+    # signal says.
+    args = ("--input", "-", FAKE_IMAGE)
+    report = tmp_path / "report.json"
+    command = [sys.executable, "-m", "runner.launch", "exec", "--report", str(report), *args]
+    first = subprocess.run(
+        command, input='{"name": "Ada"}', cwd=tmp_path, env=environ(tmp_path),
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # as a terminal has it
+    try:
+        waiting = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            cwd=tmp_path, env=environ(tmp_path), text=True,
+        )  # fmt: skip
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    mine = {"label": f"flow-runner.owner={socket.gethostname()}:{waiting.pid}"}
+    while not docker_client.containers.list(filters={**mine, "status": "running"}, sparse=True):
+        assert waiting.poll() is None, waiting.communicate()  # the event waited for: it runs
+    waiting.send_signal(signum)
+    _, err = waiting.communicate(timeout=60)
+    assert waiting.returncode == status and "Traceback" not in err, (waiting.returncode, err)
+    assert docker_client.containers.list(all=True, filters=mine, sparse=True) == []
+
+
 # ----- the record and the claim, without an engine ------------------------------------------
 
 
-def config(user: str = "65534:65534", **host: Any) -> dict[str, Any]:
+def config(user: str = "65534:65534", image: str = "sha256:" + "ab" * 32, **host: Any) -> Any:
     """A launch configuration as the default profile makes one, ``host`` changed."""
     host_config = {
-        "NetworkMode": "none", "Mounts": [], "Memory": 1 << 28, "PidsLimit": 256,
-        "CapDrop": ["ALL"], "ReadonlyRootfs": True,
-        "SecurityOpt": ["no-new-privileges", 'seccomp={"defaultAction": "SCMP_ACT_ERRNO"}'],
-        **host,
+        "Memory": 1 << 29, "MemorySwap": 1 << 29, "ReadonlyRootfs": True, "NetworkMode": "none",
+        "SecurityOpt": ["no-new-privileges", f"seccomp={ahead._seccomp()[0]}"],
+        "Ulimits": [{"Name": "nofile", "Soft": 1024, "Hard": 1024}],
+        "LogConfig": {"Type": "none", "Config": {}},
+        "Tmpfs": {"/tmp": "rw,nosuid,nodev,size=67108864,nr_inodes=65536,mode=1777"},
+        "PidsLimit": 256, "Init": True, "Runtime": "runc", "Mounts": [], "CapDrop": ["ALL"],
+        "NanoCpus": 1_000_000_000, **host,
     }  # fmt: skip
-    return {"image": "sha256:ab", "command": None, "user": user, "host_config": host_config,
+    return {"image": image, "command": None, "user": user, "host_config": host_config,
             "source": ["img", "default", None, []]}  # fmt: skip
 
 
-def write(path: Path, value: Any, mode: int = 0o600) -> Path:
-    path.write_text(json.dumps(value))
-    path.chmod(mode)
-    return path
+def seccomp(**document: Any) -> str:
+    return "seccomp=" + json.dumps(document, separators=(",", ":"))
 
 
 @pytest.mark.parametrize(
@@ -139,29 +176,84 @@ def write(path: Path, value: Any, mode: int = 0o600) -> Path:
         config(NetworkMode="bridge"),
         config(Privileged=True),
         config(CapAdd=["SYS_ADMIN"]),
-        config(Binds=["/:/host"]),
-        config(Devices=[{"PathOnHost": "/dev/kmsg"}]),
         config(CapDrop=["NET_RAW"]),
+        config(Binds=["/:/host"]),
+        config(VolumesFrom=["other"]),
+        config(Devices=[{"PathOnHost": "/dev/kmsg"}]),
+        config(DeviceRequests=[{"Count": -1}]),
+        config(PidMode="host"),
+        config(IpcMode="host"),
+        config(UsernsMode="host"),
+        config(OomScoreAdj=-1000),
+        config(GroupAdd=["0"]),
+        config(Sysctls={"kernel.shm_rmid_forced": "1"}),
+        config(MaskedPaths=[]),
         config(ReadonlyRootfs=False),
-        config(SecurityOpt=['seccomp={"defaultAction": "SCMP_ACT_ERRNO"}']),
+        config(SecurityOpt=[seccomp(defaultAction="SCMP_ACT_ERRNO")]),
+        config(SecurityOpt=["no-new-privileges", seccomp(defaultAction="SCMP_ACT_ALLOW")]),
         config(SecurityOpt=["no-new-privileges", "seccomp=unconfined"]),
+        {
+            **config(),
+            "host_config": {
+                **config()["host_config"],
+                "SecurityOpt": [*config()["host_config"]["SecurityOpt"], "no-new-privileges=false"],
+            },
+        },
+        {
+            **config(),
+            "host_config": {
+                **config()["host_config"],
+                "SecurityOpt": [*config()["host_config"]["SecurityOpt"], "apparmor=unconfined"],
+            },
+        },
+        config(LogConfig={"Type": "syslog", "Config": {"syslog-address": "udp://10.0.0.1:514"}}),
+        config(Tmpfs={"/etc": "rw,nosuid,nodev"}),
+        config(Tmpfs={"/tmp": "rw,exec,suid"}),
+        config(Runtime="kata"),
         config(Memory=0),
+        config(Memory=True),
         config(PidsLimit=None),
+        config(Ulimits=[{"Name": "nofile", "Soft": 1024, "Hard": 1 << 20}]),
         config(user="0"),
+        config(user="00"),
+        config(user="+0"),
+        config(user="-0"),
         config(user="root:root"),
         config(user="0:1000"),
+        config(user="nobody"),
+        config(image="flow-runner/fake-component:latest"),
+        {**config(), "command": "sh -c id"},
         {**config(), "extra": 1},
-        {"image": "sha256:ab"},
+        {"image": "sha256:" + "ab" * 32},
         ["not", "an", "object"],
     ],
 )
-def test_a_record_names_no_host_path_no_network_no_privilege(tmp_path: Path, planted: Any) -> None:
-    tmp_path.chmod(0o700)
-    path = write(tmp_path / "r.json", planted)
-    assert head_start._read(str(tmp_path), str(path)) is None
+def test_a_record_starts_nothing_looser_than_a_shipped_profile(planted: Any) -> None:
+    assert ahead.startable(config())
+    assert not ahead.startable(planted)
 
 
-def test_a_record_others_could_write_or_a_link_is_not_read(tmp_path: Path) -> None:
+def test_every_shipped_profile_makes_startable_configurations() -> None:
+    # The check would otherwise refuse what flow-runner writes, and no run would start ahead.
+    from runner.sandbox.docker.sandbox import _host_config
+    from runner.sandbox.profiles import list_profiles, load_profile
+
+    startable = set()
+    for name in list_profiles():
+        profile = load_profile(name)
+        made = {**config(), "user": profile.user, "host_config": _host_config(profile, {}, {})}
+        if ahead.startable(json.loads(json.dumps(made))):
+            startable.add(name)
+    assert {"default", "strict"} <= startable and "dev" not in startable  # dev: writable root
+
+
+def write(path: Path, value: Any, mode: int = 0o600) -> Path:
+    path.write_text(json.dumps(value))
+    path.chmod(mode)
+    return path
+
+
+def test_a_record_is_read_only_from_a_file_of_the_users_alone(tmp_path: Path) -> None:
     tmp_path.chmod(0o700)
     good = write(tmp_path / "good.json", config())
     assert head_start._read(str(tmp_path), str(good)) == json.dumps(config(), sort_keys=True)
@@ -169,9 +261,14 @@ def test_a_record_others_could_write_or_a_link_is_not_read(tmp_path: Path) -> No
     assert head_start._read(str(tmp_path), str(loose)) is None
     (tmp_path / "link.json").symlink_to(good)
     assert head_start._read(str(tmp_path), str(tmp_path / "link.json")) is None
-    (tmp_path / "big.json").write_text(" " * (head_start.MAX_RECORD_BYTES + 1) + "{}")
-    (tmp_path / "big.json").chmod(0o600)
-    assert head_start._read(str(tmp_path), str(tmp_path / "big.json")) is None
+    os.mkfifo(tmp_path / "fifo.json", 0o600)  # opened without blocking, then refused
+    assert head_start._read(str(tmp_path), str(tmp_path / "fifo.json")) is None
+    big = write(tmp_path / "big.json", " " * head_start.MAX_RECORD_BYTES)
+    assert head_start._read(str(tmp_path), str(big)) is None
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    deep.chmod(0o600)
+    assert head_start._read(str(tmp_path), str(deep)) is None
     tmp_path.chmod(0o755)  # a directory others may enter: no record is read from it
     assert head_start._read(str(tmp_path), str(good)) is None
 
@@ -188,7 +285,7 @@ class FakeAhead:
         self.removed = True
 
 
-def claimed(tmp_path: Path, recorded: dict[str, Any], asked: dict[str, Any], early: bytes) -> Any:
+def claimed(tmp_path: Path, recorded: Any, asked: Any, early: bytes) -> Any:
     """Claim with a container started ahead from ``recorded`` whose component wrote
     ``early``, for a launch of ``asked``: the claim and the fake container."""
     ours, theirs = socket.socketpair()
@@ -205,15 +302,24 @@ def test_a_claim_takes_only_a_matching_silent_container(tmp_path: Path) -> None:
     os.close(got.attach_fd)
     got, fake = claimed(tmp_path, config(), config(), b"early")  # it spoke before flow/run
     assert got is None and fake.removed
-    got, fake = claimed(tmp_path, config(), config(Memory=1 << 29), b"")
+    got, fake = claimed(tmp_path, config(), config(Memory=1 << 30), b"")
     assert got is None and fake.removed
     recorded = tmp_path / "run" / "r.json"
-    assert json.loads(recorded.read_text()) == config(Memory=1 << 29)  # for the next run
+    assert json.loads(recorded.read_text()) == config(Memory=1 << 30)  # for the next run
     assert recorded.stat().st_mode & 0o777 == 0o600
+    got, fake = claimed(tmp_path, config(), config(NetworkMode="bridge"), b"")
+    assert got is None and fake.removed
+    assert not recorded.exists()  # what could not be started ahead is not recorded
 
 
-def test_records_are_bounded(tmp_path: Path) -> None:
+def test_records_are_kept_by_use_and_bounded(tmp_path: Path) -> None:
     place = tmp_path / "run"
-    for index in range(head_start.KEEP + 5):
-        head_start._write(str(place / f"{head_start.PREFIX}{index}.json"), "{}")
+    paths = [place / f"{head_start.PREFIX}{index}.json" for index in range(head_start.KEEP)]
+    for index, path in enumerate(paths):
+        head_start._write(str(path), "{}")
+        os.utime(path, ns=(index * 10**9, index * 10**9))  # 0 the oldest
+    head_start._touch(str(paths[0]))  # used just now
+    head_start._write(str(place / f"{head_start.PREFIX}new.json"), "{}")
     assert len(list(place.glob(f"{head_start.PREFIX}*.json"))) == head_start.KEEP
+    assert paths[0].exists() and not paths[1].exists()  # the least recently used went
+    assert not list(place.glob("*.part"))

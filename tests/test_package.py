@@ -332,6 +332,43 @@ def test_a_broken_channel_contract_names_its_file_and_pointer() -> None:
     assert caught.value.key == "/version"
 
 
+def test_contracts_parsed_on_demand_are_bounded_and_parsed_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The parse runs on the run's event loop: a component naming undeclared descriptors
+    # one after another gets ON_DEMAND_BYTES of them parsed, each path once.
+    from runner.contracts import channel
+    from runner.package import checks
+
+    broken = json1.loads(PROGRESS)
+    assert isinstance(broken, dict)
+    broken["version"] = "1.0"
+    count = checks.ON_DEMAND_BYTES // len(PROGRESS) + 2
+    files = {f"c/{index}.json": PROGRESS for index in range(count)}
+    files |= {"FLOW.md": flow_md(H), "c/broken.json": json1.dumps(broken)}
+    parses: list[str] = []
+    real = channel.parse_channel_contract
+
+    def counted(data: bytes, source: str) -> channel.ChannelContract:
+        parses.append(source)
+        return real(data, source=source)
+
+    monkeypatch.setattr(channel, "parse_channel_contract", counted)
+    resolve = channel_contract_resolver(package_from_files(files))
+    for _ in range(3):
+        with pytest.raises(OperationError, match="/version"):
+            resolve("./c/broken.json")
+    assert parses == ["c/broken.json"]  # refused once parsed, and again from memory
+    resolved = 0
+    with pytest.raises(OperationError, match="declare the contract on a channel port") as caught:
+        for index in range(count):
+            resolve(f"./c/{index}.json")
+            resolved += 1
+    assert caught.value.code == "INVALID_INPUT"
+    assert 0 < resolved < count and len(parses) == resolved + 1
+    assert resolve("./c/0.json").identity is not None  # parsed already: still resolved
+
+
 def test_channel_create_resolves_contracts_only_inside_the_package() -> None:
     files = {"FLOW.md": flow_md(H), "contracts/progress.json": PROGRESS}
     resolve = channel_contract_resolver(package_from_files(files))

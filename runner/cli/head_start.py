@@ -10,17 +10,21 @@ then goes on while the engine starts it (:mod:`runner.sandbox.docker.ahead`). Th
 claims it as a pooled one (:class:`HeadStart` is its pool): only if the configuration the
 run computed itself is the recorded one, byte for byte, the engine started it and the
 component has said nothing; otherwise it is removed and the run launches fresh. Nothing
-is judged on the record's word: it only says what to start early.
+is judged on the record's word: it only says what to start early, and the component,
+started before the run's checks, may be removed unused (its input refused, say) without
+having been sent anything.
 
 The record is in the warm runner's socket directory (:mod:`runner.warm.rundir`), which only
 this user may enter: whoever could write there could already answer this user's commands
-in the warm runner's place. A record is read only when it is this user's and grants nothing
-to others, and is used only when it starts no more than the security defaults allow, with
-no host path and no network (:func:`_startable`: a run with an attachment, or under a
-loosened profile, launches fresh); :data:`KEEP` records are kept, the oldest go. The container is
-labelled as this process's: gc spares it while the process lives and sweeps it after
-(kill -9 included, or a Ctrl-C while it was being created); an exit without a claim
-removes it (:func:`end`). ``FLOW_RUNNER_HEAD_START=0`` turns it off.
+in the warm runner's place. A record is read only when it is a regular file of this user's
+granting nothing to others, and used only when it starts nothing looser than the shipped
+profiles (:func:`~runner.sandbox.docker.ahead.startable`: no host path, no network; a run
+with an attachment, or under a loosened profile, is not recorded and launches fresh);
+:data:`KEEP` records are kept, the least recently used go. The container is labelled as
+this process's: gc spares it while the process lives and sweeps it after. Every end of the
+process removes it (:meth:`HeadStart.end`: the command's exit, an exception, Ctrl-C,
+SIGTERM or SIGHUP) but ``kill -9`` and a Ctrl-C while it is being created, which leave it
+to the next sweep. ``FLOW_RUNNER_HEAD_START=0`` turns it off.
 
 This module is imported before the command's own: the standard library's cheap parts only
 until a record is found; then the engine's modules, which the run imports anyway.
@@ -39,25 +43,32 @@ from runner.warm import rundir
 
 TYPE_CHECKING = False  # not typing's: the console script's path does without importing it
 if TYPE_CHECKING:
+    import signal
     import socket
     from collections.abc import Mapping
     from typing import Any
 
     from runner.sandbox.docker.ahead import Ahead
+else:  # signal's own import builds its enums (~3 ms); the same calls
+    import _signal as signal
 
 DISABLE = "FLOW_RUNNER_HEAD_START"
 """``FLOW_RUNNER_HEAD_START=0``: never start a container ahead in a cold ``exec``."""
 KEEP = 32
-"""Records kept per user: a command line's record is ~20 KB (the seccomp profile's text)."""
+"""Records kept per user: a command line's record is ~8 KB (the seccomp profile's text)."""
 MAX_RECORD_BYTES = 1 << 20
 PREFIX = "head-start-"
+WAIT = 10.0
+"""Seconds a claim or the process's end waits for the thread asking the engine; past
+them the container is not waited for (the next sweep removes one made late)."""
 
 current: HeadStart | None = None
 """This process's head start, once :func:`begin` made one."""
 
 
 class Claimed:
-    """The container started ahead as a launch receives it (``PooledContainer``)."""
+    """The container started ahead as a launch receives it (``PooledContainer``); it
+    waited started ``pool_wait`` seconds: none, since its claim waits for its start."""
 
     def __init__(self, ahead: Ahead, fd: int, ready: float) -> None:
         self.container_id = ahead.container_id
@@ -76,6 +87,7 @@ class HeadStart:
         """The record's text as read (sorted-key JSON), or None."""
         self.ahead: Ahead | None = None
         self._asked = False
+        self._lock = threading.Lock()  # a flow's launches claim from several threads
         self._thread: threading.Thread | None = None
         if recorded is not None:
             from runner.sandbox.docker.ahead import start_ahead
@@ -93,58 +105,76 @@ class HeadStart:
         """The container started ahead if ``config`` is the one it was started with, the
         engine started it and its component has said nothing, else None (removed). The
         first launch only; each records its configuration for the next run of this
-        command. Blocking."""
+        command, if one could be started ahead. Blocking."""
+        from runner.sandbox.docker.ahead import startable
+
         del claimer  # its owner is this process: gc spares it while this process lives
         text = json.dumps(config, sort_keys=True)
-        if text != self.recorded:
+        if not startable(json.loads(text)):
+            _forget(self.path)
+        elif text != self.recorded:
             _write(self.path, text)
-        if self._asked:
-            return None
-        self._asked = True
-        ahead = self._take()
-        if ahead is None:
-            return None
-        started = ahead.started()
-        ready = time.perf_counter()
-        if text != self.recorded or not started or ahead.sock is None:
-            ahead.remove()
-            return None
-        if _said_something(ahead.sock):
-            ahead.remove()
-            return None
-        return Claimed(ahead, ahead.sock.detach(), ready)
+        with self._lock:
+            if self._asked:
+                return None
+            self._asked = True
+            ahead = self._wait()
+            if ahead is None:
+                return None
+            try:
+                if text != self.recorded or not ahead.started() or ahead.sock is None:
+                    return None
+                ready = time.perf_counter()
+                if _said_something(ahead.sock):
+                    return None
+                _touch(self.path)
+                claimed = Claimed(ahead, ahead.sock.detach(), ready)
+                self.ahead = None
+                return claimed
+            finally:
+                if self.ahead is not None:
+                    self.end()
 
     def released(self, container_id: str) -> None:
         """The claimed container was removed by its run: nothing is left to do."""
 
     def end(self) -> None:
-        """Remove a container started ahead and never claimed, and forget the record that
-        started one no launch wanted. Blocking; once, as the process ends."""
-        ahead = self._take()
+        """Remove a container started ahead and not claimed, and forget the record that
+        started one no launch took. Blocking; again after an interruption, harmless."""
+        ahead = self._wait()
         if ahead is not None:
             ahead.remove()
-            _forget(self.path)
+            self.ahead = None  # only once removed: an interrupted removal is made again
+            if not self._asked:
+                _forget(self.path)
 
     def done(self) -> bool:
         """Whether no thread is asking the engine for the container any more."""
         return self._thread is None or not self._thread.is_alive()
 
-    def _take(self) -> Ahead | None:
+    def _wait(self) -> Ahead | None:
+        """The container asked for, once its thread is done (:data:`WAIT` at most)."""
         if self._thread is not None:
-            self._thread.join()
-        ahead, self.ahead = self.ahead, None
-        return ahead
+            self._thread.join(WAIT)
+        return self.ahead if self.done() else None
 
 
 def begin(argv: list[str], environ: Mapping[str, str]) -> None:
     """Make this process's head start (:data:`current`) if ``argv`` is an ``exec``, and
     start its container if the command line has a record. Called once the command is
-    known to run in this process."""
+    known to run in this process; never raises (without a head start, a run is as ever)."""
     global current
     if argv[1:2] != ["exec"] or environ.get(DISABLE) == "0":
         return
-    path = record_path(argv, environ)
-    current = HeadStart(path, _read(os.path.dirname(path), path))
+    try:
+        path = record_path(argv, environ)
+        current = HeadStart(path, _read(os.path.dirname(path), path))
+    except Exception:  # no working directory, say: nothing to record or start
+        return
+    if current.recorded is not None:
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            if signal.getsignal(signum) == signal.SIG_DFL:  # an ignored one stays ignored
+                signal.signal(signum, _terminated)
 
 
 def record_path(argv: list[str], environ: Mapping[str, str]) -> str:
@@ -153,8 +183,8 @@ def record_path(argv: list[str], environ: Mapping[str, str]) -> str:
     return os.path.join(rundir.directory(environ), f"{PREFIX}{digest.hexdigest()[:32]}.json")
 
 
-def end(status: int) -> None:
-    """As the process ends (its exit status is ``status``): :meth:`HeadStart.end`."""
+def end(status: int = 0) -> None:
+    """As the process ends (with ``status``, which changes nothing): :meth:`HeadStart.end`."""
     del status
     if current is not None:
         current.end()
@@ -169,13 +199,23 @@ def abandon() -> None:
         current.end()
 
 
+def _terminated(signum: int, frame: object) -> None:
+    """SIGTERM or SIGHUP before the command's event loop (which takes them over): the
+    container started ahead removed, then the signal's default (the process ends by it)."""
+    try:
+        abandon()
+    finally:
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+
 def _read(place: str, path: str) -> str | None:
-    """The record at ``path`` as sorted-key JSON, or None: none, not this user's alone, too
-    large, not a launch configuration, or one naming a host path writable by it."""
+    """The record at ``path`` as sorted-key JSON, or None: none, not a regular file of
+    this user's alone in a directory of this user's alone, too large, or not JSON."""
     try:
         if rundir.unsafe(place) is not None:
             return None
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
     with os.fdopen(fd, "rb") as file:
@@ -187,50 +227,21 @@ def _read(place: str, path: str) -> str | None:
             or found.st_size > MAX_RECORD_BYTES
         ):
             return None
-        data = file.read(MAX_RECORD_BYTES)
+        data = file.read(MAX_RECORD_BYTES + 1)
     try:
         config = json.loads(data)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
-    return json.dumps(config, sort_keys=True) if _startable(config) else None
-
-
-def _startable(config: object) -> bool:
-    """Whether ``config`` has a launch configuration's shape and starts nothing the
-    security defaults would not: no host path, no network, no device or added capability;
-    every capability dropped, a read-only root, no new privileges, a seccomp profile,
-    memory and pids limits, a user other than root. A record can start no more than a
-    local image in that sandbox, with nothing to read or reach."""
-    if not isinstance(config, dict) or set(config) != {
-        "image", "command", "user", "host_config", "source"
-    }:  # fmt: skip
-        return False
-    host, user = config["host_config"], str(config["user"])
-    if not isinstance(host, dict) or {"Binds", "Privileged", "CapAdd", "Devices"} & set(host):
-        return False
-    options = host.get("SecurityOpt")
-    return (
-        host.get("NetworkMode") == "none"
-        and host.get("Mounts") == []
-        and host.get("CapDrop") == ["ALL"]
-        and host.get("ReadonlyRootfs") is True
-        and isinstance(options, list)
-        and "no-new-privileges" in options
-        and any(str(option).startswith("seccomp={") for option in options)
-        and all(isinstance(host.get(limit), int) and host[limit] > 0 for limit in _LIMITS)
-        and user.partition(":")[0] not in ("", "0", "root")
-    )
-
-
-_LIMITS = ("Memory", "PidsLimit")
+    return json.dumps(config, sort_keys=True) if isinstance(config, dict) else None
 
 
 def _write(path: str, text: str) -> None:
-    """Record ``text`` at ``path`` (atomically, mode 0600), keeping the :data:`KEEP` newest."""
+    """Record ``text`` at ``path`` (atomically, mode 0600), keeping the :data:`KEEP` most
+    recently used records."""
     place = os.path.dirname(path)
+    partial = f"{path}.{os.getpid()}.part"
     try:
         rundir.ensure(place)
-        partial = f"{path}.{os.getpid()}.part"
         fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         with os.fdopen(fd, "w") as file:
             file.write(text)
@@ -244,7 +255,15 @@ def _write(path: str, text: str) -> None:
         for entry in records[:-KEEP]:
             os.unlink(entry.path)
     except (OSError, rundir.UnsafeDirectory):
-        return  # no record: the next run starts nothing ahead
+        _forget(partial)  # no record: the next run starts nothing ahead
+
+
+def _touch(path: str) -> None:
+    """Mark the record at ``path`` used now (records are kept by use)."""
+    try:
+        os.utime(path, follow_symlinks=False)
+    except OSError:
+        return
 
 
 def _forget(path: str) -> None:

@@ -36,6 +36,9 @@ SCHEMA_1_URI: Final = "https://flow.jig.md/schemas/schema-1.json"
 EMBEDDED_SCHEMA_URI: Final = f"{SCHEMA_1_URI}#/$defs/schema"
 """The meta-schema of one embedded schema (a contract's method, error or definition)."""
 
+MAX_MESSAGE: Final = 500
+"""Characters of a violation's message kept: jsonschema's quote the instance, whole."""
+
 SUBSCHEMA: Final = frozenset(
     {"not", "if", "then", "else", "additionalProperties", "items", "contains"}
 )
@@ -80,7 +83,10 @@ def meta_violation(instance: JSONValue, schema_uri: str) -> tuple[str, str] | No
     error = best_match(_meta_validator(schema_uri).iter_errors(instance))
     if error is None:
         return None
-    return json_pointer(error.absolute_path), error.message
+    message = error.message  # it may quote the whole instance
+    if len(message) > MAX_MESSAGE:
+        message = f"{message[:MAX_MESSAGE]}... (cut at {MAX_MESSAGE} characters)"
+    return json_pointer(error.absolute_path), message
 
 
 def _shipped_schema(name: str) -> dict[str, JSONValue]:

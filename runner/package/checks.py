@@ -135,6 +135,15 @@ def channel_ports(package: Package) -> dict[str, PortSpec]:
     return ports
 
 
+ON_DEMAND_BYTES = 262_144
+"""Descriptor bytes one run may have parsed on demand: ``channel/create`` naming a package
+file that no port declares. The parse runs on the run's event loop, ~1-3 µs a byte (the
+meta-schema check, the schemas' compilation, jsonschema's report of a broken one), so a
+component naming file after file could hold the loop, and its own deadline, for seconds;
+this bounds it to one largest descriptor's worth (~0.5 s). A path is parsed at most once,
+its failure kept as its success is."""
+
+
 def channel_contract_resolver(package: Package) -> Callable[[str], SourceType]:
     """Resolve ``channel/create``'s ``contract`` path inside this package, or refuse it."""
     # imported here: contract parsing, which most runs never need
@@ -142,20 +151,34 @@ def channel_contract_resolver(package: Package) -> Callable[[str], SourceType]:
     from runner.contracts.channel import parse_channel_contract
 
     parsed = dict(package.channel_contracts)  # this invocation's, so the package stays as read
+    refused: dict[str, str] = {}  # path -> why
+    spent = 0
 
     def resolve(path: str) -> SourceType:
+        nonlocal spent
         contract = parsed.get(path)
         if contract is None:
+            if path in refused:
+                raise OperationError("INVALID_INPUT", refused[path])
             data = package.json_files.get(path[2:])
             if data is None:
                 raise OperationError(
                     "INVALID_INPUT",
                     f"contract {path!r} names no descriptor in package {package.name!r}",
                 )
+            if spent + len(data) > ON_DEMAND_BYTES:
+                raise OperationError(
+                    "INVALID_INPUT",
+                    f"contract {path!r}: this run has had {spent:,} bytes of descriptors "
+                    f"no port declares parsed, and may have {ON_DEMAND_BYTES:,}; declare "
+                    "the contract on a channel port in FLOW.md (read with the package)",
+                )
+            spent += len(data)
             try:
                 contract = parsed[path] = parse_channel_contract(data, source=path[2:])
             except ContractError as exc:
-                raise OperationError("INVALID_INPUT", f"contract {path!r}: {exc}") from None
+                refused[path] = f"contract {path!r}: {exc}"
+                raise OperationError("INVALID_INPUT", refused[path]) from None
         return SourceType(_contract_schema(contract), contract.identity)
 
     return resolve

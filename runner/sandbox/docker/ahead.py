@@ -7,20 +7,38 @@ time back. The container is made as :func:`~runner.sandbox.docker.sandbox.prepar
 makes a pooled one (the same create body, labels and attach), so a launch claims it as one
 (``PooledContainer``). Only what the engine's modules need is imported here: they are
 what a run imports anyway, so importing them first costs the process nothing.
+
+What it is asked to start comes from a record a process wrote earlier, so it starts only
+a configuration no looser than the shipped profiles' security settings (:func:`startable`).
 """
 
 from __future__ import annotations
 
+import re
 import socket
 import uuid
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 from runner.sandbox.docker.engine import create_body
 from runner.sandbox.docker.http import Asked, EngineHttp, NoAnswer
 from runner.sandbox.labels import Process, run_labels
+from runner.sandbox.profile_rules import read_seccomp
+from runner.sandbox.profiles import profiles_dir
 
-ATTACH_QUERY = {"stdin": "1", "stdout": "1", "stderr": "1", "stream": "1"}
+ATTACH_QUERY: Final = {"stdin": "1", "stdout": "1", "stderr": "1", "stream": "1"}
+START_ANSWER: Final = 10.0
+"""Seconds the engine has to say it started the container; then it is given up (removed)."""
+
+_HOST_KEYS: Final = frozenset(
+    {"Memory", "MemorySwap", "ReadonlyRootfs", "NetworkMode", "SecurityOpt", "Ulimits"}
+    | {"LogConfig", "Tmpfs", "PidsLimit", "Init", "Runtime", "Mounts", "CapDrop"}
+)
+"""The ``HostConfig`` keys ``sandbox._host_config`` writes for a launch without a host path
+(and ``NanoCpus`` where the profile sets CPUs), no other."""
+_TMPFS: Final = re.compile(r"rw,nosuid,nodev(,(size|nr_inodes|mode|uid|gid)=[0-9]+)*")
+_USER: Final = re.compile(r"[1-9][0-9]*(:[0-9]+)?")
+_IMAGE_ID: Final = re.compile(r"sha256:[0-9a-f]{64}")
 
 
 class Ahead:
@@ -38,9 +56,10 @@ class Ahead:
             host_config=config["host_config"],
         )
         created = http.call_blocking("POST", "/containers/create", body=body)
-        if created.status != 201:
+        found = created.json() if created.status == 201 else None
+        if not isinstance(found, dict) or not isinstance(found.get("Id"), str):
             raise NoAnswer(f"create: {created.status} {created.message}")
-        self.container_id = str(created.json()["Id"])
+        self.container_id: str = found["Id"]
         self.sock: socket.socket | None = None
         self._start: Asked | None = None
         try:
@@ -55,12 +74,12 @@ class Ahead:
             raise
 
     def started(self) -> bool:
-        """Whether the engine started it (blocking until it says)."""
+        """Whether the engine started it, within :data:`START_ANSWER` seconds (blocking)."""
         if self._start is None:
             return False
         asked, self._start = self._start, None
         try:
-            return asked.reply().status in (204, 304)
+            return asked.reply(START_ANSWER).status in (204, 304)
         except NoAnswer:
             return False
 
@@ -81,8 +100,76 @@ class Ahead:
 def start_ahead(config: Mapping[str, Any]) -> Ahead | None:
     """Create and attach a container of the launch configuration ``config`` (as
     :meth:`DockerSandbox.launch_config` gives it), labelled as this process's, and ask for
-    its start; None where the engine is not reached directly (TLS, ssh). :class:`NoAnswer`
-    if the engine would not. The engine's address is asked here, not through
-    ``default_engine``, whose worker-thread limiter imports asyncio (~25 ms)."""
+    its start; None where it is not :func:`startable` or the engine is not reached directly
+    (TLS, ssh). :class:`NoAnswer` if the engine would not. The engine's address is asked
+    here, not through ``default_engine``, whose worker-thread limiter imports asyncio
+    (~25 ms)."""
+    if not startable(config):
+        return None
     http = EngineHttp.from_env()
     return None if http is None else Ahead(http, config)
+
+
+def startable(config: object) -> bool:
+    """Whether ``config`` is a launch configuration a shipped profile could have made with
+    no host path, every security setting as strict: no network, every capability dropped,
+    a read-only root, no new privileges, a shipped seccomp profile, memory, pids and
+    ``nofile`` limits, no log driver, tmpfs mounts private and bounded, runc or gVisor, a
+    numeric user other than root, an image by its id. Only the image, the command and
+    the limits' values are the record's own."""
+    if not isinstance(config, dict) or set(config) != {
+        "image", "command", "user", "host_config", "source"
+    }:  # fmt: skip
+        return False
+    host, command = config["host_config"], config["command"]
+    return (
+        isinstance(config["image"], str)
+        and _IMAGE_ID.fullmatch(config["image"]) is not None
+        and (
+            command is None
+            or (isinstance(command, list) and all(isinstance(w, str) for w in command))
+        )
+        and isinstance(config["user"], str)
+        and _USER.fullmatch(config["user"]) is not None
+        and isinstance(host, dict)
+        and _strict(host)
+    )
+
+
+def _strict(host: dict[str, Any]) -> bool:
+    """The ``HostConfig`` part of :func:`startable`."""
+    keys = set(host)
+    limits = [host.get(name) for name in ("Memory", "MemorySwap", "PidsLimit")]
+    tmpfs = host.get("Tmpfs")
+    ulimits = host.get("Ulimits")
+    return (
+        _HOST_KEYS <= keys <= _HOST_KEYS | {"NanoCpus"}
+        and host["NetworkMode"] == "none"
+        and host["Mounts"] == []
+        and host["CapDrop"] == ["ALL"]
+        and host["ReadonlyRootfs"] is True
+        and host["LogConfig"] == {"Type": "none", "Config": {}}
+        and host["Runtime"] in ("runc", "runsc")
+        and isinstance(host["Init"], bool)
+        and all(type(value) is int and value > 0 for value in limits)
+        and ("NanoCpus" not in host or (type(host["NanoCpus"]) is int and host["NanoCpus"] > 0))
+        and isinstance(ulimits, list)
+        and len(ulimits) == 1
+        and isinstance(ulimits[0], dict)
+        and set(ulimits[0]) == {"Name", "Soft", "Hard"}
+        and ulimits[0]["Name"] == "nofile"
+        and type(ulimits[0]["Soft"]) is int
+        and ulimits[0]["Soft"] == ulimits[0]["Hard"]
+        and isinstance(tmpfs, dict)
+        and set(tmpfs) <= {"/tmp", "/dev/shm", "/flow/scratch"}
+        and all(isinstance(o, str) and _TMPFS.fullmatch(o) for o in tmpfs.values())
+        and host["SecurityOpt"] in [["no-new-privileges", f"seccomp={text}"] for text in _seccomp()]
+    )
+
+
+def _seccomp() -> list[str]:
+    """The shipped seccomp profiles' texts, as a profile naming one carries it."""
+    try:
+        return [read_seccomp(path) for path in sorted(profiles_dir().glob("seccomp-*.json"))]
+    except (OSError, ValueError):
+        return []

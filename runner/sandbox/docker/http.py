@@ -305,12 +305,15 @@ class Asked:
         self._exchange = exchange
         self._timeout = timeout
 
-    def reply(self) -> Reply:
-        """The reply (blocking, within the client's timeout); the socket is closed after."""
+    def reply(self, timeout: float | None = None) -> Reply:
+        """The reply (blocking, within ``timeout`` seconds, else the client's); the socket
+        is closed after."""
+        limit = self._timeout if timeout is None else timeout
         try:
+            self._sock.settimeout(limit)
             return _reply_blocking(self._sock, self._exchange)
         except TimeoutError as exc:
-            raise NoAnswer(f"no answer in {self._timeout:g} s") from exc
+            raise NoAnswer(f"no answer in {limit:g} s") from exc
         except OSError as exc:
             raise NoAnswer(str(exc) or type(exc).__name__) from exc
         finally:
