@@ -203,7 +203,7 @@ def sweep_engine(http: EngineHttp, *, runs: Collection[str] | None = None) -> li
 
 def _call(http: EngineHttp, method: str, path: str, query: Mapping[str, str]) -> Reply:
     try:
-        return http.call_blocking(method, path, query=query)
+        return http.ask_blocking(method, path, query=query).reply()
     except NoAnswer as exc:
         raise engine_unavailable(exc) from exc
 

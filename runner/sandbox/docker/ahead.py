@@ -55,7 +55,7 @@ class Ahead:
             labels=run_labels(self.run_id, owner=Process.current()),
             host_config=config["host_config"],
         )
-        created = http.call_blocking("POST", "/containers/create", body=body)
+        created = http.ask_blocking("POST", "/containers/create", body=body).reply()
         found = created.json() if created.status == 201 else None
         if not isinstance(found, dict) or not isinstance(found.get("Id"), str):
             raise NoAnswer(f"create: {created.status} {created.message}")
@@ -92,7 +92,9 @@ class Ahead:
             self.sock.close()
         query = {"v": "1", "force": "1"}
         try:
-            self._http.call_blocking("DELETE", f"/containers/{self.container_id}", query=query)
+            self._http.ask_blocking(
+                "DELETE", f"/containers/{self.container_id}", query=query
+            ).reply()
         except NoAnswer:
             return  # its owner, this process, will be gone: the next sweep removes it
 

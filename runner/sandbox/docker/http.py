@@ -93,10 +93,10 @@ class EngineHttp:
             return None
         unix_path, host, port = address
         probe = cls(unix_path, host, port, "", DEFAULT_TIMEOUT)
-        reply = probe.call_blocking("GET", "/_ping", versioned=False)
+        reply = probe.ask_blocking("GET", "/_ping", versioned=False).reply()
         version = reply.headers.get("api-version")
         if version is None:  # a proxy that drops the header: ask as docker-py does
-            reply = probe.call_blocking("GET", "/version", versioned=False)
+            reply = probe.ask_blocking("GET", "/version", versioned=False).reply()
             info = reply.json() if reply.status == 200 else None
             version = info.get("ApiVersion") if isinstance(info, dict) else None
         if not isinstance(version, str):
@@ -141,18 +141,6 @@ class EngineHttp:
         except TimeoutError as exc:
             raise NoAnswer(f"no answer in {limit:.3g} s") from exc
 
-    def call_blocking(
-        self,
-        method: str,
-        path: str,
-        *,
-        query: Mapping[str, str] | None = None,
-        body: object = None,
-        versioned: bool = True,
-    ) -> Reply:
-        """:meth:`call`, blocking, for a caller outside the event loop (the sweep)."""
-        return self.ask_blocking(method, path, query=query, body=body, versioned=versioned).reply()
-
     def ask_blocking(
         self,
         method: str,
@@ -162,8 +150,9 @@ class EngineHttp:
         body: object = None,
         versioned: bool = True,
     ) -> Asked:
-        """The first half of :meth:`call_blocking`: the request sent, its reply to be read
-        (:meth:`Asked.reply`) while the engine has worked on it meanwhile."""
+        """:meth:`call` for a caller outside the event loop (the sweep), in two halves: the
+        request sent now, its reply read by :meth:`Asked.reply`, the engine working on it
+        meanwhile."""
         sock = self._connect_blocking()
         try:
             exchange = self._exchange_of(method, path, query, body, versioned=versioned)

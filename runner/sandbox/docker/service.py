@@ -29,7 +29,7 @@ class DockerSandboxEngine:
     def image_id(self, image: str) -> str | None:
         http = default_engine().direct()
         try:
-            reply = http.call_blocking("GET", f"/images/{quote(image, safe='/:@')}/json")
+            reply = http.ask_blocking("GET", f"/images/{quote(image, safe='/:@')}/json").reply()
             if reply.status == 404:
                 return None
             info = reply.json() if reply.status == 200 else None
