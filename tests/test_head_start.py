@@ -8,12 +8,15 @@ with a socket directory of its own (``XDG_RUNTIME_DIR``), the head start switche
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +27,7 @@ from runner.sandbox.docker import ahead
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE_IMAGE = "flow-runner/fake-component:latest"
+HELLO = "flow-runner/examples-hello:latest"
 
 
 def environ(tmp_path: Path) -> dict[str, str]:
@@ -146,6 +150,56 @@ def test_a_stop_before_the_run_removes_the_container_started_ahead(
     assert docker_client.containers.list(all=True, filters=mine, sparse=True) == []
 
 
+def created_by(docker_client: Any, pid: int, since: float) -> int:
+    """How many containers process ``pid`` of this host created since ``since``."""
+    events = docker_client.events(
+        since=int(since), until=int(time.time()) + 1, decode=True,
+        filters={"type": "container", "event": "create",
+                 "label": f"flow-runner.owner={socket.gethostname()}:{pid}"},
+    )  # fmt: skip
+    return sum(1 for _ in events)
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(120)
+def test_a_run_refused_before_launch_removes_its_container_before_any_output(
+    tmp_path: Path, docker_client: Any, no_leaks: None
+) -> None:
+    # Refused by the package's input schema: the container started ahead goes as the
+    # event loop ends, before the refusal is written to a stdout that takes nothing.
+    given = tmp_path / "input.json"
+    given.write_text('{"name": "Ada"}')
+    args = ("--input", f"@{given}", HELLO)
+    assert exec_(tmp_path, *args)[0].returncode == 0
+    given.write_text('{"name": 5}')
+    full, stuck = os.pipe()
+    os.set_blocking(stuck, False)
+    with contextlib.suppress(BlockingIOError):
+        while True:
+            os.write(stuck, b"x" * 65536)
+    os.set_blocking(stuck, True)
+    began = time.time()
+    command = [sys.executable, "-m", "runner.launch", "exec", "--report",
+               str(tmp_path / "report.json"), *args]  # fmt: skip
+    refused = subprocess.Popen(
+        command, stdout=stuck, stderr=subprocess.PIPE, cwd=tmp_path, env=environ(tmp_path)
+    )
+    os.close(stuck)
+    try:
+        syscall = Path(f"/proc/{refused.pid}/syscall")
+        while syscall.read_text().split()[:2] != ["1", "0x1"]:  # write(1, ...), x86-64
+            assert refused.poll() is None
+            time.sleep(0.01)  # until its output blocks: the event waited for
+        mine = {"label": f"flow-runner.owner={socket.gethostname()}:{refused.pid}"}
+        assert docker_client.containers.list(all=True, filters=mine, sparse=True) == []
+        assert created_by(docker_client, refused.pid, began) == 1  # one was started ahead
+    finally:
+        refused.terminate()
+        refused.communicate(timeout=60)
+        os.close(full)
+    assert refused.returncode == -signal.SIGTERM
+
+
 # ----- the record and the claim, without an engine ------------------------------------------
 
 
@@ -220,6 +274,11 @@ def seccomp(**document: Any) -> str:
         config(user="-0"),
         config(user="root:root"),
         config(user="0:1000"),
+        config(user="1000:0"),
+        config(MemorySwap=1 << 30),
+        config(Tmpfs={"/tmp": "rw,nosuid,nodev"}),
+        config(Tmpfs={"/tmp": "rw,nosuid,nodev,size=0,nr_inodes=0,mode=1777"}),
+        config(Ulimits=[{"Name": "nofile", "Soft": -1, "Hard": -1}]),
         config(user="nobody"),
         config(image="flow-runner/fake-component:latest"),
         {**config(), "command": "sh -c id"},
@@ -274,25 +333,34 @@ def test_a_record_is_read_only_from_a_file_of_the_users_alone(tmp_path: Path) ->
 
 
 class FakeAhead:
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, started: bool | None = True) -> None:
         self.container_id, self.run_id, self.sock = "c" * 64, "r" * 32, sock
-        self.removed = False
+        self.gone = threading.Event()
+        self._started = started
+
+    @property
+    def removed(self) -> bool:
+        return self.gone.is_set()
 
     def started(self) -> bool:
-        return True
+        if self._started is None:
+            raise ValueError("not the engine's answer")
+        return self._started
 
     def remove(self) -> None:
-        self.removed = True
+        self.gone.set()
 
 
-def claimed(tmp_path: Path, recorded: Any, asked: Any, early: bytes) -> Any:
+def claimed(
+    tmp_path: Path, recorded: Any, asked: Any, early: bytes, started: bool | None = True
+) -> Any:
     """Claim with a container started ahead from ``recorded`` whose component wrote
     ``early``, for a launch of ``asked``: the claim and the fake container."""
     ours, theirs = socket.socketpair()
     theirs.sendall(early)
     start = head_start.HeadStart(str(tmp_path / "run" / "r.json"), None)
     start.recorded = json.dumps(recorded, sort_keys=True)
-    start.ahead = fake = FakeAhead(ours)  # type: ignore[assignment]
+    start.ahead = fake = FakeAhead(ours, started)  # type: ignore[assignment]
     return start.claim(asked, "claimer"), fake
 
 
@@ -302,14 +370,47 @@ def test_a_claim_takes_only_a_matching_silent_container(tmp_path: Path) -> None:
     os.close(got.attach_fd)
     got, fake = claimed(tmp_path, config(), config(), b"early")  # it spoke before flow/run
     assert got is None and fake.removed
-    got, fake = claimed(tmp_path, config(), config(Memory=1 << 30), b"")
+    got, fake = claimed(tmp_path, config(), config(), b"", started=False)  # it did not start
+    assert got is None and fake.removed
+    got, fake = claimed(tmp_path, config(), config(), b"", started=None)  # a strange answer
+    assert got is None and fake.removed
+    got, fake = claimed(tmp_path, config(), config(PidsLimit=512), b"")
     assert got is None and fake.removed
     recorded = tmp_path / "run" / "r.json"
-    assert json.loads(recorded.read_text()) == config(Memory=1 << 30)  # for the next run
+    assert json.loads(recorded.read_text()) == config(PidsLimit=512)  # for the next run
     assert recorded.stat().st_mode & 0o777 == 0o600
     got, fake = claimed(tmp_path, config(), config(NetworkMode="bridge"), b"")
     assert got is None and fake.removed
     assert not recorded.exists()  # what could not be started ahead is not recorded
+
+
+def test_a_container_no_one_claims_is_removed_by_its_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Idle: a command waiting for its input on stdin keeps none for long.
+    fake = FakeAhead(socket.socketpair()[0])
+    monkeypatch.setattr(ahead, "start_ahead", lambda config: fake)
+    monkeypatch.setattr(head_start, "IDLE", 0.05)
+    head_start.HeadStart(str(tmp_path / "r.json"), json.dumps(config()))
+    assert fake.gone.wait(10)
+
+
+def test_a_container_made_after_the_claim_gave_up_is_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = FakeAhead(socket.socketpair()[0])
+    engine_answers = threading.Event()
+
+    def slow(config: Any) -> FakeAhead:
+        engine_answers.wait(10)
+        return fake
+
+    monkeypatch.setattr(ahead, "start_ahead", slow)
+    monkeypatch.setattr(head_start, "WAIT", 0.05)
+    start = head_start.HeadStart(str(tmp_path / "r.json"), json.dumps(config()))
+    assert start.claim(config(), "claimer") is None  # the run launches fresh
+    engine_answers.set()
+    assert fake.gone.wait(10) and start.ahead is None
 
 
 def test_records_are_kept_by_use_and_bounded(tmp_path: Path) -> None:

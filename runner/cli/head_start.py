@@ -21,10 +21,12 @@ granting nothing to others, and used only when it starts nothing looser than the
 profiles (:func:`~runner.sandbox.docker.ahead.startable`: no host path, no network; a run
 with an attachment, or under a loosened profile, is not recorded and launches fresh);
 :data:`KEEP` records are kept, the least recently used go. The container is labelled as
-this process's: gc spares it while the process lives and sweeps it after. Every end of the
-process removes it (:meth:`HeadStart.end`: the command's exit, an exception, Ctrl-C,
-SIGTERM or SIGHUP) but ``kill -9`` and a Ctrl-C while it is being created, which leave it
-to the next sweep. ``FLOW_RUNNER_HEAD_START=0`` turns it off.
+this process's: gc spares it while the process lives and sweeps it after. One the run did
+not take is removed as its event loop ends, before any output (:func:`end`), and every
+other end of the process removes it too (an exception, Ctrl-C, SIGTERM or SIGHUP) but
+``kill -9`` and a signal while it is being created, which leave it to the next sweep; one
+not claimed within :data:`IDLE` seconds (the command waits for its input) is removed
+then. ``FLOW_RUNNER_HEAD_START=0`` turns it off.
 
 This module is imported before the command's own: the standard library's cheap parts only
 until a record is found; then the engine's modules, which the run imports anyway.
@@ -58,9 +60,11 @@ KEEP = 32
 """Records kept per user: a command line's record is ~8 KB (the seccomp profile's text)."""
 MAX_RECORD_BYTES = 1 << 20
 PREFIX = "head-start-"
-WAIT = 10.0
-"""Seconds a claim or the process's end waits for the thread asking the engine; past
-them the container is not waited for (the next sweep removes one made late)."""
+WAIT = 5.0
+"""Seconds a claim or the process's end waits for the thread asking the engine (a start
+takes 0.15-0.5 s): past them the run launches fresh, and the thread removes what it makes."""
+IDLE = 30.0
+"""Seconds a container started ahead waits for its claim before its thread removes it."""
 
 current: HeadStart | None = None
 """This process's head start, once :func:`begin` made one."""
@@ -79,33 +83,45 @@ class Claimed:
 
 class HeadStart:
     """A pool of at most one container, this process's (``LaunchPool``): the recorded
-    configuration's, started ahead, for the first launch that matches it."""
+    configuration's, started ahead, for the first launch that matches it.
+
+    Its thread asks the engine, then keeps the container until the claim or the end
+    *settles* it, or :data:`IDLE` seconds pass (a command waiting for its input on stdin,
+    say), and removes it then; one it finishes making after the settling it removes at
+    once. Under ``_lock``, the container has one owner at a time."""
 
     def __init__(self, path: str, recorded: str | None) -> None:
         self.path = path
         self.recorded = recorded
         """The record's text as read (sorted-key JSON), or None."""
         self.ahead: Ahead | None = None
-        self._asked = False
-        self._lock = threading.Lock()  # a flow's launches claim from several threads
-        self._thread: threading.Thread | None = None
-        if recorded is not None:
-            from runner.sandbox.docker.ahead import start_ahead
+        self._lock = threading.RLock()  # a signal handler may settle in the middle of a removal
+        self._made = threading.Event()  # the thread's engine calls are over
+        self._settled = threading.Event()  # claimed or ended: nothing is kept after
+        if recorded is None:
+            self._made.set()
+            return
+        from runner.sandbox.docker.ahead import start_ahead
 
-            def start() -> None:
-                try:
-                    self.ahead = start_ahead(json.loads(recorded))
-                except Exception:  # a head start that fails is none: the run launches fresh
-                    self.ahead = None
+        def keep() -> None:
+            try:
+                made = start_ahead(json.loads(recorded))
+            except Exception:  # a head start that fails is none: the run launches fresh
+                made = None
+            with self._lock:
+                self.ahead = made
+            self._made.set()
+            self._settled.wait(IDLE)
+            self._drop()  # claimed (none is kept), ended, made too late, or idle too long
 
-            self._thread = threading.Thread(target=start, name="head-start", daemon=True)
-            self._thread.start()
+        threading.Thread(target=keep, name="head-start", daemon=True).start()
 
     def claim(self, config: Mapping[str, Any], claimer: str) -> Claimed | None:
         """The container started ahead if ``config`` is the one it was started with, the
         engine started it and its component has said nothing, else None (removed). The
         first launch only; each records its configuration for the next run of this
-        command, if one could be started ahead. Blocking."""
+        command, if one could be started ahead. Blocking, :data:`WAIT` seconds at most
+        for the thread and as long again for the engine's start."""
         from runner.sandbox.docker.ahead import startable
 
         del claimer  # its owner is this process: gc spares it while this process lives
@@ -114,49 +130,47 @@ class HeadStart:
             _forget(self.path)
         elif text != self.recorded:
             _write(self.path, text)
+        if self._settled.is_set():
+            return None
+        self._made.wait(WAIT)
         with self._lock:
-            if self._asked:
-                return None
-            self._asked = True
-            ahead = self._wait()
-            if ahead is None:
-                return None
-            try:
-                if text != self.recorded or not ahead.started() or ahead.sock is None:
-                    return None
+            ahead, self.ahead = self.ahead, None
+            self._settled.set()  # a thread still making one removes it when done
+        if ahead is None:
+            return None
+        try:
+            if text == self.recorded and ahead.started() and ahead.sock is not None:
                 ready = time.perf_counter()
-                if _said_something(ahead.sock):
-                    return None
-                _touch(self.path)
-                claimed = Claimed(ahead, ahead.sock.detach(), ready)
-                self.ahead = None
-                return claimed
-            finally:
-                if self.ahead is not None:
-                    self.end()
+                if not _said_something(ahead.sock):
+                    _touch(self.path)
+                    return Claimed(ahead, ahead.sock.detach(), ready)
+        except Exception:  # not the engine's answer we expected: the run launches fresh
+            pass
+        ahead.remove()
+        return None
 
     def released(self, container_id: str) -> None:
         """The claimed container was removed by its run: nothing is left to do."""
 
-    def end(self) -> None:
-        """Remove a container started ahead and not claimed, and forget the record that
-        started one no launch took. Blocking; again after an interruption, harmless."""
-        ahead = self._wait()
-        if ahead is not None:
-            ahead.remove()
-            self.ahead = None  # only once removed: an interrupted removal is made again
-            if not self._asked:
-                _forget(self.path)
+    def end(self, wait: bool = True) -> None:
+        """Settle: remove a container started ahead and not claimed, and forget the record
+        that started one no launch took. Blocking (:data:`WAIT` seconds at most for the
+        thread, none if not ``wait``); again after an interruption, harmless."""
+        if wait:
+            self._made.wait(WAIT)
+        if not self._settled.is_set() and self._made.is_set() and self.ahead is not None:
+            _forget(self.path)  # started for a command that took none: not again
+        self._settled.set()
+        self._drop()
 
-    def done(self) -> bool:
-        """Whether no thread is asking the engine for the container any more."""
-        return self._thread is None or not self._thread.is_alive()
-
-    def _wait(self) -> Ahead | None:
-        """The container asked for, once its thread is done (:data:`WAIT` at most)."""
-        if self._thread is not None:
-            self._thread.join(WAIT)
-        return self.ahead if self.done() else None
+    def _drop(self) -> None:
+        """Remove the container kept, if any; it is forgotten only once removed, so that
+        an interrupted removal is made again."""
+        with self._lock:
+            ahead = self.ahead
+            if ahead is not None:
+                ahead.remove()
+                self.ahead = None
 
 
 def begin(argv: list[str], environ: Mapping[str, str]) -> None:
@@ -191,12 +205,11 @@ def end(status: int = 0) -> None:
 
 
 def abandon() -> None:
-    """A Ctrl-C before the command's event loop: :meth:`HeadStart.end` once its thread is
-    done. One still asking the engine is not waited for (this runs in a signal handler,
-    which must not wait on a thread): its container names this process, so the next sweep
-    removes it."""
-    if current is not None and current.done():
-        current.end()
+    """A Ctrl-C, SIGTERM or SIGHUP before the command's event loop: :meth:`HeadStart.end`
+    without waiting for the thread (this runs in a signal handler): a container still being
+    made is left, naming this process, to the next sweep."""
+    if current is not None:
+        current.end(wait=False)
 
 
 def _terminated(signum: int, frame: object) -> None:
@@ -277,4 +290,6 @@ def _said_something(sock: socket.socket) -> bool:
     """Whether the component wrote (or its stream ended) before its ``flow/run``."""
     import select
 
-    return bool(select.select([sock], [], [], 0)[0])
+    poller = select.poll()
+    poller.register(sock, select.POLLIN | select.POLLHUP)
+    return bool(poller.poll(0))

@@ -29,6 +29,7 @@ def _run(start: Starter, quiet: bool) -> Execution:
     import anyio
 
     from runner.api import REFUSED_BEFORE_LAUNCH
+    from runner.cli import head_start
     from runner.host.driver import RunControl
     from runner.package.errors import InvocationRefused, PackageError
     from runner.sandbox.errors import SandboxError
@@ -52,6 +53,7 @@ def _run(start: Starter, quiet: bool) -> Execution:
     try:
         outcome = anyio.run(under_signals, work, escalate, refusals)
     finally:
+        head_start.end()  # a container started ahead and not taken: gone before any output
         if echo is not None:
             echo.close()
     if isinstance(outcome, Exception):  # refused before anything ran

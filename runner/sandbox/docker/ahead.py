@@ -14,8 +14,10 @@ a configuration no looser than the shipped profiles' security settings (:func:`s
 
 from __future__ import annotations
 
+import contextlib
 import re
 import socket
+import sys
 import uuid
 from collections.abc import Mapping
 from typing import Any, Final
@@ -27,7 +29,7 @@ from runner.sandbox.profile_rules import read_seccomp
 from runner.sandbox.profiles import profiles_dir
 
 ATTACH_QUERY: Final = {"stdin": "1", "stdout": "1", "stderr": "1", "stream": "1"}
-START_ANSWER: Final = 10.0
+START_ANSWER: Final = 5.0
 """Seconds the engine has to say it started the container; then it is given up (removed)."""
 
 _HOST_KEYS: Final = frozenset(
@@ -36,8 +38,8 @@ _HOST_KEYS: Final = frozenset(
 )
 """The ``HostConfig`` keys ``sandbox._host_config`` writes for a launch without a host path
 (and ``NanoCpus`` where the profile sets CPUs), no other."""
-_TMPFS: Final = re.compile(r"rw,nosuid,nodev(,(size|nr_inodes|mode|uid|gid)=[0-9]+)*")
-_USER: Final = re.compile(r"[1-9][0-9]*(:[0-9]+)?")
+_TMPFS: Final = re.compile(r"rw,nosuid,nodev,size=[1-9][0-9]*,nr_inodes=[1-9][0-9]*,mode=1777")
+_USER: Final = re.compile(r"[1-9][0-9]*(:[1-9][0-9]*)?")
 _IMAGE_ID: Final = re.compile(r"sha256:[0-9a-f]{64}")
 
 
@@ -92,11 +94,20 @@ class Ahead:
             self.sock.close()
         query = {"v": "1", "force": "1"}
         try:
-            self._http.ask_blocking(
+            reply = self._http.ask_blocking(
                 "DELETE", f"/containers/{self.container_id}", query=query
-            ).reply()
-        except NoAnswer:
-            return  # its owner, this process, will be gone: the next sweep removes it
+            )
+            answer = reply.reply()
+            why = None if answer.status in (204, 404, 409) else answer.message
+        except NoAnswer as exc:
+            why = str(exc)
+        if why is not None:  # it names this process: the next sweep after it removes it
+            with contextlib.suppress(OSError):
+                sys.stderr.write(
+                    f"flow-runner: the container started ahead, {self.container_id[:12]}, "
+                    f"was not removed ({why}); `flow-runner gc` removes it once this command "
+                    "has ended\n"
+                )
 
 
 def start_ahead(config: Mapping[str, Any]) -> Ahead | None:
@@ -115,10 +126,10 @@ def start_ahead(config: Mapping[str, Any]) -> Ahead | None:
 def startable(config: object) -> bool:
     """Whether ``config`` is a launch configuration a shipped profile could have made with
     no host path, every security setting as strict: no network, every capability dropped,
-    a read-only root, no new privileges, a shipped seccomp profile, memory, pids and
-    ``nofile`` limits, no log driver, tmpfs mounts private and bounded, runc or gVisor, a
-    numeric user other than root, an image by its id. Only the image, the command and
-    the limits' values are the record's own."""
+    a read-only root, no new privileges, a shipped seccomp profile, memory (no swap), pids
+    and ``nofile`` limits, no log driver, tmpfs mounts private and bounded in bytes and
+    files, runc or gVisor, a numeric user and group other than root's, an image by its id.
+    Only the image, the command and the limits' values are the record's own."""
     if not isinstance(config, dict) or set(config) != {
         "image", "command", "user", "host_config", "source"
     }:  # fmt: skip
@@ -154,6 +165,7 @@ def _strict(host: dict[str, Any]) -> bool:
         and host["Runtime"] in ("runc", "runsc")
         and isinstance(host["Init"], bool)
         and all(type(value) is int and value > 0 for value in limits)
+        and host["MemorySwap"] == host["Memory"]
         and ("NanoCpus" not in host or (type(host["NanoCpus"]) is int and host["NanoCpus"] > 0))
         and isinstance(ulimits, list)
         and len(ulimits) == 1
@@ -161,6 +173,7 @@ def _strict(host: dict[str, Any]) -> bool:
         and set(ulimits[0]) == {"Name", "Soft", "Hard"}
         and ulimits[0]["Name"] == "nofile"
         and type(ulimits[0]["Soft"]) is int
+        and ulimits[0]["Soft"] > 0
         and ulimits[0]["Soft"] == ulimits[0]["Hard"]
         and isinstance(tmpfs, dict)
         and set(tmpfs) <= {"/tmp", "/dev/shm", "/flow/scratch"}
