@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import itertools
 import re
+import threading
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -175,6 +176,26 @@ def test_named_create_carries_the_same_contract_on_both_grants() -> None:
     assert subscription["contract"] == contract and source_ref["send"]["contract"] == contract
     with fails("INVALID_INPUT"):  # the contract's item schema holds every value
         anyio.run(a.send, writer, 7)
+    conclude_all(hub, a)
+
+
+@pytest.mark.anyio
+@bounded
+async def test_a_create_resolves_its_contract_off_the_event_loop() -> None:
+    # The first use of a descriptor no port declares parses it (up to 256 KiB).
+    hub = ChannelHub()
+    a = hub.party("run:a")
+    resolved_in: list[threading.Thread] = []
+    known: Callable[[str], SourceType] = named(STRING)
+
+    def resolve(path: str) -> SourceType:
+        resolved_in.append(threading.current_thread())
+        return known(path)
+
+    a.resolve_contract = resolve
+    grants: Any = await handle(a, "channel/create", {"contract": "./updates.json"})
+    assert grants["send"]["contract"]["id"] == UPDATES[0]
+    assert resolved_in and resolved_in[0] is not threading.current_thread()
     conclude_all(hub, a)
 
 

@@ -8,6 +8,7 @@ outcome or a result outside ``result.schema.json`` is ``INVALID_RESULT``.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
@@ -137,15 +138,15 @@ def channel_ports(package: Package) -> dict[str, PortSpec]:
 
 ON_DEMAND_BYTES = 262_144
 """Descriptor bytes one run may have parsed on demand: ``channel/create`` naming a package
-file that no port declares. The parse runs on the run's event loop, ~1-3 µs a byte (the
-meta-schema check, the schemas' compilation, jsonschema's report of a broken one), so a
-component naming file after file could hold the loop, and its own deadline, for seconds;
-this bounds it to one largest descriptor's worth (~0.5 s). A path is parsed at most once,
-its failure kept as its success is."""
+file that no port declares. The parse takes ~1-3 µs a byte (the meta-schema check, the
+schemas' compilation, jsonschema's report of a broken one), in a worker thread; this bounds
+what a component naming file after file makes the host spend to one largest descriptor's
+worth (~0.5 s of CPU). A path is parsed at most once, its failure kept as its success is."""
 
 
 def channel_contract_resolver(package: Package) -> Callable[[str], SourceType]:
-    """Resolve ``channel/create``'s ``contract`` path inside this package, or refuse it."""
+    """Resolve ``channel/create``'s ``contract`` path inside this package, or refuse it;
+    from any thread (the channel party's workers)."""
     # imported here: contract parsing, which most runs never need
     from runner.contracts.capability import ContractError
     from runner.contracts.channel import parse_channel_contract
@@ -153,8 +154,13 @@ def channel_contract_resolver(package: Package) -> Callable[[str], SourceType]:
     parsed = dict(package.channel_contracts)  # this invocation's, so the package stays as read
     refused: dict[str, str] = {}  # path -> why
     spent = 0
+    lock = threading.Lock()
 
     def resolve(path: str) -> SourceType:
+        with lock:
+            return resolved(path)
+
+    def resolved(path: str) -> SourceType:
         nonlocal spent
         contract = parsed.get(path)
         if contract is None:

@@ -82,15 +82,16 @@ class ChannelParty:
         ``size`` bytes): the encoded result if it needs no wait, else the coroutine that
         waits for it (await it at once, in the call's cancel scope); or OperationError.
         So most requests need no task: only a large send, or one whose schemas need more
-        than a slice of work, is encoded and checked in a worker thread."""
+        than a slice of work, is encoded and checked in a worker thread, and a create with
+        a schema or a contract has its source type made there."""
         self._check_open()
         if method == "channel/send":
             return self._send(_ref(params, "endpoint"), params["value"], size)
         if method == "channel/next":
             return self._next(_ref(params, "endpoint"))
         if method == "channel/create":
-            if params.get("schema", True) is not True:
-                return self._create_with_schema(params)
+            if params.get("schema", True) is not True or "contract" in params:
+                return self._create_offloaded(params)
             return json1.dumps(self.create(params))
         if method == "channel/subscribe":
             return json1.dumps(self.subscribe(_ref(params, "source")))
@@ -134,9 +135,10 @@ class ChannelParty:
         source.readers.append(receiver)
         return self._mint(receiver)
 
-    async def _create_with_schema(self, params: Mapping[str, JSONValue]) -> bytes:
-        """A ``channel/create`` whose item schema (up to 256 KiB) compiles in a worker thread."""
-        kind = await offload(_schema_type, params["schema"])
+    async def _create_offloaded(self, params: Mapping[str, JSONValue]) -> bytes:
+        """A ``channel/create`` whose item schema (up to 256 KiB) compiles, or whose
+        contract is resolved (a descriptor parsed on first use), in a worker thread."""
+        kind = await offload(self._source_type, params)
         self._check_open()
         return json1.dumps(self.create(params, kind))
 
