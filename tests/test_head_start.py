@@ -333,54 +333,64 @@ def test_a_record_is_read_only_from_a_file_of_the_users_alone(tmp_path: Path) ->
 
 
 class FakeAhead:
-    def __init__(self, sock: socket.socket, started: bool | None = True) -> None:
+    """A container started ahead, as far as the claim sees it: ``refused`` is what the
+    engine answers to its start (None: started; an exception: an answer not expected)."""
+
+    def __init__(self, sock: socket.socket, refused: str | Exception | None = None) -> None:
         self.container_id, self.run_id, self.sock = "c" * 64, "r" * 32, sock
         self.gone = threading.Event()
-        self._started = started
+        self._refused = refused
 
-    @property
-    def removed(self) -> bool:
-        return self.gone.is_set()
-
-    def started(self) -> bool:
-        if self._started is None:
-            raise ValueError("not the engine's answer")
-        return self._started
+    def refusal(self) -> str | None:
+        if isinstance(self._refused, Exception):
+            raise self._refused
+        return self._refused
 
     def remove(self) -> None:
         self.gone.set()
 
 
 def claimed(
-    tmp_path: Path, recorded: Any, asked: Any, early: bytes, started: bool | None = True
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    asked: Any,
+    early: bytes = b"",
+    refused: str | Exception | None = None,
 ) -> Any:
-    """Claim with a container started ahead from ``recorded`` whose component wrote
-    ``early``, for a launch of ``asked``: the claim and the fake container."""
+    """Claim, for a launch of ``asked``, a container started ahead from the record
+    :func:`config` whose component wrote ``early``: the claim and the fake container."""
     ours, theirs = socket.socketpair()
     theirs.sendall(early)
-    start = head_start.HeadStart(str(tmp_path / "run" / "r.json"), None)
-    start.recorded = json.dumps(recorded, sort_keys=True)
-    start.ahead = fake = FakeAhead(ours, started)  # type: ignore[assignment]
+    fake = FakeAhead(ours, refused)
+    monkeypatch.setattr(ahead, "start_ahead", lambda recorded: fake)
+    start = head_start.HeadStart(
+        str(tmp_path / "run" / "r.json"), json.dumps(config(), sort_keys=True)
+    )
     return start.claim(asked, "claimer"), fake
 
 
-def test_a_claim_takes_only_a_matching_silent_container(tmp_path: Path) -> None:
-    got, fake = claimed(tmp_path, config(), config(), b"")
-    assert got is not None and got.attach_fd >= 0 and not fake.removed
+def test_a_claim_takes_only_a_matching_silent_container(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    got, fake = claimed(tmp_path, monkeypatch, config())
+    assert got is not None and got.attach_fd >= 0 and not fake.gone.is_set()
+    assert got.timings == {"pool_wait": 0.0}
     os.close(got.attach_fd)
-    got, fake = claimed(tmp_path, config(), config(), b"early")  # it spoke before flow/run
-    assert got is None and fake.removed
-    got, fake = claimed(tmp_path, config(), config(), b"", started=False)  # it did not start
-    assert got is None and fake.removed
-    got, fake = claimed(tmp_path, config(), config(), b"", started=None)  # a strange answer
-    assert got is None and fake.removed
-    got, fake = claimed(tmp_path, config(), config(PidsLimit=512), b"")
-    assert got is None and fake.removed
+    refusals: list[tuple[bytes, str | Exception | None]] = [
+        (b"early", None),  # it spoke before its flow/run
+        (b"", "409 the container is not running"),  # the engine did not start it
+        (b"", ValueError("not the engine's answer")),
+    ]
+    for early, refused in refusals:
+        got, fake = claimed(tmp_path, monkeypatch, config(), early, refused)
+        assert got is None and fake.gone.wait(10)
+    got, fake = claimed(tmp_path, monkeypatch, config(PidsLimit=512))  # removed by its thread
+    assert got is None and fake.gone.wait(10)
     recorded = tmp_path / "run" / "r.json"
     assert json.loads(recorded.read_text()) == config(PidsLimit=512)  # for the next run
     assert recorded.stat().st_mode & 0o777 == 0o600
-    got, fake = claimed(tmp_path, config(), config(NetworkMode="bridge"), b"")
-    assert got is None and fake.removed
+    got, fake = claimed(tmp_path, monkeypatch, config(NetworkMode="bridge"))
+    assert got is None and fake.gone.wait(10)
     assert not recorded.exists()  # what could not be started ahead is not recorded
 
 

@@ -38,7 +38,6 @@ import json
 import os
 import stat
 import threading
-import time
 from _blake2 import blake2b
 
 from runner.warm import rundir
@@ -72,13 +71,13 @@ current: HeadStart | None = None
 
 class Claimed:
     """The container started ahead as a launch receives it (``PooledContainer``); it
-    waited started ``pool_wait`` seconds: none, since its claim waits for its start."""
+    waited started no time (``pool_wait``), since its claim waits for its start."""
 
-    def __init__(self, ahead: Ahead, fd: int, ready: float) -> None:
+    def __init__(self, ahead: Ahead, fd: int) -> None:
         self.container_id = ahead.container_id
         self.run_id = ahead.run_id
         self.attach_fd = fd
-        self.timings = {"pool_wait": time.perf_counter() - ready}
+        self.timings = {"pool_wait": 0.0}
 
 
 class HeadStart:
@@ -130,7 +129,8 @@ class HeadStart:
             _forget(self.path)
         elif text != self.recorded:
             _write(self.path, text)
-        if self._settled.is_set():
+        if self._settled.is_set() or text != self.recorded:
+            self._settled.set()  # its thread removes what it made, beside a fresh launch
             return None
         self._made.wait(WAIT)
         with self._lock:
@@ -139,11 +139,9 @@ class HeadStart:
         if ahead is None:
             return None
         try:
-            if text == self.recorded and ahead.started() and ahead.sock is not None:
-                ready = time.perf_counter()
-                if not _said_something(ahead.sock):
-                    _touch(self.path)
-                    return Claimed(ahead, ahead.sock.detach(), ready)
+            if ahead.refusal() is None and ahead.sock and not _said_something(ahead.sock):
+                _touch(self.path)
+                return Claimed(ahead, ahead.sock.detach())
         except Exception:  # not the engine's answer we expected: the run launches fresh
             pass
         ahead.remove()

@@ -3,9 +3,9 @@ for in three blocking calls, the start's answer read only when the container is 
 
 The engine takes ~150 ms to start a container; a process that asks for the start and goes
 on with its own work (a cold ``exec``'s imports: :mod:`runner.cli.head_start`) has that
-time back. The container is made as :func:`~runner.sandbox.docker.sandbox.prepare_pooled`
-makes a pooled one (the same create body, labels and attach), so a launch claims it as one
-(``PooledContainer``). Only what the engine's modules need is imported here: they are
+time back. The warm runner's pool makes its containers with it too
+(:func:`~runner.sandbox.docker.sandbox.prepare_pooled`), so a launch claims either the same
+way (``PooledContainer``). Only what the engine's modules need is imported here: they are
 what a run imports anyway, so importing them first costs the process nothing.
 
 What it is asked to start comes from a record a process wrote earlier, so it starts only
@@ -45,16 +45,19 @@ _IMAGE_ID: Final = re.compile(r"sha256:[0-9a-f]{64}")
 
 class Ahead:
     """A container whose start was asked for: its id, run id and our end of its attach
-    socket; :meth:`started` reads the engine's answer."""
+    socket; :meth:`refusal` reads the engine's answer."""
 
-    def __init__(self, http: EngineHttp, config: Mapping[str, Any]) -> None:
+    def __init__(
+        self, http: EngineHttp, config: Mapping[str, Any], owner: Process | None = None
+    ) -> None:
+        """Labelled as ``owner``'s, the process that keeps it (this one unless given)."""
         self.run_id = uuid.uuid4().hex
         self._http = http
         body = create_body(
             config["image"],
             config["command"],
             user=config["user"],
-            labels=run_labels(self.run_id, owner=Process.current()),
+            labels=run_labels(self.run_id, owner=owner),
             host_config=config["host_config"],
         )
         created = http.ask_blocking("POST", "/containers/create", body=body).reply()
@@ -75,15 +78,17 @@ class Ahead:
             self.remove()
             raise
 
-    def started(self) -> bool:
-        """Whether the engine started it, within :data:`START_ANSWER` seconds (blocking)."""
+    def refusal(self) -> str | None:
+        """None once the engine says it started it, else why not (no answer within
+        :data:`START_ANSWER` seconds included). Blocking; once."""
         if self._start is None:
-            return False
+            return "its start was not asked for"
         asked, self._start = self._start, None
         try:
-            return asked.reply(START_ANSWER).status in (204, 304)
-        except NoAnswer:
-            return False
+            reply = asked.reply(START_ANSWER)
+        except NoAnswer as exc:
+            return str(exc)
+        return None if reply.status in (204, 304) else f"{reply.status} {reply.message}"
 
     def remove(self) -> None:
         """Force-remove it (gone already is fine) and close our sockets. Blocking."""

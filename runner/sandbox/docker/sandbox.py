@@ -44,7 +44,7 @@ from runner.sandbox.base import (
 )
 from runner.sandbox.docker.attach import AttachConnection, open_connection
 from runner.sandbox.docker.container import ATTACHMENTS_DIR, SCRATCH_PATH, Container
-from runner.sandbox.docker.engine import CallStalled, Engine, Lease, open_engine
+from runner.sandbox.docker.engine import CallStalled, Engine, Lease, default_engine, open_engine
 from runner.sandbox.errors import DockerSandboxError, RuntimeMissing, SandboxLost
 from runner.sandbox.labels import Process, drop_claim, run_labels
 from runner.sandbox.profiles import SandboxProfile
@@ -419,36 +419,15 @@ def use_pool(pool: LaunchPool | None) -> None:
 def prepare_pooled(config: Mapping[str, Any], owner: Process) -> tuple[str, str, socket.socket]:
     """Create, attach and start a container of ``config`` labelled as ``owner``'s (the
     process that keeps it waiting): its id, run id and our end of its attach socket.
-    Blocking (its own event loop); removed again on failure."""
-    run_id = uuid.uuid4().hex
-    labels = run_labels(run_id, owner=owner)
+    Blocking; removed again on failure."""
+    from runner.sandbox.docker.ahead import Ahead
 
-    async def prepare() -> tuple[str, str, socket.socket]:
-        engine = await open_engine(None)
-        container_id = await engine.create(
-            config["image"],
-            config["command"],
-            user=config["user"],
-            labels=labels,
-            host_config=config["host_config"],
-        )
-        lease = Lease(container_id, time.perf_counter())
-        sock: socket.socket | None = None
-        try:
-            sock = await engine.attach_socket(lease)
-            lease.step = "start"
-            refused = await engine.start(lease)
-            if refused is not None:
-                raise DockerSandboxError(f"pooled container did not start: {refused}")
-            return container_id, run_id, sock
-        except BaseException:
-            with anyio.CancelScope(shield=True):
-                if sock is not None:
-                    sock.close()
-                await _remove_quietly(engine, lease)
-            raise
-
-    return anyio.run(prepare)
+    ahead = Ahead(default_engine().direct(), config, owner)
+    refused = ahead.refusal()
+    if refused is not None or ahead.sock is None:
+        ahead.remove()
+        raise DockerSandboxError(f"pooled container did not start: {refused}")
+    return ahead.container_id, ahead.run_id, ahead.sock
 
 
 def remove_pooled(container_ids: list[str]) -> None:
